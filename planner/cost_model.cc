@@ -1,0 +1,96 @@
+#include "planner/cost_model.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_set.h"
+#include "planner/link_loads.h"
+
+namespace refit::planner {
+namespace {
+
+void SortByBatch(Plan* plan) {
+  std::vector<int64_t> starts(plan->num_batches + 1, 0);
+  for (const Transfer& t : plan->transfers) ++starts[t.batch + 1];
+  for (int32_t b = 0; b < plan->num_batches; ++b) starts[b + 1] += starts[b];
+  std::vector<Transfer> sorted(plan->transfers.size());
+  for (const Transfer& t : plan->transfers) sorted[starts[t.batch]++] = t;
+  plan->transfers.swap(sorted);
+}
+
+}  // namespace
+
+void PricePlan(const PlanningProblem& problem, Plan* plan) {
+  SortByBatch(plan);
+  const ClusterMap& cluster = *problem.cluster;
+  const Bandwidths& bw = cluster.bandwidths();
+  const int32_t num_source_ranks = problem.sources->ranks.size();
+  auto gpu_of = [&](const Endpoint& e) {
+    return e.IsSourceSide() ? cluster.SourceGpu(e.rank_index)
+                            : cluster.DestinationGpu(e.rank_index);
+  };
+  auto slot_of = [&](const Endpoint& e) {
+    return e.IsSourceSide() ? e.rank_index : num_source_ranks + e.rank_index;
+  };
+  LinkLoads total(cluster.num_gpus());
+  std::vector<int64_t> batch_bytes(cluster.num_gpus() * kNumLinkKinds, 0);
+  std::vector<int32_t> touched;
+  std::vector<int32_t> peers(num_source_ranks + problem.destinations->ranks.size(), 0);
+  std::vector<int32_t> touched_slots;
+  absl::flat_hash_set<uint64_t> pairs;
+  PlanStats& stats = plan->stats;
+  stats = PlanStats{};
+  size_t i = 0;
+  for (int32_t b = 0; b < plan->num_batches; ++b) {
+    pairs.clear();
+    int32_t max_peers = 0;
+    for (; i < plan->transfers.size() && plan->transfers[i].batch == b; ++i) {
+      const Transfer& t = plan->transfers[i];
+      const int32_t src_gpu = gpu_of(t.src), dst_gpu = gpu_of(t.dst);
+      total.Add(t.route, src_gpu, dst_gpu, t.bytes);
+      stats.total_bytes += t.bytes;
+      int32_t link_a = -1, link_b = -1;
+      switch (t.route) {
+        case v1::ROUTE_NETWORK:
+          stats.network_bytes += t.bytes;
+          link_a = src_gpu * kNumLinkKinds + kNicOut;
+          link_b = dst_gpu * kNumLinkKinds + kNicIn;
+          break;
+        case v1::ROUTE_NVLINK:
+          stats.nvlink_bytes += t.bytes;
+          link_a = src_gpu * kNumLinkKinds + kNvlinkOut;
+          link_b = dst_gpu * kNumLinkKinds + kNvlinkIn;
+          break;
+        default:
+          stats.local_bytes += t.bytes;
+          link_a = dst_gpu * kNumLinkKinds + kLocalCopy;
+          break;
+      }
+      for (int32_t link : {link_a, link_b}) {
+        if (link < 0) continue;
+        if (batch_bytes[link] == 0) touched.push_back(link);
+        batch_bytes[link] += t.bytes;
+      }
+      const int32_t s = slot_of(t.src), d = slot_of(t.dst);
+      if (pairs.insert((static_cast<uint64_t>(s) << 32) | static_cast<uint32_t>(d)).second) {
+        for (int32_t slot : {s, d}) {
+          if (peers[slot]++ == 0) touched_slots.push_back(slot);
+          max_peers = std::max(max_peers, peers[slot]);
+        }
+      }
+    }
+    double busiest = 0;
+    for (int32_t link : touched) {
+      const LinkKind kind = static_cast<LinkKind>(link % kNumLinkKinds);
+      busiest = std::max(busiest, batch_bytes[link] / LinkBandwidth(kind, bw));
+      batch_bytes[link] = 0;
+    }
+    touched.clear();
+    for (int32_t slot : touched_slots) peers[slot] = 0;
+    touched_slots.clear();
+    stats.predicted_seconds += busiest + bw.batch_latency_s + max_peers * bw.message_latency_s;
+  }
+  stats.max_link_bytes = total.MaxLinkBytes();
+  stats.mean_link_bytes = total.MeanBusyLinkBytes();
+}
+
+}  // namespace refit::planner

@@ -1,0 +1,65 @@
+#include "planner/link_loads.h"
+
+#include <algorithm>
+
+namespace refit::planner {
+
+double LinkBandwidth(LinkKind kind, const Bandwidths& bandwidths) {
+  switch (kind) {
+    case kNicOut:
+    case kNicIn:
+      return bandwidths.nic_bytes_per_s;
+    case kNvlinkOut:
+    case kNvlinkIn:
+      return bandwidths.nvlink_bytes_per_s;
+    default:
+      return bandwidths.local_copy_bytes_per_s;
+  }
+}
+
+void LinkLoads::Add(v1::Route route, int32_t src_gpu, int32_t dst_gpu, int64_t bytes) {
+  switch (route) {
+    case v1::ROUTE_NETWORK:
+      bytes_[src_gpu * kNumLinkKinds + kNicOut] += bytes;
+      bytes_[dst_gpu * kNumLinkKinds + kNicIn] += bytes;
+      break;
+    case v1::ROUTE_NVLINK:
+      bytes_[src_gpu * kNumLinkKinds + kNvlinkOut] += bytes;
+      bytes_[dst_gpu * kNumLinkKinds + kNvlinkIn] += bytes;
+      break;
+    default:
+      bytes_[dst_gpu * kNumLinkKinds + kLocalCopy] += bytes;
+      break;
+  }
+}
+
+double LinkLoads::BottleneckSeconds(const Bandwidths& bandwidths) const {
+  double worst = 0;
+  for (size_t i = 0; i < bytes_.size(); ++i) {
+    const LinkKind kind = static_cast<LinkKind>(i % kNumLinkKinds);
+    worst = std::max(worst, bytes_[i] / LinkBandwidth(kind, bandwidths));
+  }
+  return worst;
+}
+
+int64_t LinkLoads::MaxLinkBytes() const {
+  int64_t worst = 0;
+  for (size_t i = 0; i < bytes_.size(); ++i) {
+    if (i % kNumLinkKinds == kLocalCopy) continue;
+    worst = std::max(worst, bytes_[i]);
+  }
+  return worst;
+}
+
+double LinkLoads::MeanBusyLinkBytes() const {
+  double sum = 0;
+  int64_t busy = 0;
+  for (size_t i = 0; i < bytes_.size(); ++i) {
+    if (i % kNumLinkKinds == kLocalCopy || bytes_[i] == 0) continue;
+    sum += bytes_[i];
+    ++busy;
+  }
+  return busy == 0 ? 0 : sum / busy;
+}
+
+}  // namespace refit::planner

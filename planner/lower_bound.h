@@ -1,0 +1,27 @@
+// What no plan can beat on a given topology, whatever the strategy:
+//  - network bytes: summed over destination NVLink domains, the unique destination bytes
+//    (by tensor and global coordinate) that no source inside that domain holds;
+//  - seconds: the most loaded link's unavoidable bytes over its bandwidth, where a domain's
+//    NIC-in must carry its network bytes, a source domain's NIC-out the bytes only it holds
+//    that other domains need, and a destination GPU's ingress (NIC + NVLink) the bytes of
+//    its views that its own GPU does not hold (each spread evenly over the domain's GPUs).
+// Forwarding through third domains over the network is not considered.
+#ifndef REFIT_PLANNER_LOWER_BOUND_H_
+#define REFIT_PLANNER_LOWER_BOUND_H_
+
+#include <cstdint>
+
+#include "planner/problem.h"
+
+namespace refit::planner {
+
+struct LowerBound {
+  int64_t network_bytes = 0;
+  double seconds = 0;
+};
+
+LowerBound ComputeLowerBound(const PlanningProblem& problem);
+
+}  // namespace refit::planner
+
+#endif  // REFIT_PLANNER_LOWER_BOUND_H_

@@ -1,0 +1,26 @@
+// Knobs of a planning run. Defaults suit a DGX H100 cluster.
+#ifndef REFIT_PLANNER_OPTIONS_H_
+#define REFIT_PLANNER_OPTIONS_H_
+
+#include <cstdint>
+#include <string>
+
+namespace refit::planner {
+
+inline constexpr char kStrategyReshard[] = "reshard";
+inline constexpr char kStrategyGatherBroadcast[] = "gather_broadcast";
+
+struct PlanOptions {
+  std::string strategy = kStrategyReshard;
+  // Bytes one rank may send or receive in one batch (its staging area); pieces larger
+  // than this are cut into several.
+  int64_t staging_budget_bytes = int64_t{1} << 30;
+  // Pieces above this size held by several replicas are split across them.
+  int64_t split_threshold_bytes = int64_t{32} << 20;
+  // Cross the network once per NVLink domain and forward inside it.
+  bool hierarchical = true;
+};
+
+}  // namespace refit::planner
+
+#endif  // REFIT_PLANNER_OPTIONS_H_

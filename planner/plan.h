@@ -1,0 +1,76 @@
+// The planner's output in memory: pieces (global boxes of a tensor), transfers that move
+// a piece between two endpoints, grouped into batches, with the plan's statistics.
+// Compact on purpose: DeepSeek-V3 at 512 ranks has about a million transfers.
+#ifndef REFIT_PLANNER_PLAN_H_
+#define REFIT_PLANNER_PLAN_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "planner/box.h"
+#include "proto/refit.pb.h"
+
+namespace refit::planner {
+
+enum class EndpointKind : uint8_t {
+  kSourceView,       // a view of the source layout
+  kDestinationView,  // a view of the destination layout (read when forwarding)
+  kSourceScratch,    // dense full-tensor scratch on a source rank (gather_broadcast)
+  kDestinationScratch,
+};
+
+struct Endpoint {
+  EndpointKind kind = EndpointKind::kSourceView;
+  int32_t rank_index = 0;  // into the source or destination layout's ranks, by kind
+  int32_t index = 0;       // view index into Layout::views, or tensor index for scratch
+
+  bool IsSourceSide() const {
+    return kind == EndpointKind::kSourceView || kind == EndpointKind::kSourceScratch;
+  }
+  bool operator==(const Endpoint& o) const {
+    return kind == o.kind && rank_index == o.rank_index && index == o.index;
+  }
+};
+
+struct Piece {
+  int32_t tensor = 0;  // into the destination layout's tensors
+  Box box;
+  int64_t bytes = 0;
+};
+
+struct Transfer {
+  Endpoint src;
+  Endpoint dst;
+  int32_t piece = 0;  // into Plan::pieces
+  int32_t batch = 0;
+  v1::Route route = v1::ROUTE_UNSPECIFIED;
+  int64_t bytes = 0;
+};
+
+struct PlanStats {
+  int64_t total_bytes = 0;
+  int64_t network_bytes = 0;
+  int64_t nvlink_bytes = 0;
+  int64_t local_bytes = 0;
+  int64_t lower_bound_network_bytes = 0;
+  int64_t max_link_bytes = 0;
+  double mean_link_bytes = 0;
+  double predicted_seconds = 0;
+  double lower_bound_seconds = 0;
+};
+
+struct Plan {
+  std::string strategy;
+  std::vector<Piece> pieces;
+  // Sorted by batch; inside a batch in issue order (gather_broadcast chains depend on it).
+  std::vector<Transfer> transfers;
+  int32_t num_batches = 0;
+  PlanStats stats;
+  std::string digest;  // 32 hex digits
+  double plan_seconds = 0;
+};
+
+}  // namespace refit::planner
+
+#endif  // REFIT_PLANNER_PLAN_H_

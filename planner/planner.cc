@@ -1,0 +1,78 @@
+#include "planner/planner.h"
+
+#include <chrono>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "planner/cost_model.h"
+#include "planner/digest.h"
+#include "planner/gather_broadcast.h"
+#include "planner/lower_bound.h"
+#include "planner/problem.h"
+#include "planner/reshard.h"
+
+namespace refit::planner {
+
+absl::StatusOr<std::shared_ptr<const Plan>> BuildPlan(const Layout& sources,
+                                                      const Layout& destinations,
+                                                      const v1::Topology& topology,
+                                                      const PlanOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  if (options.strategy != kStrategyReshard && options.strategy != kStrategyGatherBroadcast) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown strategy \"", options.strategy,
+                                                   "\" (expected reshard or gather_broadcast)"));
+  }
+  absl::StatusOr<std::unique_ptr<PlanningProblem>> problem =
+      MakePlanningProblem(sources, destinations, topology);
+  if (!problem.ok()) return problem.status();
+  auto plan = std::make_shared<Plan>();
+  if (options.strategy == kStrategyReshard) {
+    PlanReshard(**problem, options, plan.get());
+  } else {
+    PlanGatherBroadcast(**problem, options, plan.get());
+  }
+  PricePlan(**problem, plan.get());
+  const LowerBound bound = ComputeLowerBound(**problem);
+  plan->stats.lower_bound_network_bytes = bound.network_bytes;
+  plan->stats.lower_bound_seconds = bound.seconds;
+  plan->digest = PlanDigest(*plan);
+  plan->plan_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::shared_ptr<const Plan>(std::move(plan));
+}
+
+absl::StatusOr<std::shared_ptr<const Plan>> PlanCache::GetOrBuild(const Layout& sources,
+                                                                  const Layout& destinations,
+                                                                  const v1::Topology& topology,
+                                                                  const PlanOptions& options,
+                                                                  bool* from_cache) {
+  std::string topology_bytes;
+  topology.SerializeToString(&topology_bytes);
+  const std::string key = absl::StrCat(
+      sources.digest, "/", destinations.digest, "/", options.strategy, "/",
+      options.staging_budget_bytes, "/", options.split_threshold_bytes, "/",
+      options.hierarchical, "/", topology_bytes);
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = plans_.find(key);
+    if (it != plans_.end()) {
+      if (from_cache != nullptr) *from_cache = true;
+      return it->second;
+    }
+  }
+  if (from_cache != nullptr) *from_cache = false;
+  absl::StatusOr<std::shared_ptr<const Plan>> plan =
+      BuildPlan(sources, destinations, topology, options);
+  if (!plan.ok()) return plan.status();
+  absl::MutexLock lock(&mu_);
+  if (plans_.emplace(key, *plan).second) {
+    order_.push_back(key);
+    while (order_.size() > capacity_) {
+      plans_.erase(order_.front());
+      order_.pop_front();
+    }
+  }
+  return plan;
+}
+
+}  // namespace refit::planner

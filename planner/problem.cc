@@ -1,0 +1,96 @@
+#include "planner/problem.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace refit::planner {
+namespace {
+
+absl::Status MatchTensors(const Layout& sources, const Layout& destinations,
+                          std::vector<int32_t>* source_to_destination) {
+  source_to_destination->assign(sources.tensors.size(), -1);
+  for (int32_t t = 0; t < static_cast<int32_t>(destinations.tensors.size()); ++t) {
+    const TensorInfo& dst = destinations.tensors[t];
+    auto it = sources.tensor_by_name.find(dst.name);
+    if (it == sources.tensor_by_name.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          dst.name, ": the destinations declare this tensor but the sources do not"));
+    }
+    const TensorInfo& src = sources.tensors[it->second];
+    if (src.dtype != dst.dtype || src.shape != dst.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          dst.name, ": destination dtype ", dst.dtype, " shape [",
+          absl::StrJoin(dst.shape, ", "), "] disagrees with source dtype ", src.dtype,
+          " shape [", absl::StrJoin(src.shape, ", "), "]"));
+    }
+    (*source_to_destination)[it->second] = t;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void CoverBox(const PlanningProblem& problem, int32_t tensor, const Box& box,
+              std::vector<CoverPiece>* pieces, std::vector<Box>* uncovered) {
+  std::vector<int32_t> candidates;
+  problem.index->Query(tensor, box, &candidates);
+  std::vector<Box> remaining = {box};
+  std::vector<Box> next;
+  for (int32_t g : candidates) {
+    const Box& held = problem.source_groups[g].box;
+    next.clear();
+    for (const Box& part : remaining) {
+      if (!Overlaps(part, held)) {
+        next.push_back(part);
+        continue;
+      }
+      Box piece = Intersect(part, held);
+      // Coalesce with the previous region of this group when they touch.
+      Box merged;
+      if (!pieces->empty() && pieces->back().source_group == g &&
+          TryMerge(pieces->back().box, piece, &merged)) {
+        pieces->back().box = merged;
+      } else {
+        pieces->push_back(CoverPiece{std::move(piece), g});
+      }
+      Subtract(part, held, &next);
+    }
+    remaining.swap(next);
+    if (remaining.empty()) break;
+  }
+  uncovered->insert(uncovered->end(), remaining.begin(), remaining.end());
+}
+
+absl::StatusOr<std::unique_ptr<PlanningProblem>> MakePlanningProblem(
+    const Layout& sources, const Layout& destinations, const v1::Topology& topology) {
+  auto problem = std::make_unique<PlanningProblem>();
+  problem->sources = &sources;
+  problem->destinations = &destinations;
+  absl::Status matched =
+      MatchTensors(sources, destinations, &problem->source_to_destination_tensor);
+  if (!matched.ok()) return matched;
+  problem->cluster = std::make_unique<ClusterMap>(topology, sources, destinations);
+  problem->source_groups = GroupViews(sources, problem->source_to_destination_tensor);
+  problem->index = std::make_unique<OverlapIndex>(problem->source_groups,
+                                                  destinations.tensors.size());
+  std::vector<int32_t> identity(destinations.tensors.size());
+  for (size_t t = 0; t < identity.size(); ++t) identity[t] = t;
+  problem->destination_groups = GroupViews(destinations, identity);
+  problem->destination_cover.resize(problem->destination_groups.size());
+  std::vector<Box> uncovered;
+  for (size_t g = 0; g < problem->destination_groups.size(); ++g) {
+    const ViewGroup& group = problem->destination_groups[g];
+    CoverBox(*problem, group.tensor, group.box, &problem->destination_cover[g], &uncovered);
+    if (!uncovered.empty()) {
+      const ViewInfo& view = destinations.views[group.views[0]];
+      return absl::InvalidArgumentError(absl::StrCat(
+          destinations.tensors[group.tensor].name, ": destination rank ",
+          destinations.ranks[view.rank_index].rank, " box ", FormatBox(group.box),
+          " is not covered by any source (uncovered part ", FormatBox(uncovered[0]), ")"));
+    }
+  }
+  return problem;
+}
+
+}  // namespace refit::planner

@@ -1,0 +1,56 @@
+// Everything both planning strategies start from: the two compiled layouts matched tensor
+// by tensor, replicas grouped, the source overlap index, the cluster map, and the cover of
+// every distinct destination box by source boxes (which is where coverage is validated).
+#ifndef REFIT_PLANNER_PROBLEM_H_
+#define REFIT_PLANNER_PROBLEM_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "planner/layout.h"
+#include "planner/overlap_index.h"
+#include "planner/source_groups.h"
+#include "planner/topology.h"
+
+namespace refit::planner {
+
+// A region of a destination box assigned to one source group (all its replicas hold it).
+struct CoverPiece {
+  Box box;
+  int32_t source_group = 0;
+};
+
+struct PlanningProblem {
+  const Layout* sources = nullptr;
+  const Layout* destinations = nullptr;
+  std::unique_ptr<ClusterMap> cluster;
+  // Source tensor index -> destination tensor index (-1: the destinations do not need it).
+  std::vector<int32_t> source_to_destination_tensor;
+  std::vector<ViewGroup> source_groups;  // tensor ids are destination tensor ids
+  std::unique_ptr<OverlapIndex> index;
+  std::vector<ViewGroup> destination_groups;
+  std::vector<std::vector<CoverPiece>> destination_cover;  // per destination group
+
+  int32_t SourceGpuOfView(int32_t view) const {
+    return cluster->SourceGpu(sources->views[view].rank_index);
+  }
+  int32_t DestinationGpuOfView(int32_t view) const {
+    return cluster->DestinationGpu(destinations->views[view].rank_index);
+  }
+};
+
+// Matches the sides (same tensors, dtypes and shapes), groups, indexes and covers. Errors
+// name the tensor, the destination rank and the box that no source covers.
+absl::StatusOr<std::unique_ptr<PlanningProblem>> MakePlanningProblem(
+    const Layout& sources, const Layout& destinations, const v1::Topology& topology);
+
+// Splits `box` of `tensor` among the overlapping source groups, each region going to the
+// first group (in box order) that holds it. Returns what no source holds.
+void CoverBox(const PlanningProblem& problem, int32_t tensor, const Box& box,
+              std::vector<CoverPiece>* pieces, std::vector<Box>* uncovered);
+
+}  // namespace refit::planner
+
+#endif  // REFIT_PLANNER_PROBLEM_H_

@@ -1,0 +1,20 @@
+// The reshard strategy: every destination receives exactly the overlapping pieces from
+// the best-placed source replica, the network is crossed once per NVLink domain, and
+// pieces are balanced so that the most loaded link is as light as possible.
+#ifndef REFIT_PLANNER_RESHARD_H_
+#define REFIT_PLANNER_RESHARD_H_
+
+#include <vector>
+
+#include "planner/options.h"
+#include "planner/plan.h"
+#include "planner/problem.h"
+
+namespace refit::planner {
+
+// Fills plan.pieces, plan.transfers (batched, unsorted) and plan.num_batches.
+void PlanReshard(const PlanningProblem& problem, const PlanOptions& options, Plan* plan);
+
+}  // namespace refit::planner
+
+#endif  // REFIT_PLANNER_RESHARD_H_
