@@ -5,14 +5,30 @@
 namespace refit::planner {
 
 BatchBuilder::BatchBuilder(int32_t num_source_ranks, int32_t num_destination_ranks,
-                           int64_t budget_bytes)
+                           int64_t budget_bytes, const Bandwidths& bandwidths)
     : num_source_ranks_(num_source_ranks),
+      num_ranks_(num_source_ranks + num_destination_ranks),
       budget_bytes_(std::max<int64_t>(1, budget_bytes)),
-      usage_(num_source_ranks + num_destination_ranks),
-      first_open_(num_source_ranks + num_destination_ranks, 0) {}
+      nvlink_scale_(bandwidths.nic_bytes_per_s / bandwidths.nvlink_bytes_per_s),
+      local_scale_(bandwidths.nic_bytes_per_s / bandwidths.local_copy_bytes_per_s),
+      usage_(2 * num_ranks_),
+      first_open_(2 * num_ranks_, 0) {}
 
-int32_t BatchBuilder::SlotOf(const Endpoint& endpoint) const {
-  return endpoint.IsSourceSide() ? endpoint.rank_index : num_source_ranks_ + endpoint.rank_index;
+int32_t BatchBuilder::SlotOf(const Endpoint& endpoint, bool receiving) const {
+  const int32_t rank =
+      endpoint.IsSourceSide() ? endpoint.rank_index : num_source_ranks_ + endpoint.rank_index;
+  return receiving ? num_ranks_ + rank : rank;
+}
+
+int64_t BatchBuilder::ChargeOf(const Transfer& transfer) const {
+  switch (transfer.route) {
+    case v1::ROUTE_NETWORK:
+      return transfer.bytes;
+    case v1::ROUTE_NVLINK:
+      return static_cast<int64_t>(transfer.bytes * nvlink_scale_) + 1;
+    default:
+      return static_cast<int64_t>(transfer.bytes * local_scale_) + 1;
+  }
 }
 
 bool BatchBuilder::Fits(int32_t slot, int32_t batch, int64_t bytes) const {
@@ -39,12 +55,13 @@ int32_t BatchBuilder::Assign(std::vector<Transfer>* transfers,
   int32_t num_batches = 0;
   for (size_t i = 0; i < transfers->size(); ++i) {
     Transfer& transfer = (*transfers)[i];
-    const int32_t src = SlotOf(transfer.src), dst = SlotOf(transfer.dst);
+    const int32_t src = SlotOf(transfer.src, false), dst = SlotOf(transfer.dst, true);
+    const int64_t charge = ChargeOf(transfer);
     int32_t batch = std::max(first_open_[src], first_open_[dst]);
     if (depends_on[i] >= 0) batch = std::max(batch, (*transfers)[depends_on[i]].batch + 1);
-    while (!Fits(src, batch, transfer.bytes) || !Fits(dst, batch, transfer.bytes)) ++batch;
-    Take(src, batch, transfer.bytes);
-    if (dst != src) Take(dst, batch, transfer.bytes);
+    while (!Fits(src, batch, charge) || !Fits(dst, batch, charge)) ++batch;
+    Take(src, batch, charge);
+    Take(dst, batch, charge);
     transfer.batch = batch;
     num_batches = std::max(num_batches, batch + 1);
   }

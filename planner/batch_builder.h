@@ -1,6 +1,8 @@
-// Cuts a list of transfers into batches: in each batch no rank sends or receives more than
-// the staging budget, and a transfer that forwards data lands in a later batch than the
-// transfer that delivered it. Lowest-fitting batch first, so every link stays busy early.
+// Cuts a list of transfers into batches: in each batch no rank sends, nor receives, more
+// than the staging budget over the network, and no rank spends longer on NVLink or local
+// copies than that budget takes on its NIC (those bytes count scaled by the bandwidth
+// ratio). A transfer that forwards data lands in a later batch than the transfer that
+// delivered it. Lowest-fitting batch first, so every link stays busy from the start.
 #ifndef REFIT_PLANNER_BATCH_BUILDER_H_
 #define REFIT_PLANNER_BATCH_BUILDER_H_
 
@@ -8,24 +10,32 @@
 #include <vector>
 
 #include "planner/plan.h"
+#include "planner/topology.h"
 
 namespace refit::planner {
 
 class BatchBuilder {
  public:
-  BatchBuilder(int32_t num_source_ranks, int32_t num_destination_ranks, int64_t budget_bytes);
+  BatchBuilder(int32_t num_source_ranks, int32_t num_destination_ranks, int64_t budget_bytes,
+               const Bandwidths& bandwidths);
 
   // Sets transfer.batch for every transfer, in list order. depends_on[i] is -1 or an
   // earlier transfer index whose batch transfer i must follow. Returns the batch count.
   int32_t Assign(std::vector<Transfer>* transfers, const std::vector<int32_t>& depends_on);
 
  private:
-  int32_t SlotOf(const Endpoint& endpoint) const;
+  // Sending and receiving have separate slots: a NIC is full duplex.
+  int32_t SlotOf(const Endpoint& endpoint, bool receiving) const;
+  // Budget charge of a transfer: network bytes count fully, others by bandwidth ratio.
+  int64_t ChargeOf(const Transfer& transfer) const;
   bool Fits(int32_t slot, int32_t batch, int64_t bytes) const;
   void Take(int32_t slot, int32_t batch, int64_t bytes);
 
   int32_t num_source_ranks_;
+  int32_t num_ranks_;
   int64_t budget_bytes_;
+  double nvlink_scale_;
+  double local_scale_;
   std::vector<std::vector<int64_t>> usage_;  // per rank slot, bytes per batch
   std::vector<int32_t> first_open_;          // per rank slot, lowest batch not yet full
 };

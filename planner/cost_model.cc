@@ -36,6 +36,11 @@ void PricePlan(const PlanningProblem& problem, Plan* plan) {
   std::vector<int32_t> touched;
   std::vector<int32_t> peers(num_source_ranks + problem.destinations->ranks.size(), 0);
   std::vector<int32_t> touched_slots;
+  // Which (sender, receiver) pairs already exchanged a message in this batch: a stamp
+  // matrix when the ranks are few, a hash set otherwise.
+  const int64_t num_slots = peers.size();
+  const bool use_matrix = num_slots <= 4096;
+  std::vector<int32_t> pair_stamp(use_matrix ? num_slots * num_slots : 0, -1);
   absl::flat_hash_set<uint64_t> pairs;
   PlanStats& stats = plan->stats;
   stats = PlanStats{};
@@ -71,7 +76,16 @@ void PricePlan(const PlanningProblem& problem, Plan* plan) {
         batch_bytes[link] += t.bytes;
       }
       const int32_t s = slot_of(t.src), d = slot_of(t.dst);
-      if (pairs.insert((static_cast<uint64_t>(s) << 32) | static_cast<uint32_t>(d)).second) {
+      bool new_pair;
+      if (use_matrix) {
+        int32_t& stamp = pair_stamp[s * num_slots + d];
+        new_pair = stamp != b;
+        stamp = b;
+      } else {
+        new_pair =
+            pairs.insert((static_cast<uint64_t>(s) << 32) | static_cast<uint32_t>(d)).second;
+      }
+      if (new_pair) {
         for (int32_t slot : {s, d}) {
           if (peers[slot]++ == 0) touched_slots.push_back(slot);
           max_peers = std::max(max_peers, peers[slot]);

@@ -1,6 +1,7 @@
 #include "planner/digest.h"
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/str_format.h"
@@ -9,40 +10,50 @@
 namespace refit::planner {
 namespace {
 
-void Append(std::vector<uint8_t>* out, uint64_t value) {
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<uint8_t>(value >> (8 * i)));
-}
+// Fixed-width little-endian words; x86-64 and aarch64 hosts store them alike.
+class WordStream {
+ public:
+  explicit WordStream(XXH3_state_t* state) : state_(state) { words_.reserve(kChunk); }
+  ~WordStream() { Flush(); }
+  void Add(int64_t word) {
+    words_.push_back(word);
+    if (words_.size() == kChunk) Flush();
+  }
+  void Flush() {
+    XXH3_128bits_update(state_, words_.data(), words_.size() * sizeof(int64_t));
+    words_.clear();
+  }
+
+ private:
+  static constexpr size_t kChunk = 8192;
+  XXH3_state_t* state_;
+  std::vector<int64_t> words_;
+};
 
 }  // namespace
 
 std::string PlanDigest(const Plan& plan) {
   XXH3_state_t* state = XXH3_createState();
   XXH3_128bits_reset(state);
-  std::vector<uint8_t> chunk;
-  chunk.reserve(1 << 16);
   XXH3_128bits_update(state, plan.strategy.data(), plan.strategy.size());
-  auto flush = [&]() {
-    XXH3_128bits_update(state, chunk.data(), chunk.size());
-    chunk.clear();
-  };
-  for (const Transfer& t : plan.transfers) {
-    const Piece& piece = plan.pieces[t.piece];
-    Append(&chunk, (uint64_t{static_cast<uint8_t>(t.src.kind)} << 56) |
-                       (uint64_t{static_cast<uint8_t>(t.dst.kind)} << 48) |
-                       (uint64_t{static_cast<uint8_t>(t.route)} << 40));
-    Append(&chunk, static_cast<uint32_t>(t.src.rank_index));
-    Append(&chunk, static_cast<uint32_t>(t.src.index));
-    Append(&chunk, static_cast<uint32_t>(t.dst.rank_index));
-    Append(&chunk, static_cast<uint32_t>(t.dst.index));
-    Append(&chunk, static_cast<uint32_t>(t.batch));
-    Append(&chunk, static_cast<uint32_t>(piece.tensor));
-    for (size_t d = 0; d < piece.box.rank(); ++d) {
-      Append(&chunk, piece.box.offset[d]);
-      Append(&chunk, piece.box.extent[d]);
+  {
+    WordStream words(state);
+    for (const Piece& piece : plan.pieces) {
+      words.Add(piece.tensor);
+      for (size_t d = 0; d < piece.box.rank(); ++d) {
+        words.Add(piece.box.offset[d]);
+        words.Add(piece.box.extent[d]);
+      }
     }
-    if (chunk.size() > (1 << 16) - 512) flush();
+    for (const Transfer& t : plan.transfers) {
+      words.Add((int64_t{static_cast<uint8_t>(t.src.kind)} << 56) |
+                (int64_t{static_cast<uint8_t>(t.dst.kind)} << 48) |
+                (int64_t{static_cast<uint8_t>(t.route)} << 40) | t.batch);
+      words.Add((int64_t{t.src.rank_index} << 32) | static_cast<uint32_t>(t.src.index));
+      words.Add((int64_t{t.dst.rank_index} << 32) | static_cast<uint32_t>(t.dst.index));
+      words.Add(t.piece);
+    }
   }
-  flush();
   const XXH128_hash_t hash = XXH3_128bits_digest(state);
   XXH3_freeState(state);
   return absl::StrFormat("%016x%016x", hash.high64, hash.low64);

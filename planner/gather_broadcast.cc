@@ -170,6 +170,7 @@ void PlanGatherBroadcast(const PlanningProblem& problem, const PlanOptions& opti
                          Plan* plan) {
   (void)options;
   plan->strategy = kStrategyGatherBroadcast;
+  plan->ordered_batches = true;
   GatherBroadcastPlanner(problem, plan).Run();
 }
 

@@ -66,6 +66,9 @@ struct Plan {
   // Sorted by batch; inside a batch in issue order (gather_broadcast chains depend on it).
   std::vector<Transfer> transfers;
   int32_t num_batches = 0;
+  // True when transfers inside a batch must run in list order (gather_broadcast chains);
+  // otherwise only batch order matters.
+  bool ordered_batches = false;
   PlanStats stats;
   std::string digest;  // 32 hex digits
   double plan_seconds = 0;

@@ -44,7 +44,7 @@ class ReshardPlanner {
     });
     for (int32_t w : order) Route(work_[w]);
     BatchBuilder batches(problem_.sources->ranks.size(), problem_.destinations->ranks.size(),
-                         options_.staging_budget_bytes);
+                         options_.staging_budget_bytes, cluster_.bandwidths());
     plan_->num_batches = batches.Assign(&plan_->transfers, depends_on_);
   }
 

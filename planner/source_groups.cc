@@ -2,34 +2,51 @@
 
 #include <algorithm>
 #include <numeric>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/hash/hash.h"
 
 namespace refit::planner {
+namespace {
+
+struct GroupKey {
+  int32_t tensor;
+  const Box* box;
+
+  template <typename H>
+  friend H AbslHashValue(H h, const GroupKey& key) {
+    return H::combine(std::move(h), key.tensor, key.box->offset, key.box->extent);
+  }
+  bool operator==(const GroupKey& other) const {
+    return tensor == other.tensor && *box == *other.box;
+  }
+};
+
+}  // namespace
 
 std::vector<ViewGroup> GroupViews(const Layout& layout, const std::vector<int32_t>& tensor_map) {
-  std::vector<int32_t> order;
-  order.reserve(layout.views.size());
-  for (int32_t v = 0; v < static_cast<int32_t>(layout.views.size()); ++v) {
-    if (tensor_map[layout.views[v].tensor] >= 0) order.push_back(v);
-  }
-  auto key_less = [&](int32_t a, int32_t b) {
-    const ViewInfo& va = layout.views[a];
-    const ViewInfo& vb = layout.views[b];
-    const int32_t ta = tensor_map[va.tensor], tb = tensor_map[vb.tensor];
-    if (ta != tb) return ta < tb;
-    if (va.box != vb.box) return va.box < vb.box;
-    return a < b;
-  };
-  std::sort(order.begin(), order.end(), key_less);
+  // Hash first (replicas are many, distinct boxes few), then order the distinct groups.
   std::vector<ViewGroup> groups;
-  for (int32_t v : order) {
+  absl::flat_hash_map<GroupKey, int32_t> group_of;
+  for (int32_t v = 0; v < static_cast<int32_t>(layout.views.size()); ++v) {
     const ViewInfo& view = layout.views[v];
     const int32_t tensor = tensor_map[view.tensor];
-    if (groups.empty() || groups.back().tensor != tensor || groups.back().box != view.box) {
-      groups.push_back(ViewGroup{tensor, view.box, {}});
-    }
-    groups.back().views.push_back(v);
+    if (tensor < 0) continue;
+    auto [it, inserted] = group_of.emplace(GroupKey{tensor, &view.box}, groups.size());
+    if (inserted) groups.push_back(ViewGroup{tensor, view.box, {}});
+    groups[it->second].views.push_back(v);
   }
-  return groups;
+  std::vector<int32_t> order(groups.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    if (groups[a].tensor != groups[b].tensor) return groups[a].tensor < groups[b].tensor;
+    return groups[a].box < groups[b].box;
+  });
+  std::vector<ViewGroup> sorted;
+  sorted.reserve(groups.size());
+  for (int32_t g : order) sorted.push_back(std::move(groups[g]));
+  return sorted;
 }
 
 }  // namespace refit::planner

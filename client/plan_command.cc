@@ -1,0 +1,186 @@
+#include "client/plan_command.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "client/command_line.h"
+#include "client/json_files.h"
+#include "client/plan_report.h"
+#include "planner/check/byte_checker.h"
+#include "planner/check/coverage_checker.h"
+#include "planner/layout.h"
+#include "planner/planner.h"
+#include "planner/reference_refits.h"
+#include "planner/topology.h"
+
+namespace refit::client {
+
+const char kPlanUsage[] =
+    "usage: refitctl plan (--src SRC.json --dst DST.json | --model CONFIG.json|NAME\n"
+    "                      --src-parallel pp=16,ep=16 --dst-parallel tp=32,dp=8\n"
+    "                      [--gpus-per-node 8] [--colocated] | --refit NAME)\n"
+    "                     [--topology T.json] [--strategy reshard|gather_broadcast]\n"
+    "                     [--verify=bytes|coverage] [--json] [--staging-budget 1GiB]\n"
+    "                     [--split-threshold 32MiB] [--flat] [--verify-max-bytes 4GiB]\n"
+    "  reference refits: dsv3-h100, dsv3-gb200, qwen3-235b, mini\n"
+    "  builtin models: deepseek-v3, dsv3-mini, qwen3-235b-a22b\n"
+    "exit status: 0 ok, 1 verification failed, 2 invalid input\n";
+
+namespace {
+
+struct Inputs {
+  v1::LayoutSpec sources;
+  v1::LayoutSpec destinations;
+  v1::Topology topology = planner::DgxH100Topology();
+};
+
+absl::StatusOr<v1::ModelConfig> LoadModel(const std::string& model) {
+  absl::StatusOr<v1::ModelConfig> builtin = planner::BuiltinModelConfig(model);
+  if (builtin.ok() || (model.find('/') == std::string::npos && !absl::EndsWith(model, ".json"))) {
+    return builtin;
+  }
+  v1::ModelConfig config;
+  absl::Status status = ReadJsonFile(model, &config, /*ignore_unknown_fields=*/true);
+  if (!status.ok()) return status;
+  return config;
+}
+
+absl::StatusOr<Inputs> LoadInputs(const CommandLine& line) {
+  Inputs inputs;
+  const int modes = (line.Has("src") || line.Has("dst")) + line.Has("model") + line.Has("refit");
+  if (modes != 1) {
+    return absl::InvalidArgumentError(
+        "give exactly one of --src/--dst, --model with parallel settings, or --refit");
+  }
+  if (line.Has("refit")) {
+    absl::StatusOr<planner::RefitScenario> scenario = planner::ReferenceRefit(line.Get("refit"));
+    if (!scenario.ok()) return scenario.status();
+    inputs.sources = std::move(scenario->sources);
+    inputs.destinations = std::move(scenario->destinations);
+    inputs.topology = std::move(scenario->topology);
+  } else if (line.Has("model")) {
+    if (!line.Has("src-parallel") || !line.Has("dst-parallel")) {
+      return absl::InvalidArgumentError("--model needs --src-parallel and --dst-parallel");
+    }
+    absl::StatusOr<v1::ModelConfig> config = LoadModel(line.Get("model"));
+    if (!config.ok()) return config.status();
+    int64_t gpus_per_node = 8;
+    if (line.Has("gpus-per-node") &&
+        (!absl::SimpleAtoi(line.Get("gpus-per-node"), &gpus_per_node) || gpus_per_node <= 0)) {
+      return absl::InvalidArgumentError("--gpus-per-node needs a positive integer");
+    }
+    absl::StatusOr<planner::RefitScenario> scenario =
+        planner::ModelRefit(*config, line.Get("src-parallel"), line.Get("dst-parallel"),
+                            gpus_per_node, line.Has("colocated"));
+    if (!scenario.ok()) return scenario.status();
+    inputs.sources = std::move(scenario->sources);
+    inputs.destinations = std::move(scenario->destinations);
+  } else {
+    if (!line.Has("src") || !line.Has("dst")) {
+      return absl::InvalidArgumentError("--src and --dst go together");
+    }
+    absl::Status status = ReadJsonFile(line.Get("src"), &inputs.sources);
+    if (status.ok()) status = ReadJsonFile(line.Get("dst"), &inputs.destinations);
+    if (!status.ok()) return status;
+  }
+  if (line.Has("topology")) {
+    inputs.topology.Clear();
+    absl::Status status = ReadJsonFile(line.Get("topology"), &inputs.topology);
+    if (!status.ok()) return status;
+  }
+  return inputs;
+}
+
+absl::StatusOr<planner::PlanOptions> LoadOptions(const CommandLine& line) {
+  planner::PlanOptions options;
+  options.strategy = line.Get("strategy", planner::kStrategyReshard);
+  options.hierarchical = !line.Has("flat");
+  if (line.Has("staging-budget")) {
+    absl::StatusOr<int64_t> bytes = ParseBytes(line.Get("staging-budget"));
+    if (!bytes.ok()) return bytes.status();
+    options.staging_budget_bytes = *bytes;
+  }
+  if (line.Has("split-threshold")) {
+    absl::StatusOr<int64_t> bytes = ParseBytes(line.Get("split-threshold"));
+    if (!bytes.ok()) return bytes.status();
+    options.split_threshold_bytes = *bytes;
+  }
+  return options;
+}
+
+}  // namespace
+
+int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<CommandLine> line = CommandLine::Parse(
+      args,
+      {"src", "dst", "topology", "strategy", "verify", "model", "src-parallel", "dst-parallel",
+       "gpus-per-node", "refit", "staging-budget", "split-threshold", "verify-max-bytes"},
+      {"json", "colocated", "flat", "help"});
+  if (!line.ok()) {
+    err << "refitctl plan: " << line.status().message() << "\n" << kPlanUsage;
+    return kExitInvalidInput;
+  }
+  if (line->Has("help")) {
+    out << kPlanUsage;
+    return kExitOk;
+  }
+  const std::string verify = line->Get("verify");
+  if (!verify.empty() && verify != "bytes" && verify != "coverage") {
+    err << "refitctl plan: --verify must be bytes or coverage, not \"" << verify << "\"\n";
+    return kExitInvalidInput;
+  }
+  int64_t verify_max_bytes = int64_t{4} << 30;
+  if (line->Has("verify-max-bytes")) {
+    absl::StatusOr<int64_t> bytes = ParseBytes(line->Get("verify-max-bytes"));
+    if (!bytes.ok()) {
+      err << "refitctl plan: --verify-max-bytes: " << bytes.status().message() << "\n";
+      return kExitInvalidInput;
+    }
+    verify_max_bytes = *bytes;
+  }
+  absl::StatusOr<Inputs> inputs = LoadInputs(*line);
+  absl::StatusOr<planner::PlanOptions> options = LoadOptions(*line);
+  if (!inputs.ok() || !options.ok()) {
+    err << "refitctl plan: "
+        << (inputs.ok() ? options.status().message() : inputs.status().message()) << "\n";
+    return kExitInvalidInput;
+  }
+  absl::StatusOr<planner::Layout> sources = planner::CompileLayout(inputs->sources, "source");
+  if (!sources.ok()) {
+    err << "refitctl plan: " << sources.status().message() << "\n";
+    return kExitInvalidInput;
+  }
+  absl::StatusOr<planner::Layout> destinations =
+      planner::CompileLayout(inputs->destinations, "destination");
+  if (!destinations.ok()) {
+    err << "refitctl plan: " << destinations.status().message() << "\n";
+    return kExitInvalidInput;
+  }
+  absl::StatusOr<std::shared_ptr<const planner::Plan>> plan =
+      planner::BuildPlan(*sources, *destinations, inputs->topology, *options);
+  if (!plan.ok()) {
+    err << "refitctl plan: " << plan.status().message() << "\n";
+    return kExitInvalidInput;
+  }
+  PlanSummary summary{plan->get(), &*sources, &*destinations, std::nullopt, verify};
+  absl::Status verdict;
+  if (verify == "bytes") {
+    verdict = check::CheckBytes(*sources, *destinations, **plan, verify_max_bytes);
+    if (absl::IsResourceExhausted(verdict)) {
+      err << "refitctl plan: " << verdict.message() << "\n";
+      return kExitInvalidInput;
+    }
+  } else if (verify == "coverage") {
+    verdict = check::CheckCoverage(*sources, *destinations, **plan);
+  }
+  if (!verify.empty()) summary.verified = verdict.ok();
+  out << (line->Has("json") ? PlanReportJson(summary) : PlanReportTable(summary));
+  if (!verdict.ok()) {
+    err << "refitctl plan: verification failed: " << verdict.message() << "\n";
+    return kExitVerifyFailed;
+  }
+  return kExitOk;
+}
+
+}  // namespace refit::client

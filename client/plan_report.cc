@@ -1,0 +1,114 @@
+#include "client/plan_report.h"
+
+#include <cinttypes>
+#include <cstdio>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace refit::client {
+namespace {
+
+double Ratio(double a, double b) { return b > 0 ? a / b : 0; }
+
+// One flat JSON object; values are numbers, strings without special characters, or bools.
+class JsonObject {
+ public:
+  void Int(const char* key, int64_t value) { Field(key, absl::StrCat(value)); }
+  void Real(const char* key, double value) { Field(key, absl::StrFormat("%.6g", value)); }
+  void Text(const char* key, const std::string& value) {
+    std::string quoted = "\"";
+    for (char c : value) {
+      if (c == '"' || c == '\\') quoted += '\\';
+      quoted += c;
+    }
+    Field(key, quoted + "\"");
+  }
+  void Bool(const char* key, bool value) { Field(key, value ? "true" : "false"); }
+  std::string Done() const { return "{" + body_ + "}\n"; }
+
+ private:
+  void Field(const char* key, const std::string& value) {
+    absl::StrAppend(&body_, body_.empty() ? "" : ", ", "\"", key, "\": ", value);
+  }
+  std::string body_;
+};
+
+}  // namespace
+
+std::string HumanBytes(double bytes) {
+  static const char* kUnits[] = {"B", "kB", "MB", "GB", "TB", "PB"};
+  int unit = 0;
+  while (bytes >= 1000 && unit < 5) {
+    bytes /= 1000;
+    ++unit;
+  }
+  return unit == 0 ? absl::StrFormat("%.0f B", bytes)
+                   : absl::StrFormat("%.1f %s", bytes, kUnits[unit]);
+}
+
+std::string PlanReportJson(const PlanSummary& summary) {
+  const planner::Plan& plan = *summary.plan;
+  const planner::PlanStats& s = plan.stats;
+  JsonObject json;
+  json.Text("strategy", plan.strategy);
+  json.Int("source_ranks", summary.sources->ranks.size());
+  json.Int("destination_ranks", summary.destinations->ranks.size());
+  json.Int("tensors", summary.destinations->tensors.size());
+  json.Int("transfers", plan.transfers.size());
+  json.Int("batches", plan.num_batches);
+  json.Int("total_bytes", s.total_bytes);
+  json.Int("network_bytes", s.network_bytes);
+  json.Int("nvlink_bytes", s.nvlink_bytes);
+  json.Int("local_bytes", s.local_bytes);
+  json.Int("lower_bound_network_bytes", s.lower_bound_network_bytes);
+  json.Int("max_link_bytes", s.max_link_bytes);
+  json.Real("mean_link_bytes", s.mean_link_bytes);
+  json.Real("predicted_seconds", s.predicted_seconds);
+  json.Real("lower_bound_seconds", s.lower_bound_seconds);
+  json.Real("plan_seconds", plan.plan_seconds);
+  json.Text("digest", plan.digest);
+  if (summary.verified.has_value()) {
+    json.Bool("verified", *summary.verified);
+    json.Text("verify", summary.verify_mode);
+  }
+  return json.Done();
+}
+
+std::string PlanReportTable(const PlanSummary& summary) {
+  const planner::Plan& plan = *summary.plan;
+  const planner::PlanStats& s = plan.stats;
+  std::vector<std::pair<std::string, std::string>> rows = {
+      {"strategy", plan.strategy},
+      {"ranks", absl::StrCat(summary.sources->ranks.size(), " sources -> ",
+                             summary.destinations->ranks.size(), " destinations, ",
+                             summary.destinations->tensors.size(), " tensors")},
+      {"transfers", absl::StrCat(plan.transfers.size(), " in ", plan.num_batches, " batches")},
+      {"bytes moved", absl::StrCat(HumanBytes(s.total_bytes), " (network ",
+                                   HumanBytes(s.network_bytes), ", nvlink ",
+                                   HumanBytes(s.nvlink_bytes), ", local ",
+                                   HumanBytes(s.local_bytes), ")")},
+      {"network bytes", absl::StrFormat("%s vs lower bound %s (%.3fx)",
+                                        HumanBytes(s.network_bytes),
+                                        HumanBytes(s.lower_bound_network_bytes),
+                                        Ratio(s.network_bytes, s.lower_bound_network_bytes))},
+      {"link load", absl::StrFormat("max %s, mean %s (%.2fx)", HumanBytes(s.max_link_bytes),
+                                    HumanBytes(s.mean_link_bytes),
+                                    Ratio(s.max_link_bytes, s.mean_link_bytes))},
+      {"predicted time", absl::StrFormat("%.3f s vs lower bound %.3f s (%.3fx), cost model",
+                                         s.predicted_seconds, s.lower_bound_seconds,
+                                         Ratio(s.predicted_seconds, s.lower_bound_seconds))},
+      {"plan time", absl::StrFormat("%.3f s", plan.plan_seconds)},
+      {"digest", plan.digest},
+  };
+  if (summary.verified.has_value()) {
+    rows.push_back({"verified", absl::StrCat(*summary.verified ? "yes" : "NO", " (",
+                                             summary.verify_mode, ")")});
+  }
+  std::string out;
+  for (const auto& [key, value] : rows) absl::StrAppend(&out, absl::StrFormat("%-15s %s\n", key, value));
+  return out;
+}
+
+}  // namespace refit::client

@@ -1,0 +1,29 @@
+// How `refitctl plan` shows a plan: one JSON object for scripts, a table for people.
+#ifndef REFIT_CLIENT_PLAN_REPORT_H_
+#define REFIT_CLIENT_PLAN_REPORT_H_
+
+#include <optional>
+#include <string>
+
+#include "planner/layout.h"
+#include "planner/plan.h"
+
+namespace refit::client {
+
+struct PlanSummary {
+  const planner::Plan* plan = nullptr;
+  const planner::Layout* sources = nullptr;
+  const planner::Layout* destinations = nullptr;
+  std::optional<bool> verified;  // absent when not asked
+  std::string verify_mode;       // "bytes" or "coverage"
+};
+
+std::string PlanReportJson(const PlanSummary& summary);
+std::string PlanReportTable(const PlanSummary& summary);
+
+// "10.8 TB", "512.0 MB", "12 B".
+std::string HumanBytes(double bytes);
+
+}  // namespace refit::client
+
+#endif  // REFIT_CLIENT_PLAN_REPORT_H_

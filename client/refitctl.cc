@@ -1,0 +1,27 @@
+// refitctl: the refit command line. `plan` works offline; the live commands (status,
+// refit, layouts) talk to a coordinator.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "client/plan_command.h"
+
+int main(int argc, char** argv) {
+  const std::string usage =
+      "usage: refitctl <command> [flags]\n"
+      "commands:\n"
+      "  plan    plan a refit offline and report its cost (refitctl plan --help)\n";
+  if (argc < 2) {
+    std::cerr << usage;
+    return refit::client::kExitInvalidInput;
+  }
+  const std::string command = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (command == "plan") return refit::client::RunPlanCommand(args, std::cout, std::cerr);
+  if (command == "--help" || command == "help") {
+    std::cout << usage;
+    return 0;
+  }
+  std::cerr << "refitctl: unknown command \"" << command << "\"\n" << usage;
+  return refit::client::kExitInvalidInput;
+}
