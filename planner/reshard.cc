@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "absl/container/flat_hash_set.h"
 #include "planner/batch_builder.h"
 #include "planner/link_loads.h"
 
@@ -15,6 +16,13 @@ struct WorkItem {
   int32_t destination_group = 0;
 };
 
+// Where a piece landed first in an NVLink domain, so later boxes can forward from it.
+struct Arrival {
+  Box box;
+  int32_t view = 0;      // destination view holding it
+  int32_t transfer = 0;  // the transfer that brought it
+};
+
 // The dim along which a box can be cut into `parts`: the first one long enough.
 size_t SplitDim(const Box& box, int64_t parts) {
   size_t best = 0;
@@ -23,6 +31,10 @@ size_t SplitDim(const Box& box, int64_t parts) {
     if (box.extent[d] > box.extent[best]) best = d;
   }
   return best;
+}
+
+uint64_t TensorDomainKey(int32_t tensor, int32_t domain) {
+  return (static_cast<uint64_t>(tensor) << 32) | static_cast<uint32_t>(domain);
 }
 
 class ReshardPlanner {
@@ -35,6 +47,7 @@ class ReshardPlanner {
         loads_(cluster_.num_gpus()) {}
 
   void Run() {
+    FindSharedDomains();
     MakePieces();
     std::vector<int32_t> order(work_.size());
     std::iota(order.begin(), order.end(), 0);
@@ -43,12 +56,57 @@ class ReshardPlanner {
       return plan_->pieces[work_[a].piece].bytes > plan_->pieces[work_[b].piece].bytes;
     });
     for (int32_t w : order) Route(work_[w]);
+    for (uint64_t key : shared_domain_order_) RouteSharedDomain(key >> 32, key & 0xffffffff);
     BatchBuilder batches(problem_.sources->ranks.size(), problem_.destinations->ranks.size(),
                          options_.staging_budget_bytes, cluster_.bandwidths());
     plan_->num_batches = batches.Assign(&plan_->transfers, depends_on_);
   }
 
  private:
+  // (tensor, domain) pairs that the fast path cannot plan at the lower bound: the domain
+  // holds sources of the tensor, or its destination boxes overlap without being equal.
+  // They are planned box by box in RouteSharedDomain instead.
+  void FindSharedDomains() {
+    const int32_t num_tensors = problem_.destinations->tensors.size();
+    std::vector<absl::flat_hash_set<int32_t>> source_domains(num_tensors);
+    for (const ViewGroup& group : problem_.source_groups) {
+      for (int32_t v : group.views) {
+        source_domains[group.tensor].insert(cluster_.DomainOf(problem_.SourceGpuOfView(v)));
+      }
+    }
+    absl::flat_hash_map<int32_t, std::vector<const Box*>> boxes_by_domain;
+    int32_t tensor = -1;
+    auto finish_tensor = [&]() {
+      for (const auto& [domain, boxes] : boxes_by_domain) {
+        bool shared = source_domains[tensor].contains(domain);
+        for (size_t i = 0; i < boxes.size() && !shared; ++i) {
+          for (size_t j = i + 1; j < boxes.size() && !shared; ++j) {
+            shared = Overlaps(*boxes[i], *boxes[j]);
+          }
+        }
+        if (shared) shared_domains_.insert(TensorDomainKey(tensor, domain));
+      }
+      boxes_by_domain.clear();
+    };
+    for (const ViewGroup& group : problem_.destination_groups) {
+      if (group.tensor != tensor) {
+        if (tensor >= 0) finish_tensor();
+        tensor = group.tensor;
+      }
+      int32_t last_domain = -1;
+      for (int32_t v : group.views) {
+        const int32_t domain = cluster_.DomainOf(problem_.DestinationGpuOfView(v));
+        if (domain == last_domain) continue;
+        last_domain = domain;
+        std::vector<const Box*>& boxes = boxes_by_domain[domain];
+        if (boxes.empty() || boxes.back() != &group.box) boxes.push_back(&group.box);
+      }
+    }
+    if (tensor >= 0) finish_tensor();
+    shared_domain_order_.assign(shared_domains_.begin(), shared_domains_.end());
+    std::sort(shared_domain_order_.begin(), shared_domain_order_.end());
+  }
+
   void MakePieces() {
     const Layout& dst = *problem_.destinations;
     for (int32_t g = 0; g < static_cast<int32_t>(problem_.destination_groups.size()); ++g) {
@@ -65,71 +123,72 @@ class ReshardPlanner {
         const int64_t budget = std::max<int64_t>(1, options_.staging_budget_bytes);
         parts = std::max(parts, (bytes + budget - 1) / budget);
         if (parts == 1) {
-          AddPiece(group.tensor, cover.box, bytes, cover.source_group, g);
+          work_.push_back(WorkItem{AddPiece(group.tensor, cover.box), cover.source_group, g});
           continue;
         }
         for (const Box& part : SplitAlong(cover.box, SplitDim(cover.box, parts), parts)) {
-          AddPiece(group.tensor, part, BoxBytes(part, element_bytes), cover.source_group, g);
+          work_.push_back(WorkItem{AddPiece(group.tensor, part), cover.source_group, g});
         }
       }
     }
   }
 
-  void AddPiece(int32_t tensor, const Box& box, int64_t bytes, int32_t source_group,
-                int32_t destination_group) {
-    work_.push_back(WorkItem{static_cast<int32_t>(plan_->pieces.size()), source_group,
-                             destination_group});
-    plan_->pieces.push_back(Piece{tensor, box, bytes});
+  int32_t AddPiece(int32_t tensor, const Box& box) {
+    plan_->pieces.push_back(
+        Piece{tensor, box, BoxBytes(box, problem_.destinations->tensors[tensor].element_bytes)});
+    return static_cast<int32_t>(plan_->pieces.size()) - 1;
   }
 
   // Emits the transfers that bring one piece to every member of its destination group.
   void Route(const WorkItem& work) {
     const std::vector<int32_t>& holders = problem_.source_groups[work.source_group].views;
-    const std::vector<int32_t>& members =
-        problem_.destination_groups[work.destination_group].views;
-    members_by_domain_.clear();
-    for (int32_t member : members) {
-      const int32_t gpu = problem_.DestinationGpuOfView(member);
-      members_by_domain_.push_back({cluster_.DomainOf(gpu), member});
+    const ViewGroup& group = problem_.destination_groups[work.destination_group];
+    by_domain_.clear();
+    for (int32_t member : group.views) {
+      by_domain_.push_back({cluster_.DomainOf(problem_.DestinationGpuOfView(member)), member});
     }
-    std::sort(members_by_domain_.begin(), members_by_domain_.end());
-    for (size_t begin = 0; begin < members_by_domain_.size();) {
-      size_t end = begin;
-      while (end < members_by_domain_.size() &&
-             members_by_domain_[end].first == members_by_domain_[begin].first) {
-        ++end;
+    std::sort(by_domain_.begin(), by_domain_.end());
+    for (size_t begin = 0; begin < by_domain_.size();) {
+      const int32_t domain = by_domain_[begin].first;
+      members_.clear();
+      for (; begin < by_domain_.size() && by_domain_[begin].first == domain; ++begin) {
+        members_.push_back(by_domain_[begin].second);
       }
-      RouteToDomain(work.piece, holders, members_by_domain_[begin].first, begin, end);
-      begin = end;
+      if (shared_domains_.contains(TensorDomainKey(group.tensor, domain))) continue;
+      RouteToDomain(work.piece, holders, domain, members_);
     }
   }
 
-  void RouteToDomain(int32_t piece, const std::vector<int32_t>& holders, int32_t domain,
-                     size_t begin, size_t end) {
-    const int64_t bytes = plan_->pieces[piece].bytes;
-    // Holders inside the domain serve every member over NVLink (or locally).
-    int32_t best_local = -1;
-    for (int32_t holder : holders) {
-      const int32_t gpu = problem_.SourceGpuOfView(holder);
+  // Holder of `holders` inside `domain` to serve a member over NVLink: the one on the
+  // member's own GPU, else the least loaded; -1 when the domain holds none.
+  int32_t LocalHolder(const std::vector<int32_t>& holders, int32_t domain, int32_t member) {
+    const int32_t member_gpu = problem_.DestinationGpuOfView(member);
+    int32_t best = -1;
+    for (int32_t h : holders) {
+      const int32_t gpu = problem_.SourceGpuOfView(h);
+      if (gpu == member_gpu) return h;
       if (cluster_.DomainOf(gpu) != domain) continue;
-      if (best_local < 0 || loads_.At(gpu, kNvlinkOut) <
-                                loads_.At(problem_.SourceGpuOfView(best_local), kNvlinkOut)) {
-        best_local = holder;
+      if (best < 0 ||
+          loads_.At(gpu, kNvlinkOut) < loads_.At(problem_.SourceGpuOfView(best), kNvlinkOut)) {
+        best = h;
       }
     }
-    if (best_local >= 0) {
-      for (size_t i = begin; i < end; ++i) {
-        const int32_t member = members_by_domain_[i].second;
-        const int32_t member_gpu = problem_.DestinationGpuOfView(member);
-        int32_t holder = best_local;
-        for (int32_t h : holders) {
-          if (problem_.SourceGpuOfView(h) == member_gpu) holder = h;
-        }
-        Emit(SourceEndpoint(holder), member, piece, bytes, -1);
+    return best;
+  }
+
+  // Brings `piece` to `members` (all in `domain`). Returns the arrival through the network
+  // (transfer index, leader view), or transfer -1 when the domain held the piece.
+  Arrival RouteToDomain(int32_t piece, const std::vector<int32_t>& holders, int32_t domain,
+                        const std::vector<int32_t>& members) {
+    const int64_t bytes = plan_->pieces[piece].bytes;
+    Arrival arrival{plan_->pieces[piece].box, -1, -1};
+    if (LocalHolder(holders, domain, members[0]) >= 0) {
+      for (int32_t member : members) {
+        Emit(SourceEndpoint(LocalHolder(holders, domain, member)), member, piece, bytes, -1);
       }
-      return;
+      return arrival;
     }
-    // Otherwise cross the network once: least loaded sender to least loaded receiver.
+    // Cross the network once: least loaded sender to least loaded receiver.
     int32_t sender = holders[0];
     for (int32_t h : holders) {
       if (loads_.At(problem_.SourceGpuOfView(h), kNicOut) <
@@ -138,26 +197,79 @@ class ReshardPlanner {
       }
     }
     if (!options_.hierarchical) {
-      for (size_t i = begin; i < end; ++i) {
-        Emit(SourceEndpoint(sender), members_by_domain_[i].second, piece, bytes, -1);
+      for (int32_t member : members) {
+        const int32_t t = Emit(SourceEndpoint(sender), member, piece, bytes, -1);
+        if (arrival.transfer < 0) arrival = Arrival{arrival.box, member, t};
       }
-      return;
+      return arrival;
     }
-    size_t leader_at = begin;
-    for (size_t i = begin; i < end; ++i) {
-      if (loads_.At(problem_.DestinationGpuOfView(members_by_domain_[i].second), kNicIn) <
-          loads_.At(problem_.DestinationGpuOfView(members_by_domain_[leader_at].second),
-                    kNicIn)) {
-        leader_at = i;
+    int32_t leader = members[0];
+    for (int32_t member : members) {
+      if (loads_.At(problem_.DestinationGpuOfView(member), kNicIn) <
+          loads_.At(problem_.DestinationGpuOfView(leader), kNicIn)) {
+        leader = member;
       }
     }
-    const int32_t leader = members_by_domain_[leader_at].second;
-    const int32_t delivered = Emit(SourceEndpoint(sender), leader, piece, bytes, -1);
-    const Endpoint from_leader{EndpointKind::kDestinationView,
-                               problem_.destinations->views[leader].rank_index, leader};
-    for (size_t i = begin; i < end; ++i) {
-      if (i == leader_at) continue;
-      Emit(from_leader, members_by_domain_[i].second, piece, bytes, delivered);
+    arrival.view = leader;
+    arrival.transfer = Emit(SourceEndpoint(sender), leader, piece, bytes, -1);
+    ForwardFrom(arrival, members, piece);
+    return arrival;
+  }
+
+  // Copies `piece` from where it arrived to every other member, after it arrived.
+  void ForwardFrom(const Arrival& arrival, const std::vector<int32_t>& members, int32_t piece) {
+    const Endpoint from{EndpointKind::kDestinationView,
+                        problem_.destinations->views[arrival.view].rank_index, arrival.view};
+    for (int32_t member : members) {
+      if (member == arrival.view) continue;
+      Emit(from, member, piece, plan_->pieces[piece].bytes, arrival.transfer);
+    }
+  }
+
+  // Plans one (tensor, domain) pair box by box: regions that already arrived in the domain
+  // are forwarded, regions that sources in the domain hold are copied over NVLink, and
+  // only the rest crosses the network, once.
+  void RouteSharedDomain(int32_t tensor, int32_t domain) {
+    std::vector<Arrival> arrived;
+    std::vector<int32_t> candidates;
+    std::vector<Box> remaining, next;
+    const auto first_group = std::lower_bound(
+        problem_.destination_groups.begin(), problem_.destination_groups.end(), tensor,
+        [](const ViewGroup& g, int32_t t) { return g.tensor < t; });
+    for (auto it = first_group;
+         it != problem_.destination_groups.end() && it->tensor == tensor; ++it) {
+      members_.clear();
+      for (int32_t v : it->views) {
+        if (cluster_.DomainOf(problem_.DestinationGpuOfView(v)) == domain) members_.push_back(v);
+      }
+      if (members_.empty()) continue;
+      remaining.assign(1, it->box);
+      for (const Arrival& a : arrived) {
+        next.clear();
+        for (const Box& part : remaining) {
+          if (Overlaps(part, a.box)) ForwardFrom(a, members_, AddPiece(tensor, Intersect(part, a.box)));
+          Subtract(part, a.box, &next);
+        }
+        remaining.swap(next);
+      }
+      candidates.clear();
+      problem_.index->Query(tensor, it->box, &candidates);
+      std::stable_partition(candidates.begin(), candidates.end(), [&](int32_t g) {
+        return LocalHolder(problem_.source_groups[g].views, domain, members_[0]) >= 0;
+      });
+      for (int32_t g : candidates) {
+        const Box& held = problem_.source_groups[g].box;
+        next.clear();
+        for (const Box& part : remaining) {
+          if (Overlaps(part, held)) {
+            const Arrival a = RouteToDomain(AddPiece(tensor, Intersect(part, held)),
+                                            problem_.source_groups[g].views, domain, members_);
+            if (a.transfer >= 0) arrived.push_back(a);
+          }
+          Subtract(part, held, &next);
+        }
+        remaining.swap(next);
+      }
     }
   }
 
@@ -193,7 +305,10 @@ class ReshardPlanner {
   LinkLoads loads_;
   std::vector<WorkItem> work_;
   std::vector<int32_t> depends_on_;
-  std::vector<std::pair<int32_t, int32_t>> members_by_domain_;  // (domain, member view)
+  absl::flat_hash_set<uint64_t> shared_domains_;
+  std::vector<uint64_t> shared_domain_order_;
+  std::vector<std::pair<int32_t, int32_t>> by_domain_;  // (domain, member view)
+  std::vector<int32_t> members_;
 };
 
 }  // namespace
