@@ -26,9 +26,11 @@ absl::Status ReadJsonFile(const std::string& path, google::protobuf::Message* me
   options.ignore_unknown_fields = ignore_unknown_fields;
   auto status = google::protobuf::util::JsonStringToMessage(*text, message, options);
   if (!status.ok()) {
+    // The parser's message may carry an excerpt on further lines; keep the first.
+    std::string reason = status.message().as_string();
+    reason = reason.substr(0, reason.find('\n'));
     return absl::InvalidArgumentError(absl::StrCat(path, ": malformed JSON for ",
-                                                   message->GetTypeName(), ": ",
-                                                   status.message().as_string()));
+                                                   message->GetTypeName(), ": ", reason));
   }
   return absl::OkStatus();
 }

@@ -23,6 +23,7 @@ const char kPlanUsage[] =
     "                     [--topology T.json] [--strategy reshard|gather_broadcast]\n"
     "                     [--verify=bytes|coverage] [--json] [--staging-budget 1GiB]\n"
     "                     [--split-threshold 32MiB] [--flat] [--verify-max-bytes 4GiB]\n"
+    "                     [--debug-drop-transfer N]  (testing: corrupt the plan)\n"
     "  reference refits: dsv3-h100, dsv3-gb200, qwen3-235b, mini\n"
     "  builtin models: deepseek-v3, dsv3-mini, qwen3-235b-a22b\n"
     "exit status: 0 ok, 1 verification failed, 2 invalid input\n";
@@ -115,7 +116,8 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
   absl::StatusOr<CommandLine> line = CommandLine::Parse(
       args,
       {"src", "dst", "topology", "strategy", "verify", "model", "src-parallel", "dst-parallel",
-       "gpus-per-node", "refit", "staging-budget", "split-threshold", "verify-max-bytes"},
+       "gpus-per-node", "refit", "staging-budget", "split-threshold", "verify-max-bytes",
+       "debug-drop-transfer"},
       {"json", "colocated", "flat", "help"});
   if (!line.ok()) {
     err << "refitctl plan: " << line.status().message() << "\n" << kPlanUsage;
@@ -162,6 +164,19 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
   if (!plan.ok()) {
     err << "refitctl plan: " << plan.status().message() << "\n";
     return kExitInvalidInput;
+  }
+  if (line->Has("debug-drop-transfer")) {
+    // Testing aid: corrupt the plan so the verifiers can be seen to catch it.
+    int64_t index = 0;
+    if (!absl::SimpleAtoi(line->Get("debug-drop-transfer"), &index) || index < 0 ||
+        index >= static_cast<int64_t>((*plan)->transfers.size())) {
+      err << "refitctl plan: --debug-drop-transfer needs a transfer index below "
+          << (*plan)->transfers.size() << "\n";
+      return kExitInvalidInput;
+    }
+    auto corrupted = std::make_shared<planner::Plan>(**plan);
+    corrupted->transfers.erase(corrupted->transfers.begin() + index);
+    *plan = corrupted;
   }
   PlanSummary summary{plan->get(), &*sources, &*destinations, std::nullopt, verify};
   absl::Status verdict;

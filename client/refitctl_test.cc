@@ -1,0 +1,134 @@
+// End-to-end tests of the real refitctl binary: exit codes, the JSON report, and one-line
+// errors that name the tensor, the rank and the box.
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string TempPath(const std::string& name) {
+  const char* dir = std::getenv("TEST_TMPDIR");
+  return std::string(dir ? dir : "/tmp") + "/" + name;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+CommandResult Refitctl(const std::string& args) {
+  const std::string out = TempPath("stdout.txt"), err = TempPath("stderr.txt");
+  const std::string command = "client/refitctl " + args + " >" + out + " 2>" + err;
+  const int status = std::system(command.c_str());
+  CommandResult run;
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  run.out = Slurp(out);
+  run.err = Slurp(err);
+  return run;
+}
+
+std::string WriteFile(const std::string& name, const std::string& text) {
+  const std::string path = TempPath(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+const char kSources[] = R"({"tensors": [{"name": "w", "dtype": "BF16", "shape": [1024, 4096]}],
+ "ranks": [{"rank": 0, "host": "node-0", "device": 0,
+            "views": [{"tensor": "w", "offset": [0, 0], "extent": [512, 4096]}]},
+           {"rank": 1, "host": "node-0", "device": 1,
+            "views": [{"tensor": "w", "offset": [512, 0], "extent": [512, 4096]}]}]})";
+
+const char kDestinations[] = R"({"tensors": [{"name": "w", "dtype": "BF16", "shape": [1024, 4096]}],
+ "ranks": [{"rank": 0, "host": "node-1", "device": 0,
+            "views": [{"tensor": "w", "offset": [0, 0], "extent": [1024, 2048]}]},
+           {"rank": 1, "host": "node-1", "device": 1,
+            "views": [{"tensor": "w", "offset": [0, 2048], "extent": [1024, 2048]}]}]})";
+
+TEST(RefitctlTest, PlansLayoutFilesAndVerifiesBytes) {
+  const std::string src = WriteFile("src.json", kSources);
+  const std::string dst = WriteFile("dst.json", kDestinations);
+  const CommandResult run = Refitctl("plan --src " + src + " --dst " + dst + " --verify=bytes --json");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  for (const char* key :
+       {"\"strategy\": \"reshard\"", "\"transfers\": 4", "\"total_bytes\": 8388608",
+        "\"network_bytes\": 8388608", "\"lower_bound_network_bytes\": 8388608",
+        "\"max_link_bytes\"", "\"predicted_seconds\"", "\"lower_bound_seconds\"",
+        "\"plan_seconds\"", "\"digest\"", "\"verified\": true"}) {
+    EXPECT_TRUE(absl::StrContains(run.out, key)) << key << " in " << run.out;
+  }
+}
+
+TEST(RefitctlTest, ReadableTableWithoutJson) {
+  const CommandResult run = Refitctl("plan --refit mini --strategy gather_broadcast");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.out, "strategy        gather_broadcast")) << run.out;
+  EXPECT_TRUE(absl::StrContains(run.out, "predicted time")) << run.out;
+  EXPECT_FALSE(absl::StrContains(run.out, "verified"));
+}
+
+TEST(RefitctlTest, DeepseekV3AtFullScaleMeetsTheBoundAndCoverage) {
+  const CommandResult run = Refitctl(
+      "plan --model deepseek-v3 --src-parallel pp=16,ep=16 --dst-parallel tp=32,dp=8 "
+      "--gpus-per-node 8 --verify=coverage --json");
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.out, "\"network_bytes\": 10785906851840")) << run.out;
+  EXPECT_TRUE(absl::StrContains(run.out, "\"lower_bound_network_bytes\": 10785906851840"));
+  EXPECT_TRUE(absl::StrContains(run.out, "\"source_ranks\": 256"));
+  EXPECT_TRUE(absl::StrContains(run.out, "\"verified\": true"));
+}
+
+TEST(RefitctlTest, VerificationFailureExitsOne) {
+  const CommandResult run = Refitctl("plan --refit mini --verify=coverage --debug-drop-transfer 3");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_TRUE(absl::StrContains(run.out, "verified        NO (coverage)")) << run.out;
+  EXPECT_TRUE(absl::StrContains(run.err, "verification failed: ")) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.err, "destination rank")) << run.err;
+}
+
+TEST(RefitctlTest, MalformedJsonExitsTwoWithOneLine) {
+  const std::string bad = WriteFile("bad.json", "{\"tensors\": [");
+  const std::string dst = WriteFile("dst.json", kDestinations);
+  const CommandResult run = Refitctl("plan --src " + bad + " --dst " + dst);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_TRUE(absl::StrContains(run.err, bad + ": malformed JSON")) << run.err;
+  EXPECT_EQ(std::count(run.err.begin(), run.err.end(), '\n'), 1) << run.err;
+}
+
+TEST(RefitctlTest, UncoveredBoxNamesTensorRankAndBox) {
+  std::string partial = kSources;
+  partial.replace(partial.find("\"offset\": [512, 0], \"extent\": [512, 4096]"),
+                  std::string("\"offset\": [512, 0], \"extent\": [512, 4096]").size(),
+                  "\"offset\": [512, 0], \"extent\": [500, 4096]");
+  const std::string src = WriteFile("partial.json", partial);
+  const std::string dst = WriteFile("dst.json", kDestinations);
+  const CommandResult run = Refitctl("plan --src " + src + " --dst " + dst);
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err,
+            "refitctl plan: w: destination rank 0 box [0:1024, 0:2048] is not covered by any "
+            "source (uncovered part [1012:1024, 0:2048])\n");
+}
+
+TEST(RefitctlTest, BadFlagsExitTwo) {
+  EXPECT_EQ(Refitctl("plan --refit mini --verify=everything").exit_code, 2);
+  EXPECT_EQ(Refitctl("plan --refit nope").exit_code, 2);
+  EXPECT_EQ(Refitctl("plan --src a.json").exit_code, 2);
+  EXPECT_EQ(Refitctl("plan --model dsv3-mini --src-parallel pp=2 --dst-parallel tq=2").exit_code,
+            2);
+  EXPECT_EQ(Refitctl("launch").exit_code, 2);
+}
+
+}  // namespace

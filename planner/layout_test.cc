@@ -1,0 +1,126 @@
+// Bad input: every case gives a clear INVALID_ARGUMENT naming the object and the reason.
+#include "planner/layout.h"
+
+#include "gtest/gtest.h"
+#include "planner/testing/layout_builder.h"
+
+namespace refit::planner {
+namespace {
+
+using refit::testing::LayoutBuilder;
+
+void ExpectInvalid(const v1::LayoutSpec& spec, const std::vector<std::string>& fragments) {
+  absl::StatusOr<Layout> layout = CompileLayout(spec, "source");
+  ASSERT_FALSE(layout.ok());
+  EXPECT_EQ(layout.status().code(), absl::StatusCode::kInvalidArgument);
+  for (const std::string& fragment : fragments) {
+    EXPECT_NE(layout.status().message().find(fragment), std::string::npos)
+        << "missing \"" << fragment << "\" in: " << layout.status().message();
+  }
+}
+
+LayoutBuilder OneTensor(const std::vector<int64_t>& shape = {8, 4}) {
+  LayoutBuilder b;
+  b.Tensor("w", shape);
+  return b;
+}
+
+TEST(LayoutTest, CompilesTheDocumentedForm) {
+  LayoutBuilder b;
+  b.Tensor("w", {1024, 4096}, "BF16").Rank(0, "node-0", 0).View(0, "w", {0, 0}, {512, 4096});
+  absl::StatusOr<Layout> layout = CompileLayout(b.spec(), "source");
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_EQ(layout->views.size(), 1u);
+  EXPECT_EQ(layout->views[0].bytes, 512 * 4096 * 2);
+  EXPECT_EQ(layout->ranks[0].buffers[0].bytes, 512 * 4096 * 2);  // its own dense buffer
+  EXPECT_EQ(layout->views[0].strides, Dims({4096, 1}));
+}
+
+TEST(LayoutTest, UnknownDtype) {
+  LayoutBuilder b;
+  b.Tensor("w", {4}, "F12").View(0, "w", {0}, {4});
+  ExpectInvalid(b.spec(), {"w", "unknown dtype \"F12\""});
+}
+
+TEST(LayoutTest, ZeroNegativeAndOverflowingDims) {
+  ExpectInvalid(OneTensor({8, 0}).spec(), {"w", "[8, 0]", "not positive"});
+  ExpectInvalid(OneTensor({-2, 4}).spec(), {"w", "not positive"});
+  ExpectInvalid(OneTensor({int64_t{1} << 40, int64_t{1} << 30}).spec(), {"w", "overflows"});
+}
+
+TEST(LayoutTest, ViewOutsideGlobalShape) {
+  ExpectInvalid(OneTensor().View(3, "w", {4, 0}, {8, 4}).spec(),
+                {"w", "rank 3", "[4:12, 0:4]", "outside the global shape [8, 4]"});
+}
+
+TEST(LayoutTest, ViewRankDoesNotMatchTensor) {
+  ExpectInvalid(OneTensor().View(0, "w", {0}, {8}).spec(), {"w", "rank 0", "2 dims"});
+}
+
+TEST(LayoutTest, NegativeOffset) {
+  ExpectInvalid(OneTensor().View(1, "w", {-1, 0}, {4, 4}).spec(),
+                {"w", "rank 1", "negative offset"});
+}
+
+TEST(LayoutTest, StridesThatAlias) {
+  ExpectInvalid(OneTensor().View(0, "w", {0, 0}, {8, 4}, "buf", 0, {2, 1}).spec(),
+                {"w", "rank 0", "alias"});
+}
+
+TEST(LayoutTest, TwoViewsOverlappingInOneBuffer) {
+  LayoutBuilder b = OneTensor();
+  b.Tensor("v", {8, 4});
+  b.View(0, "w", {0, 0}, {8, 4}, "fused", 0).View(0, "v", {0, 0}, {8, 4}, "fused", 64);
+  ExpectInvalid(b.spec(), {"rank 0", "overlap in buffer \"fused\""});
+}
+
+TEST(LayoutTest, FusedViewsSideBySideAreAccepted) {
+  LayoutBuilder b = OneTensor();
+  b.Tensor("v", {8, 4});
+  // gate-up style: two [8, 4] views interleaved as the halves of an [8, 8] matrix.
+  b.View(0, "w", {0, 0}, {8, 4}, "gate_up", 0, {8, 1})
+      .View(0, "v", {0, 0}, {8, 4}, "gate_up", 16, {8, 1})
+      .Buffer(0, "gate_up", 8 * 8 * 4);
+  EXPECT_TRUE(CompileLayout(b.spec(), "source").ok());
+}
+
+TEST(LayoutTest, ViewOutsideItsBuffer) {
+  LayoutBuilder b = OneTensor();
+  b.View(0, "w", {0, 0}, {8, 4}, "small", 0).Buffer(0, "small", 100);
+  ExpectInvalid(b.spec(), {"w", "rank 0", "outside buffer \"small\" of 100 bytes"});
+}
+
+TEST(LayoutTest, DuplicateRankIds) {
+  LayoutBuilder b = OneTensor();
+  b.View(0, "w", {0, 0}, {4, 4});
+  v1::LayoutSpec spec = b.spec();
+  *spec.add_ranks() = spec.ranks(0);
+  ExpectInvalid(spec, {"rank 0 is declared twice"});
+}
+
+TEST(LayoutTest, DuplicateTensorNames) {
+  LayoutBuilder b = OneTensor();
+  b.Tensor("w", {4}).View(0, "w", {0, 0}, {4, 4});
+  ExpectInvalid(b.spec(), {"w: tensor declared twice"});
+}
+
+TEST(LayoutTest, EmptyLayouts) {
+  ExpectInvalid(v1::LayoutSpec(), {"empty", "no tensors"});
+  ExpectInvalid(OneTensor().spec(), {"empty", "no ranks"});
+}
+
+TEST(LayoutTest, ViewOfUndeclaredTensor) {
+  ExpectInvalid(OneTensor().View(2, "missing", {0}, {1}).spec(), {"missing", "rank 2"});
+}
+
+TEST(LayoutTest, DigestFollowsContent) {
+  LayoutBuilder a = OneTensor(), b = OneTensor();
+  a.View(0, "w", {0, 0}, {8, 4});
+  b.View(0, "w", {0, 0}, {8, 4});
+  EXPECT_EQ(CompileLayout(a.spec(), "source")->digest, CompileLayout(b.spec(), "source")->digest);
+  b.View(1, "w", {0, 0}, {8, 4});
+  EXPECT_NE(CompileLayout(a.spec(), "source")->digest, CompileLayout(b.spec(), "source")->digest);
+}
+
+}  // namespace
+}  // namespace refit::planner

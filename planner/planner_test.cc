@@ -1,0 +1,233 @@
+// The planner's contract beyond correctness: errors that name what is wrong, locality,
+// hierarchical fan-out, balance, batching under the staging budget, determinism, caching.
+#include "planner/planner.h"
+
+#include <map>
+
+#include "gtest/gtest.h"
+#include "planner/check/coverage_checker.h"
+#include "planner/layout.h"
+#include "planner/link_loads.h"
+#include "planner/testing/layout_builder.h"
+#include "planner/topology.h"
+
+namespace refit::planner {
+namespace {
+
+using refit::testing::LayoutBuilder;
+
+struct Compiled {
+  Layout sources;
+  Layout destinations;
+};
+
+Compiled Compile(const LayoutBuilder& src, const LayoutBuilder& dst) {
+  absl::StatusOr<Layout> s = CompileLayout(src.spec(), "source");
+  absl::StatusOr<Layout> d = CompileLayout(dst.spec(), "destination");
+  EXPECT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(d.ok()) << d.status();
+  return Compiled{*s, *d};
+}
+
+absl::StatusOr<std::shared_ptr<const Plan>> PlanOf(const Compiled& c,
+                                                   PlanOptions options = PlanOptions()) {
+  return BuildPlan(c.sources, c.destinations, DgxH100Topology(), options);
+}
+
+std::string ErrorOf(const LayoutBuilder& src, const LayoutBuilder& dst) {
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanOf(Compile(src, dst));
+  EXPECT_FALSE(plan.ok());
+  EXPECT_EQ(plan.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(plan.status().message());
+}
+
+TEST(PlannerErrorsTest, DestinationTensorMissingAtSources) {
+  LayoutBuilder src, dst;
+  src.Tensor("a", {4}).Replicated("a", {0});
+  dst.Tensor("b", {4}).Replicated("b", {0});
+  EXPECT_EQ(ErrorOf(src, dst), "b: the destinations declare this tensor but the sources do not");
+}
+
+TEST(PlannerErrorsTest, DtypeOrShapeDisagree) {
+  LayoutBuilder src, dst, dst2;
+  src.Tensor("w", {4, 8}, "BF16").Replicated("w", {0});
+  dst.Tensor("w", {4, 8}, "F32").Replicated("w", {0});
+  EXPECT_NE(ErrorOf(src, dst).find("w: destination dtype F32 shape [4, 8] disagrees with source "
+                                   "dtype BF16 shape [4, 8]"),
+            std::string::npos);
+  dst2.Tensor("w", {8, 4}, "BF16").Replicated("w", {0});
+  EXPECT_NE(ErrorOf(src, dst2).find("shape [8, 4] disagrees"), std::string::npos);
+}
+
+TEST(PlannerErrorsTest, DestinationBoxNotCovered) {
+  LayoutBuilder src, dst;
+  src.Tensor("w", {8, 4}).View(0, "w", {0, 0}, {3, 4}).View(1, "w", {5, 0}, {3, 4});
+  dst.Tensor("w", {8, 4}).Chunked("w", 0, {0, 1});
+  EXPECT_EQ(ErrorOf(src, dst),
+            "w: destination rank 0 box [0:4, 0:4] is not covered by any source (uncovered part "
+            "[3:4, 0:4])");
+}
+
+TEST(PlannerErrorsTest, UnknownStrategy) {
+  LayoutBuilder src, dst;
+  src.Tensor("w", {4}).Replicated("w", {0});
+  dst.Tensor("w", {4}).Replicated("w", {0});
+  PlanOptions options;
+  options.strategy = "broadcast_everything";
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanOf(Compile(src, dst), options);
+  ASSERT_FALSE(plan.ok());
+  EXPECT_NE(plan.status().message().find("unknown strategy"), std::string::npos);
+}
+
+// Sources and destinations on one host (one NVLink domain), some on the same GPU.
+TEST(PlannerTest, PrefersSameDeviceThenNvlink) {
+  LayoutBuilder src, dst;
+  src.Tensor("w", {8, 8}).Rank(0, "node", 0).Rank(1, "node", 1).Rank(2, "far", 0);
+  src.Replicated("w", {0, 1, 2});
+  dst.Tensor("w", {8, 8}).Rank(0, "node", 1).Rank(1, "node", 5);
+  dst.Replicated("w", {0, 1});
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanOf(Compile(src, dst));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::map<int64_t, v1::Route> route_to;
+  for (const Transfer& t : (*plan)->transfers) route_to[t.dst.rank_index] = t.route;
+  EXPECT_EQ(route_to[0], v1::ROUTE_LOCAL);   // same host and device as source rank 1
+  EXPECT_EQ(route_to[1], v1::ROUTE_NVLINK);  // same host
+  EXPECT_EQ((*plan)->stats.network_bytes, 0);
+}
+
+// A replicated tensor needed by 8 ranks of one remote node crosses the network once.
+TEST(PlannerTest, HierarchicalFanOutCrossesTheNetworkOncePerDomain) {
+  LayoutBuilder src, dst;
+  src.Tensor("norm", {1024}).Rank(0, "trainer", 0).Replicated("norm", {0});
+  dst.Tensor("norm", {1024});
+  for (int r = 0; r < 8; ++r) dst.Rank(r, "infer", r);
+  dst.Replicated("norm", {0, 1, 2, 3, 4, 5, 6, 7});
+  const Compiled c = Compile(src, dst);
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanOf(c);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ((*plan)->stats.network_bytes, 1024 * 4);
+  EXPECT_EQ((*plan)->stats.nvlink_bytes, 7 * 1024 * 4);
+  EXPECT_EQ((*plan)->stats.lower_bound_network_bytes, 1024 * 4);
+  // Forwards run in a later batch than the arrival they forward.
+  int32_t arrival_batch = -1;
+  for (const Transfer& t : (*plan)->transfers) {
+    if (t.route == v1::ROUTE_NETWORK) arrival_batch = t.batch;
+  }
+  for (const Transfer& t : (*plan)->transfers) {
+    if (t.route == v1::ROUTE_NVLINK) EXPECT_GT(t.batch, arrival_batch);
+  }
+  EXPECT_TRUE(check::CheckCoverage(c.sources, c.destinations, **plan).ok());
+
+  PlanOptions flat;
+  flat.hierarchical = false;
+  absl::StatusOr<std::shared_ptr<const Plan>> direct = PlanOf(c, flat);
+  ASSERT_TRUE(direct.ok());
+  EXPECT_EQ((*direct)->stats.network_bytes, 8 * 1024 * 4);
+}
+
+// 16 tensors, each replicated on 4 trainer nodes, all needed by one inference node:
+// byte-aware source choice spreads the sending over every replica.
+TEST(PlannerTest, BalancesSendersAcrossReplicas) {
+  LayoutBuilder src, dst;
+  for (int r = 0; r < 4; ++r) src.Rank(r, "trainer-" + std::to_string(r), 0);
+  for (int r = 0; r < 8; ++r) dst.Rank(r, "infer", r);
+  for (int t = 0; t < 16; ++t) {
+    const std::string name = "layer." + std::to_string(t);
+    src.Tensor(name, {256, 64}).Replicated(name, {0, 1, 2, 3});
+    dst.Tensor(name, {256, 64}).Chunked(name, 0, {0, 1, 2, 3, 4, 5, 6, 7});
+  }
+  const Compiled c = Compile(src, dst);
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanOf(c);
+  ASSERT_TRUE(plan.ok());
+  std::map<int32_t, int64_t> sent;
+  for (const Transfer& t : (*plan)->transfers) sent[t.src.rank_index] += t.bytes;
+  ASSERT_EQ(sent.size(), 4u);
+  const int64_t total = 16 * 256 * 64 * 4;
+  for (const auto& [rank, bytes] : sent) EXPECT_EQ(bytes, total / 4) << "source rank " << rank;
+}
+
+// One large piece held by 4 replicas is split so every replica sends a part.
+TEST(PlannerTest, SplitsLargePiecesAcrossReplicas) {
+  LayoutBuilder src, dst;
+  for (int r = 0; r < 4; ++r) src.Rank(r, "trainer-" + std::to_string(r), 0);
+  src.Tensor("embed", {4096, 256}).Replicated("embed", {0, 1, 2, 3});
+  dst.Tensor("embed", {4096, 256}).Rank(0, "infer", 0).Replicated("embed", {0});
+  PlanOptions options;
+  options.split_threshold_bytes = 1 << 20;
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanOf(Compile(src, dst), options);
+  ASSERT_TRUE(plan.ok());
+  std::map<int32_t, int64_t> sent;
+  for (const Transfer& t : (*plan)->transfers) sent[t.src.rank_index] += t.bytes;
+  EXPECT_EQ(sent.size(), 4u);
+  for (const auto& [rank, bytes] : sent) EXPECT_EQ(bytes, 4096 * 256 * 4 / 4);
+}
+
+TEST(PlannerTest, BatchesRespectTheStagingBudget) {
+  LayoutBuilder src, dst;
+  for (int r = 0; r < 4; ++r) src.Rank(r, "trainer-" + std::to_string(r), 0);
+  for (int r = 0; r < 4; ++r) dst.Rank(r, "infer-" + std::to_string(r), 0);
+  for (int t = 0; t < 8; ++t) {
+    const std::string name = "w" + std::to_string(t);
+    src.Tensor(name, {64, 64}).Chunked(name, 0, {0, 1, 2, 3});
+    dst.Tensor(name, {64, 64}).Chunked(name, 1, {0, 1, 2, 3});
+  }
+  PlanOptions options;
+  options.staging_budget_bytes = 10000;  // each piece is 16 x 16 x 4 = 1024 bytes
+  const Compiled c = Compile(src, dst);
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanOf(c, options);
+  ASSERT_TRUE(plan.ok());
+  std::map<std::pair<int32_t, int32_t>, int64_t> sent, received;
+  for (const Transfer& t : (*plan)->transfers) {
+    sent[{t.batch, t.src.rank_index}] += t.bytes;
+    received[{t.batch, t.dst.rank_index}] += t.bytes;
+  }
+  for (const auto& [key, bytes] : sent) EXPECT_LE(bytes, options.staging_budget_bytes);
+  for (const auto& [key, bytes] : received) EXPECT_LE(bytes, options.staging_budget_bytes);
+  // 8 tensors x 4 pieces x 1024 bytes per rank need at least 4 batches of 10000 bytes.
+  EXPECT_GE((*plan)->num_batches, 4);
+  EXPECT_LE((*plan)->num_batches, 5);
+  EXPECT_TRUE(check::CheckCoverage(c.sources, c.destinations, **plan).ok());
+}
+
+TEST(PlannerTest, DeterministicDigestAndCache) {
+  LayoutBuilder src, dst;
+  src.Tensor("w", {64, 32}).Chunked("w", 0, {0, 1, 2});
+  dst.Tensor("w", {64, 32}).Chunked("w", 1, {0, 1});
+  const Compiled c = Compile(src, dst), again = Compile(src, dst);
+  absl::StatusOr<std::shared_ptr<const Plan>> a = PlanOf(c), b = PlanOf(again);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ((*a)->digest, (*b)->digest);
+  EXPECT_EQ((*a)->digest.size(), 32u);
+  PlanOptions other;
+  other.strategy = kStrategyGatherBroadcast;
+  EXPECT_NE((*PlanOf(c, other))->digest, (*a)->digest);
+
+  PlanCache cache;
+  bool from_cache = true;
+  auto first = cache.GetOrBuild(c.sources, c.destinations, DgxH100Topology(), PlanOptions(),
+                                &from_cache);
+  EXPECT_FALSE(from_cache);
+  auto second = cache.GetOrBuild(again.sources, again.destinations, DgxH100Topology(),
+                                 PlanOptions(), &from_cache);
+  EXPECT_TRUE(from_cache);
+  EXPECT_EQ(first->get(), second->get());
+  cache.GetOrBuild(c.sources, c.destinations, DgxH100Topology(), other, &from_cache);
+  EXPECT_FALSE(from_cache);
+}
+
+TEST(PlannerTest, LowerBoundSkipsWhatTheDomainAlreadyHolds) {
+  // The destination node holds half of the tensor in a colocated source rank.
+  LayoutBuilder src, dst;
+  src.Tensor("w", {16, 4}).Rank(0, "node", 0).Rank(1, "trainer", 0);
+  src.View(0, "w", {0, 0}, {8, 4}).View(1, "w", {8, 0}, {8, 4});
+  dst.Tensor("w", {16, 4}).Rank(0, "node", 1).Replicated("w", {0});
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanOf(Compile(src, dst));
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ((*plan)->stats.lower_bound_network_bytes, 8 * 4 * 4);
+  EXPECT_EQ((*plan)->stats.network_bytes, 8 * 4 * 4);
+  EXPECT_EQ((*plan)->stats.nvlink_bytes, 8 * 4 * 4);
+  EXPECT_GT((*plan)->stats.predicted_seconds, (*plan)->stats.lower_bound_seconds);
+}
+
+}  // namespace
+}  // namespace refit::planner
