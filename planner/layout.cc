@@ -58,30 +58,32 @@ absl::Status CompileTensors(const v1::LayoutSpec& spec, Layout* layout) {
 }
 
 // Checks a view's box against its tensor and fills box/strides/bytes.
+template <typename Where>
 absl::Status CompileViewGeometry(const v1::ShardView& v, const TensorInfo& tensor,
-                                 const std::string& where, ViewInfo* view) {
+                                 const Where& where, ViewInfo* view) {
   const size_t rank = tensor.shape.size();
   if (static_cast<size_t>(v.offset_size()) != rank ||
       static_cast<size_t>(v.extent_size()) != rank) {
     return absl::InvalidArgumentError(absl::StrCat(
-        where, ": view offset ", DimsText(v.offset()), " / extent ", DimsText(v.extent()),
+        where(), ": view offset ", DimsText(v.offset()), " / extent ", DimsText(v.extent()),
         " does not match the tensor's ", rank, " dims"));
   }
   view->box.offset.assign(v.offset().begin(), v.offset().end());
   view->box.extent.assign(v.extent().begin(), v.extent().end());
-  const std::string box_text =
-      absl::StrCat("offset ", DimsText(v.offset()), " extent ", DimsText(v.extent()));
+  auto box_text = [&]() {
+    return absl::StrCat("offset ", DimsText(v.offset()), " extent ", DimsText(v.extent()));
+  };
   for (size_t d = 0; d < rank; ++d) {
     if (v.offset(d) < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": view ", box_text, " has a negative offset"));
+          absl::StrCat(where(), ": view ", box_text(), " has a negative offset"));
     }
     if (v.extent(d) <= 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where, ": view ", box_text, " has an extent that is not positive"));
+          absl::StrCat(where(), ": view ", box_text(), " has an extent that is not positive"));
     }
     if (v.offset(d) > tensor.shape[d] - v.extent(d)) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": view box ", FormatBox(view->box),
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": view box ", FormatBox(view->box),
                                                      " lies outside the global shape [",
                                                      absl::StrJoin(tensor.shape, ", "), "]"));
     }
@@ -91,26 +93,26 @@ absl::Status CompileViewGeometry(const v1::ShardView& v, const TensorInfo& tenso
     for (size_t d = rank; d-- > 1;) view->strides[d - 1] = view->strides[d] * v.extent(d);
   } else {
     if (static_cast<size_t>(v.strides_size()) != rank) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": view ", FormatBox(view->box),
+      return absl::InvalidArgumentError(absl::StrCat(where(), ": view ", FormatBox(view->box),
                                                      " has ", v.strides_size(),
                                                      " strides for ", rank, " dims"));
     }
     view->strides.assign(v.strides().begin(), v.strides().end());
     for (int64_t s : view->strides) {
       if (s <= 0 || s > kMaxTensorBytes) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": view ", FormatBox(view->box),
+        return absl::InvalidArgumentError(absl::StrCat(where(), ": view ", FormatBox(view->box),
                                                        " has a stride that is not positive"));
       }
     }
     if (StridesAlias(view->box.extent, view->strides)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          where, ": view ", FormatBox(view->box), " has strides ", DimsText(v.strides()),
+          where(), ": view ", FormatBox(view->box), " has strides ", DimsText(v.strides()),
           " that alias (two elements would share memory)"));
     }
   }
   if (v.byte_offset() < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(where, ": view ", FormatBox(view->box), " has a negative byte_offset"));
+        absl::StrCat(where(), ": view ", FormatBox(view->box), " has a negative byte_offset"));
   }
   view->byte_offset = v.byte_offset();
   view->bytes = view->box.Volume() * tensor.element_bytes;
@@ -131,12 +133,11 @@ absl::Status CheckBuffers(Layout* layout, int32_t rank_index,
     const ViewInfo& view = layout->views[v];
     const int64_t end = RegionEndByte(RegionOf(*layout, view));
     BufferInfo& buffer = rank.buffers[view.buffer];
-    const std::string where = absl::StrCat(layout->side, " layout: ",
-                                           layout->TensorOf(view).name, ": rank ", rank.rank);
     if (declared.contains(view.buffer)) {
       if (end > buffer.bytes) {
         return absl::InvalidArgumentError(
-            absl::StrCat(where, ": view ", FormatBox(view.box), " ends at byte ", end,
+            absl::StrCat(layout->side, " layout: ", layout->TensorOf(view).name, ": rank ",
+                         rank.rank, ": view ", FormatBox(view.box), " ends at byte ", end,
                          ", outside buffer \"", buffer.name, "\" of ", buffer.bytes, " bytes"));
       }
     } else {
@@ -201,8 +202,7 @@ absl::Status CompileRank(const v1::RankLayout& r, int32_t rank_index, Layout* la
     view.rank_index = rank_index;
     view.local_index = i;
     view.tensor = tensor_it->second;
-    const std::string where =
-        absl::StrCat(side, " layout: ", v.tensor(), ": rank ", r.rank());
+    auto where = [&]() { return absl::StrCat(side, " layout: ", v.tensor(), ": rank ", r.rank()); };
     absl::Status geometry =
         CompileViewGeometry(v, layout->tensors[view.tensor], where, &view);
     if (!geometry.ok()) return geometry;

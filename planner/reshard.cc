@@ -49,6 +49,13 @@ class ReshardPlanner {
   void Run() {
     FindSharedDomains();
     MakePieces();
+    // Every piece reaches every member of its group once: reserve that many transfers.
+    size_t expected = 0;
+    for (const WorkItem& work : work_) {
+      expected += problem_.destination_groups[work.destination_group].views.size();
+    }
+    plan_->transfers.reserve(expected);
+    depends_on_.reserve(expected);
     std::vector<int32_t> order(work_.size());
     std::iota(order.begin(), order.end(), 0);
     // Largest pieces first onto the least loaded candidates.
@@ -154,8 +161,9 @@ class ReshardPlanner {
       for (; begin < by_domain_.size() && by_domain_[begin].first == domain; ++begin) {
         members_.push_back(by_domain_[begin].second);
       }
+      // Pairs outside shared_domains_ hold no source of the tensor: straight to the network.
       if (shared_domains_.contains(TensorDomainKey(group.tensor, domain))) continue;
-      RouteToDomain(work.piece, holders, domain, members_);
+      RouteToDomain(work.piece, holders, domain, members_, /*may_hold=*/false);
     }
   }
 
@@ -176,13 +184,14 @@ class ReshardPlanner {
     return best;
   }
 
-  // Brings `piece` to `members` (all in `domain`). Returns the arrival through the network
-  // (transfer index, leader view), or transfer -1 when the domain held the piece.
+  // Brings `piece` to `members` (all in `domain`; `may_hold` when sources of the piece may
+  // sit in it). Returns the arrival through the network (transfer index, leader view), or
+  // transfer -1 when the domain held the piece.
   Arrival RouteToDomain(int32_t piece, const std::vector<int32_t>& holders, int32_t domain,
-                        const std::vector<int32_t>& members) {
+                        const std::vector<int32_t>& members, bool may_hold) {
     const int64_t bytes = plan_->pieces[piece].bytes;
     Arrival arrival{plan_->pieces[piece].box, -1, -1};
-    if (LocalHolder(holders, domain, members[0]) >= 0) {
+    if (may_hold && LocalHolder(holders, domain, members[0]) >= 0) {
       for (int32_t member : members) {
         Emit(SourceEndpoint(LocalHolder(holders, domain, member)), member, piece, bytes, -1);
       }
@@ -262,8 +271,9 @@ class ReshardPlanner {
         next.clear();
         for (const Box& part : remaining) {
           if (Overlaps(part, held)) {
-            const Arrival a = RouteToDomain(AddPiece(tensor, Intersect(part, held)),
-                                            problem_.source_groups[g].views, domain, members_);
+            const Arrival a =
+                RouteToDomain(AddPiece(tensor, Intersect(part, held)),
+                              problem_.source_groups[g].views, domain, members_, true);
             if (a.transfer >= 0) arrived.push_back(a);
           }
           Subtract(part, held, &next);
