@@ -72,6 +72,19 @@ TEST(RefitctlTest, PlansLayoutFilesAndVerifiesBytes) {
   }
 }
 
+TEST(RefitctlTest, TopologyFilePlacesHostsInOneNvlinkDomain) {
+  const std::string src = WriteFile("src.json", kSources);
+  const std::string dst = WriteFile("dst.json", kDestinations);
+  const std::string topology = WriteFile(
+      "topology.json", R"({"hosts": [{"host": "node-0", "nvlinkDomain": "rack"},
+                                      {"host": "node-1", "nvlink_domain": "rack"}]})");
+  const CommandResult run =
+      Refitctl("plan --src " + src + " --dst " + dst + " --topology " + topology + " --json");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.out, "\"network_bytes\": 0,")) << run.out;
+  EXPECT_TRUE(absl::StrContains(run.out, "\"nvlink_bytes\": 8388608")) << run.out;
+}
+
 TEST(RefitctlTest, ReadableTableWithoutJson) {
   const CommandResult run = Refitctl("plan --refit mini --strategy gather_broadcast");
   EXPECT_EQ(run.exit_code, 0) << run.err;

@@ -21,7 +21,8 @@ ClusterMap::ClusterMap(const v1::Topology& topology, const Layout& sources,
     auto [it, inserted] = domain_by_name_.emplace(absl::StrCat("domain:", placement.nvlink_domain()),
                                                   domain_gpus_.size());
     if (inserted) domain_gpus_.push_back(0);
-    domain_by_name_.emplace(absl::StrCat("host:", placement.host()), it->second);
+    const int32_t domain = it->second;  // copied: the next emplace may rehash
+    domain_by_name_.emplace(absl::StrCat("host:", placement.host()), domain);
   }
   for (const RankInfo& rank : sources.ranks) source_gpu_.push_back(GpuOf(rank.host, rank.device));
   for (const RankInfo& rank : destinations.ranks) {

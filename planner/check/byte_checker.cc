@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "planner/check/region_math.h"
 
 namespace refit::check {
 namespace {
@@ -182,18 +183,45 @@ class ByteChecker {
     const planner::ViewInfo* view = nullptr;  // null: dense full-tensor scratch
   };
 
-  absl::StatusOr<Access> Resolve(const planner::Endpoint& e, int32_t tensor) {
+  // Memory of one end of a transfer; refuses ends that do not exist or whose view does not
+  // hold the whole box, so a broken plan is reported instead of touching stray memory.
+  absl::StatusOr<Access> Resolve(const planner::Endpoint& e, int32_t tensor,
+                                 const planner::Box& box) {
     const bool source_side = e.IsSourceSide();
     const planner::Layout& layout = source_side ? src_ : dst_;
     std::vector<RankMemory>& memory = source_side ? src_memory_ : dst_memory_;
+    const Region wanted = RegionFrom(box.offset.data(), box.extent.data(), box.rank());
+    const std::string where =
+        absl::StrCat(dst_.tensors[tensor].name, ": box ", Describe(wanted), " on ", layout.side,
+                     " rank index ", e.rank_index);
+    if (e.rank_index < 0 || e.rank_index >= static_cast<int32_t>(layout.ranks.size())) {
+      return absl::FailedPreconditionError(absl::StrCat(where, ": no such rank"));
+    }
     if (e.kind == EndpointKind::kSourceView || e.kind == EndpointKind::kDestinationView) {
+      if (e.index < 0 || e.index >= static_cast<int32_t>(layout.views.size())) {
+        return absl::FailedPreconditionError(absl::StrCat(where, ": no such view"));
+      }
       const planner::ViewInfo& view = layout.views[e.index];
+      const Region held =
+          RegionFrom(view.box.offset.data(), view.box.extent.data(), view.box.rank());
+      if (view.rank_index != e.rank_index ||
+          layout.tensors[view.tensor].name != dst_.tensors[tensor].name ||
+          !IsInside(wanted, held)) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(where, ": outside the view it names (", Describe(held), ")"));
+      }
       return Access{memory[view.rank_index][view.buffer].data(), &view};
+    }
+    const planner::TensorInfo& info = dst_.tensors[tensor];
+    Region whole;
+    whole.lo.assign(info.shape.size(), 0);
+    whole.hi.assign(info.shape.begin(), info.shape.end());
+    if (e.index != tensor || !IsInside(wanted, whole)) {
+      return absl::FailedPreconditionError(absl::StrCat(where, ": outside its scratch tensor"));
     }
     auto key = std::make_tuple(source_side, e.rank_index, tensor);
     auto it = scratch_.find(key);
     if (it == scratch_.end()) {
-      const planner::TensorInfo& info = dst_.tensors[tensor];
       int64_t bytes = info.element_bytes;
       for (int64_t d : info.shape) bytes *= d;
       absl::Status s = Reserve(bytes);
@@ -204,11 +232,21 @@ class ByteChecker {
   }
 
   absl::Status Execute(const planner::Transfer& t) {
+    if (t.piece < 0 || t.piece >= static_cast<int32_t>(plan_.pieces.size())) {
+      return absl::FailedPreconditionError("a transfer names a piece that does not exist");
+    }
     const planner::Piece& piece = plan_.pieces[t.piece];
+    if (piece.tensor < 0 || piece.tensor >= static_cast<int32_t>(dst_.tensors.size()) ||
+        piece.box.rank() != dst_.tensors[piece.tensor].shape.size()) {
+      return absl::FailedPreconditionError("a piece names a tensor that does not exist");
+    }
     const planner::TensorInfo& tensor = dst_.tensors[piece.tensor];
-    absl::StatusOr<Access> from = Resolve(t.src, piece.tensor);
+    absl::StatusOr<Access> from = Resolve(t.src, piece.tensor, piece.box);
     if (!from.ok()) return from.status();
-    absl::StatusOr<Access> to = Resolve(t.dst, piece.tensor);
+    if (t.dst.kind == EndpointKind::kSourceView) {
+      return absl::FailedPreconditionError(absl::StrCat(tensor.name, ": writes a source view"));
+    }
+    absl::StatusOr<Access> to = Resolve(t.dst, piece.tensor, piece.box);
     if (!to.ok()) return to.status();
     const int eb = tensor.element_bytes;
     auto address = [&](const Access& a, const std::vector<int64_t>& coord) {
