@@ -7,9 +7,12 @@
 #include "client/command_line.h"
 #include "client/json_files.h"
 #include "client/plan_report.h"
+#include "google/protobuf/util/json_util.h"
+#include <fstream>
 #include "planner/check/byte_checker.h"
 #include "planner/check/coverage_checker.h"
 #include "planner/layout.h"
+#include "planner/plan_proto.h"
 #include "planner/planner.h"
 #include "planner/reference_refits.h"
 #include "planner/topology.h"
@@ -23,6 +26,7 @@ const char kPlanUsage[] =
     "                     [--topology T.json] [--strategy reshard|gather_broadcast]\n"
     "                     [--verify=bytes|coverage] [--json] [--staging-budget 1GiB]\n"
     "                     [--split-threshold 32MiB] [--flat] [--verify-max-bytes 4GiB]\n"
+    "                     [--plan-out PLAN.json]  (the plan itself, as refit.v1.Plan JSON)\n"
     "                     [--debug-drop-transfer N]  (testing: corrupt the plan)\n"
     "  reference refits: dsv3-h100, dsv3-gb200, qwen3-235b, mini\n"
     "  builtin models: deepseek-v3, dsv3-mini, qwen3-235b-a22b\n"
@@ -117,7 +121,7 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
       args,
       {"src", "dst", "topology", "strategy", "verify", "model", "src-parallel", "dst-parallel",
        "gpus-per-node", "refit", "staging-budget", "split-threshold", "verify-max-bytes",
-       "debug-drop-transfer"},
+       "debug-drop-transfer", "plan-out"},
       {"json", "colocated", "flat", "help"});
   if (!line.ok()) {
     err << "refitctl plan: " << line.status().message() << "\n" << kPlanUsage;
@@ -190,6 +194,19 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
     verdict = check::CheckCoverage(*sources, *destinations, **plan);
   }
   if (!verify.empty()) summary.verified = verdict.ok();
+  if (line->Has("plan-out")) {
+    std::string json;
+    google::protobuf::util::JsonPrintOptions print;
+    print.preserve_proto_field_names = true;
+    google::protobuf::util::MessageToJsonString(
+        planner::PlanToProto(**plan, *sources, *destinations), &json, print);
+    std::ofstream file(line->Get("plan-out"));
+    file << json << "\n";
+    if (!file) {
+      err << "refitctl plan: cannot write " << line->Get("plan-out") << "\n";
+      return kExitInvalidInput;
+    }
+  }
   out << (line->Has("json") ? PlanReportJson(summary) : PlanReportTable(summary));
   if (!verdict.ok()) {
     err << "refitctl plan: verification failed: " << verdict.message() << "\n";

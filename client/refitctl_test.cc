@@ -85,6 +85,23 @@ TEST(RefitctlTest, TopologyFilePlacesHostsInOneNvlinkDomain) {
   EXPECT_TRUE(absl::StrContains(run.out, "\"nvlink_bytes\": 8388608")) << run.out;
 }
 
+TEST(RefitctlTest, WritesThePlanAsProtoJson) {
+  const std::string src = WriteFile("src.json", kSources);
+  const std::string dst = WriteFile("dst.json", kDestinations);
+  const std::string plan = TempPath("plan.json");
+  const CommandResult run =
+      Refitctl("plan --src " + src + " --dst " + dst + " --plan-out " + plan);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string json = Slurp(plan);
+  EXPECT_TRUE(absl::StrContains(json, "\"strategy\":\"reshard\"")) << json;
+  // Source rank 0 rows [0, 512) reach destination rank 1 columns [2048, 4096).
+  EXPECT_TRUE(absl::StrContains(
+      json, "\"src\":{\"kind\":\"ENDPOINT_SOURCE_VIEW\"},\"dst\":{\"kind\":"
+            "\"ENDPOINT_DESTINATION_VIEW\",\"rank\":\"1\"},\"tensor\":\"w\",\"offset\":[\"0\","
+            "\"2048\"],\"extent\":[\"512\",\"2048\"]"))
+      << json;
+}
+
 TEST(RefitctlTest, ReadableTableWithoutJson) {
   const CommandResult run = Refitctl("plan --refit mini --strategy gather_broadcast");
   EXPECT_EQ(run.exit_code, 0) << run.err;

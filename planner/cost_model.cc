@@ -24,10 +24,6 @@ void PricePlan(const PlanningProblem& problem, Plan* plan) {
   const ClusterMap& cluster = *problem.cluster;
   const Bandwidths& bw = cluster.bandwidths();
   const int32_t num_source_ranks = problem.sources->ranks.size();
-  auto gpu_of = [&](const Endpoint& e) {
-    return e.IsSourceSide() ? cluster.SourceGpu(e.rank_index)
-                            : cluster.DestinationGpu(e.rank_index);
-  };
   auto slot_of = [&](const Endpoint& e) {
     return e.IsSourceSide() ? e.rank_index : num_source_ranks + e.rank_index;
   };
@@ -50,7 +46,7 @@ void PricePlan(const PlanningProblem& problem, Plan* plan) {
     int32_t max_peers = 0;
     for (; i < plan->transfers.size() && plan->transfers[i].batch == b; ++i) {
       const Transfer& t = plan->transfers[i];
-      const int32_t src_gpu = gpu_of(t.src), dst_gpu = gpu_of(t.dst);
+      const int32_t src_gpu = cluster.EndpointGpu(t.src), dst_gpu = cluster.EndpointGpu(t.dst);
       total.Add(t.route, src_gpu, dst_gpu, t.bytes);
       stats.total_bytes += t.bytes;
       int32_t link_a = -1, link_b = -1;

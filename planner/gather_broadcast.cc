@@ -136,11 +136,6 @@ class GatherBroadcastPlanner {
     return static_cast<int32_t>(plan_->pieces.size()) - 1;
   }
 
-  int32_t GpuOf(const Endpoint& endpoint) const {
-    return endpoint.IsSourceSide() ? cluster_.SourceGpu(endpoint.rank_index)
-                                   : cluster_.DestinationGpu(endpoint.rank_index);
-  }
-
   void Emit(const Endpoint& src, const Endpoint& dst, int32_t piece, int32_t batch) {
     Transfer transfer;
     transfer.src = src;
@@ -148,7 +143,7 @@ class GatherBroadcastPlanner {
     transfer.piece = piece;
     transfer.batch = batch;
     transfer.bytes = plan_->pieces[piece].bytes;
-    const int32_t src_gpu = GpuOf(src), dst_gpu = GpuOf(dst);
+    const int32_t src_gpu = cluster_.EndpointGpu(src), dst_gpu = cluster_.EndpointGpu(dst);
     transfer.route = cluster_.RouteBetween(src_gpu, dst_gpu);
     loads_.Add(transfer.route, src_gpu, dst_gpu, transfer.bytes);
     plan_->transfers.push_back(transfer);

@@ -198,13 +198,9 @@ class ReshardPlanner {
       return arrival;
     }
     // Cross the network once: least loaded sender to least loaded receiver.
-    int32_t sender = holders[0];
-    for (int32_t h : holders) {
-      if (loads_.At(problem_.SourceGpuOfView(h), kNicOut) <
-          loads_.At(problem_.SourceGpuOfView(sender), kNicOut)) {
-        sender = h;
-      }
-    }
+    const int32_t sender = LeastLoaded(holders, kNicOut, [&](int32_t view) {
+      return problem_.SourceGpuOfView(view);
+    });
     if (!options_.hierarchical) {
       for (int32_t member : members) {
         const int32_t t = Emit(SourceEndpoint(sender), member, piece, bytes, -1);
@@ -212,17 +208,28 @@ class ReshardPlanner {
       }
       return arrival;
     }
-    int32_t leader = members[0];
-    for (int32_t member : members) {
-      if (loads_.At(problem_.DestinationGpuOfView(member), kNicIn) <
-          loads_.At(problem_.DestinationGpuOfView(leader), kNicIn)) {
-        leader = member;
-      }
-    }
+    const int32_t leader = LeastLoaded(members, kNicIn, [&](int32_t view) {
+      return problem_.DestinationGpuOfView(view);
+    });
     arrival.view = leader;
     arrival.transfer = Emit(SourceEndpoint(sender), leader, piece, bytes, -1);
     ForwardFrom(arrival, members, piece);
     return arrival;
+  }
+
+  // The first of `views` whose GPU carries the fewest bytes on `link` so far.
+  template <typename GpuOfView>
+  int32_t LeastLoaded(const std::vector<int32_t>& views, LinkKind link, GpuOfView gpu_of) const {
+    int32_t best = views[0];
+    int64_t best_bytes = loads_.At(gpu_of(best), link);
+    for (int32_t view : views) {
+      const int64_t bytes = loads_.At(gpu_of(view), link);
+      if (bytes < best_bytes) {
+        best = view;
+        best_bytes = bytes;
+      }
+    }
+    return best;
   }
 
   // Copies `piece` from where it arrived to every other member, after it arrived.
@@ -287,11 +294,6 @@ class ReshardPlanner {
     return Endpoint{EndpointKind::kSourceView, problem_.sources->views[view].rank_index, view};
   }
 
-  int32_t GpuOf(const Endpoint& endpoint) const {
-    return endpoint.IsSourceSide() ? cluster_.SourceGpu(endpoint.rank_index)
-                                   : cluster_.DestinationGpu(endpoint.rank_index);
-  }
-
   int32_t Emit(const Endpoint& src, int32_t member, int32_t piece, int64_t bytes,
                int32_t depends_on) {
     Transfer transfer;
@@ -300,7 +302,8 @@ class ReshardPlanner {
                             problem_.destinations->views[member].rank_index, member};
     transfer.piece = piece;
     transfer.bytes = bytes;
-    const int32_t src_gpu = GpuOf(transfer.src), dst_gpu = GpuOf(transfer.dst);
+    const int32_t src_gpu = cluster_.EndpointGpu(transfer.src);
+    const int32_t dst_gpu = cluster_.EndpointGpu(transfer.dst);
     transfer.route = cluster_.RouteBetween(src_gpu, dst_gpu);
     loads_.Add(transfer.route, src_gpu, dst_gpu, bytes);
     plan_->transfers.push_back(transfer);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "planner/layout.h"
+#include "planner/plan.h"
 #include "proto/refit.pb.h"
 
 namespace refit::planner {
@@ -29,6 +30,11 @@ class ClusterMap {
   int32_t num_domains() const { return static_cast<int32_t>(domain_gpus_.size()); }
   int32_t SourceGpu(int32_t rank_index) const { return source_gpu_[rank_index]; }
   int32_t DestinationGpu(int32_t rank_index) const { return destination_gpu_[rank_index]; }
+  // The GPU a plan endpoint lives on (source-side or destination-side rank).
+  int32_t EndpointGpu(const Endpoint& endpoint) const {
+    return endpoint.IsSourceSide() ? SourceGpu(endpoint.rank_index)
+                                   : DestinationGpu(endpoint.rank_index);
+  }
   int32_t DomainOf(int32_t gpu) const { return gpu_domain_[gpu]; }
   int32_t GpusInDomain(int32_t domain) const { return domain_gpus_[domain]; }
   v1::Route RouteBetween(int32_t gpu_a, int32_t gpu_b) const;
