@@ -71,22 +71,16 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
     }
     needed.clear();
   };
-  std::vector<int32_t> holder_domains, member_domains;
-  for (size_t g = 0; g < problem.destination_groups.size(); ++g) {
+  std::vector<int32_t> holder_domains;
+  for (int32_t g = 0; g < static_cast<int32_t>(problem.destination_groups.size()); ++g) {
     const ViewGroup& group = problem.destination_groups[g];
     if (group.tensor != current_tensor) {
       if (current_tensor >= 0) settle();
       current_tensor = group.tensor;
     }
     const int element_bytes = dst.tensors[group.tensor].element_bytes;
-    member_domains.clear();
-    for (int32_t v : group.views) {
-      member_domains.push_back(cluster.DomainOf(problem.DestinationGpuOfView(v)));
-    }
-    std::sort(member_domains.begin(), member_domains.end());
-    member_domains.erase(std::unique(member_domains.begin(), member_domains.end()),
-                         member_domains.end());
-    for (int32_t domain : member_domains) needed[domain].Add(group.box);
+    const absl::Span<const DomainMembers> runs = problem.RunsOf(g);
+    for (const DomainMembers& run : runs) needed[run.domain].Add(group.box);
 
     for (const CoverPiece& piece : problem.destination_cover[g]) {
       const int64_t bytes = BoxBytes(piece.box, element_bytes);
@@ -98,16 +92,19 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
       std::sort(holder_domains.begin(), holder_domains.end());
       holder_domains.erase(std::unique(holder_domains.begin(), holder_domains.end()),
                            holder_domains.end());
-      if (holder_domains.size() == 1) {
-        for (int32_t domain : member_domains) {
-          if (domain != holder_domains[0]) domain_out[holder_domains[0]] += bytes;
+      for (const DomainMembers& run : runs) {
+        const bool domain_holds =
+            std::binary_search(holder_domains.begin(), holder_domains.end(), run.domain);
+        // Bytes only one domain holds must leave it for every other domain needing them.
+        if (holder_domains.size() == 1 && !domain_holds) domain_out[holder_domains[0]] += bytes;
+        for (int32_t v : problem.MembersOf(run)) {
+          const int32_t gpu = problem.DestinationGpuOfView(v);
+          bool held_here = false;
+          if (domain_holds) {
+            for (int32_t h : holders) held_here |= problem.SourceGpuOfView(h) == gpu;
+          }
+          if (!held_here) gpu_ingress[gpu] += bytes;
         }
-      }
-      for (int32_t v : group.views) {
-        const int32_t gpu = problem.DestinationGpuOfView(v);
-        bool held_here = false;
-        for (int32_t h : holders) held_here |= problem.SourceGpuOfView(h) == gpu;
-        if (!held_here) gpu_ingress[gpu] += bytes;
       }
     }
   }

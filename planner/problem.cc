@@ -1,11 +1,35 @@
 #include "planner/problem.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
 namespace refit::planner {
 namespace {
+
+// Splits every destination group's members by NVLink domain, once for all users.
+void SplitMembersByDomain(PlanningProblem* problem) {
+  std::vector<std::pair<int32_t, int32_t>> by_domain;  // (domain, view)
+  problem->run_begin.push_back(0);
+  for (const ViewGroup& group : problem->destination_groups) {
+    by_domain.clear();
+    for (int32_t v : group.views) {
+      by_domain.push_back({problem->cluster->DomainOf(problem->DestinationGpuOfView(v)), v});
+    }
+    std::sort(by_domain.begin(), by_domain.end());
+    for (size_t i = 0; i < by_domain.size(); ++i) {
+      const int32_t at = problem->members_by_domain.size();
+      if (i == 0 || by_domain[i].first != by_domain[i - 1].first) {
+        problem->domain_runs.push_back(DomainMembers{by_domain[i].first, at, at});
+      }
+      problem->members_by_domain.push_back(by_domain[i].second);
+      problem->domain_runs.back().end = at + 1;
+    }
+    problem->run_begin.push_back(problem->domain_runs.size());
+  }
+}
 
 absl::Status MatchTensors(const Layout& sources, const Layout& destinations,
                           std::vector<int32_t>* source_to_destination) {
@@ -77,6 +101,7 @@ absl::StatusOr<std::unique_ptr<PlanningProblem>> MakePlanningProblem(
   std::vector<int32_t> identity(destinations.tensors.size());
   for (size_t t = 0; t < identity.size(); ++t) identity[t] = t;
   problem->destination_groups = GroupViews(destinations, identity);
+  SplitMembersByDomain(problem.get());
   problem->destination_cover.resize(problem->destination_groups.size());
   std::vector<Box> uncovered;
   for (size_t g = 0; g < problem->destination_groups.size(); ++g) {

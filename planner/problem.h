@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "planner/layout.h"
 #include "planner/overlap_index.h"
 #include "planner/source_groups.h"
@@ -22,6 +23,13 @@ struct CoverPiece {
   int32_t source_group = 0;
 };
 
+// The members of one destination group that sit in one NVLink domain.
+struct DomainMembers {
+  int32_t domain = 0;
+  int32_t begin = 0;  // into PlanningProblem::members_by_domain
+  int32_t end = 0;
+};
+
 struct PlanningProblem {
   const Layout* sources = nullptr;
   const Layout* destinations = nullptr;
@@ -32,6 +40,19 @@ struct PlanningProblem {
   std::unique_ptr<OverlapIndex> index;
   std::vector<ViewGroup> destination_groups;
   std::vector<std::vector<CoverPiece>> destination_cover;  // per destination group
+  // Per destination group, its members split by NVLink domain (domains ascending):
+  // group g owns domain_runs[run_begin[g] .. run_begin[g + 1]).
+  std::vector<int32_t> members_by_domain;  // destination view indices
+  std::vector<DomainMembers> domain_runs;
+  std::vector<int32_t> run_begin;
+
+  absl::Span<const DomainMembers> RunsOf(int32_t group) const {
+    return absl::MakeConstSpan(domain_runs.data() + run_begin[group],
+                               run_begin[group + 1] - run_begin[group]);
+  }
+  absl::Span<const int32_t> MembersOf(const DomainMembers& run) const {
+    return absl::MakeConstSpan(members_by_domain.data() + run.begin, run.end - run.begin);
+  }
 
   int32_t SourceGpuOfView(int32_t view) const {
     return cluster->SourceGpu(sources->views[view].rank_index);

@@ -95,18 +95,14 @@ class ReshardPlanner {
       }
       boxes_by_domain.clear();
     };
-    for (const ViewGroup& group : problem_.destination_groups) {
+    for (int32_t g = 0; g < static_cast<int32_t>(problem_.destination_groups.size()); ++g) {
+      const ViewGroup& group = problem_.destination_groups[g];
       if (group.tensor != tensor) {
         if (tensor >= 0) finish_tensor();
         tensor = group.tensor;
       }
-      int32_t last_domain = -1;
-      for (int32_t v : group.views) {
-        const int32_t domain = cluster_.DomainOf(problem_.DestinationGpuOfView(v));
-        if (domain == last_domain) continue;
-        last_domain = domain;
-        std::vector<const Box*>& boxes = boxes_by_domain[domain];
-        if (boxes.empty() || boxes.back() != &group.box) boxes.push_back(&group.box);
+      for (const DomainMembers& run : problem_.RunsOf(g)) {
+        boxes_by_domain[run.domain].push_back(&group.box);
       }
     }
     if (tensor >= 0) finish_tensor();
@@ -149,21 +145,11 @@ class ReshardPlanner {
   // Emits the transfers that bring one piece to every member of its destination group.
   void Route(const WorkItem& work) {
     const std::vector<int32_t>& holders = problem_.source_groups[work.source_group].views;
-    const ViewGroup& group = problem_.destination_groups[work.destination_group];
-    by_domain_.clear();
-    for (int32_t member : group.views) {
-      by_domain_.push_back({cluster_.DomainOf(problem_.DestinationGpuOfView(member)), member});
-    }
-    std::sort(by_domain_.begin(), by_domain_.end());
-    for (size_t begin = 0; begin < by_domain_.size();) {
-      const int32_t domain = by_domain_[begin].first;
-      members_.clear();
-      for (; begin < by_domain_.size() && by_domain_[begin].first == domain; ++begin) {
-        members_.push_back(by_domain_[begin].second);
-      }
+    const int32_t tensor = problem_.destination_groups[work.destination_group].tensor;
+    for (const DomainMembers& run : problem_.RunsOf(work.destination_group)) {
       // Pairs outside shared_domains_ hold no source of the tensor: straight to the network.
-      if (shared_domains_.contains(TensorDomainKey(group.tensor, domain))) continue;
-      RouteToDomain(work.piece, holders, domain, members_, /*may_hold=*/false);
+      if (shared_domains_.contains(TensorDomainKey(tensor, run.domain))) continue;
+      RouteToDomain(work.piece, holders, run.domain, problem_.MembersOf(run), /*may_hold=*/false);
     }
   }
 
@@ -188,7 +174,7 @@ class ReshardPlanner {
   // sit in it). Returns the arrival through the network (transfer index, leader view), or
   // transfer -1 when the domain held the piece.
   Arrival RouteToDomain(int32_t piece, const std::vector<int32_t>& holders, int32_t domain,
-                        const std::vector<int32_t>& members, bool may_hold) {
+                        absl::Span<const int32_t> members, bool may_hold) {
     const int64_t bytes = plan_->pieces[piece].bytes;
     Arrival arrival{plan_->pieces[piece].box, -1, -1};
     if (may_hold && LocalHolder(holders, domain, members[0]) >= 0) {
@@ -219,7 +205,7 @@ class ReshardPlanner {
 
   // The first of `views` whose GPU carries the fewest bytes on `link` so far.
   template <typename GpuOfView>
-  int32_t LeastLoaded(const std::vector<int32_t>& views, LinkKind link, GpuOfView gpu_of) const {
+  int32_t LeastLoaded(absl::Span<const int32_t> views, LinkKind link, GpuOfView gpu_of) const {
     int32_t best = views[0];
     int64_t best_bytes = loads_.At(gpu_of(best), link);
     for (int32_t view : views) {
@@ -233,7 +219,7 @@ class ReshardPlanner {
   }
 
   // Copies `piece` from where it arrived to every other member, after it arrived.
-  void ForwardFrom(const Arrival& arrival, const std::vector<int32_t>& members, int32_t piece) {
+  void ForwardFrom(const Arrival& arrival, absl::Span<const int32_t> members, int32_t piece) {
     const Endpoint from{EndpointKind::kDestinationView,
                         problem_.destinations->views[arrival.view].rank_index, arrival.view};
     for (int32_t member : members) {
@@ -254,16 +240,19 @@ class ReshardPlanner {
         [](const ViewGroup& g, int32_t t) { return g.tensor < t; });
     for (auto it = first_group;
          it != problem_.destination_groups.end() && it->tensor == tensor; ++it) {
-      members_.clear();
-      for (int32_t v : it->views) {
-        if (cluster_.DomainOf(problem_.DestinationGpuOfView(v)) == domain) members_.push_back(v);
+      const int32_t group = it - problem_.destination_groups.begin();
+      absl::Span<const int32_t> members;
+      for (const DomainMembers& run : problem_.RunsOf(group)) {
+        if (run.domain == domain) members = problem_.MembersOf(run);
       }
-      if (members_.empty()) continue;
+      if (members.empty()) continue;
       remaining.assign(1, it->box);
       for (const Arrival& a : arrived) {
         next.clear();
         for (const Box& part : remaining) {
-          if (Overlaps(part, a.box)) ForwardFrom(a, members_, AddPiece(tensor, Intersect(part, a.box)));
+          if (Overlaps(part, a.box)) {
+            ForwardFrom(a, members, AddPiece(tensor, Intersect(part, a.box)));
+          }
           Subtract(part, a.box, &next);
         }
         remaining.swap(next);
@@ -271,7 +260,7 @@ class ReshardPlanner {
       candidates.clear();
       problem_.index->Query(tensor, it->box, &candidates);
       std::stable_partition(candidates.begin(), candidates.end(), [&](int32_t g) {
-        return LocalHolder(problem_.source_groups[g].views, domain, members_[0]) >= 0;
+        return LocalHolder(problem_.source_groups[g].views, domain, members[0]) >= 0;
       });
       for (int32_t g : candidates) {
         const Box& held = problem_.source_groups[g].box;
@@ -280,7 +269,7 @@ class ReshardPlanner {
           if (Overlaps(part, held)) {
             const Arrival a =
                 RouteToDomain(AddPiece(tensor, Intersect(part, held)),
-                              problem_.source_groups[g].views, domain, members_, true);
+                              problem_.source_groups[g].views, domain, members, true);
             if (a.transfer >= 0) arrived.push_back(a);
           }
           Subtract(part, held, &next);
@@ -320,8 +309,6 @@ class ReshardPlanner {
   std::vector<int32_t> depends_on_;
   absl::flat_hash_set<uint64_t> shared_domains_;
   std::vector<uint64_t> shared_domain_order_;
-  std::vector<std::pair<int32_t, int32_t>> by_domain_;  // (domain, member view)
-  std::vector<int32_t> members_;
 };
 
 }  // namespace
