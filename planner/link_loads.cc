@@ -52,10 +52,18 @@ int64_t LinkLoads::MaxLinkBytes() const {
 }
 
 double LinkLoads::MeanBusyLinkBytes() const {
+  // Over the links of the busiest link's kind, so NIC balance is not diluted by NVLink.
+  int64_t worst = -1;
+  size_t worst_kind = kNicOut;
+  for (size_t i = 0; i < bytes_.size(); ++i) {
+    if (i % kNumLinkKinds == kLocalCopy || bytes_[i] <= worst) continue;
+    worst = bytes_[i];
+    worst_kind = i % kNumLinkKinds;
+  }
   double sum = 0;
   int64_t busy = 0;
-  for (size_t i = 0; i < bytes_.size(); ++i) {
-    if (i % kNumLinkKinds == kLocalCopy || bytes_[i] == 0) continue;
+  for (size_t i = worst_kind; i < bytes_.size(); i += kNumLinkKinds) {
+    if (bytes_[i] == 0) continue;
     sum += bytes_[i];
     ++busy;
   }

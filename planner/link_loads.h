@@ -22,7 +22,8 @@ class LinkLoads {
   int32_t num_gpus() const { return static_cast<int32_t>(bytes_.size() / kNumLinkKinds); }
   // Seconds the busiest link needs at the given bandwidths.
   double BottleneckSeconds(const Bandwidths& bandwidths) const;
-  // Largest byte count over NIC and NVLink links, and the mean over those that carry bytes.
+  // Largest byte count over NIC and NVLink links, and the mean over the busy links of
+  // that link's kind (NIC out, NIC in, NVLink out or NVLink in).
   int64_t MaxLinkBytes() const;
   double MeanBusyLinkBytes() const;
 
