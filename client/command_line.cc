@@ -50,10 +50,13 @@ std::string CommandLine::Get(const std::string& name, const std::string& fallbac
 }
 
 absl::StatusOr<int64_t> ParseBytes(const std::string& text) {
-  static constexpr std::pair<const char*, int64_t> kUnits[] = {
-      {"GiB", int64_t{1} << 30}, {"MiB", int64_t{1} << 20}, {"KiB", int64_t{1} << 10},
-      {"GB", 1000000000},        {"MB", 1000000},           {"KB", 1000},
-      {"B", 1}};
+  static constexpr std::pair<const char*, int64_t> kUnits[] = {{"GiB", int64_t{1} << 30},
+                                                               {"MiB", int64_t{1} << 20},
+                                                               {"KiB", int64_t{1} << 10},
+                                                               {"GB", 1000000000},
+                                                               {"MB", 1000000},
+                                                               {"KB", 1000},
+                                                               {"B", 1}};
   for (const auto& [suffix, scale] : kUnits) {
     if (!absl::EndsWith(text, suffix)) continue;
     int64_t value = 0;

@@ -29,8 +29,8 @@ absl::Status ReadJsonFile(const std::string& path, google::protobuf::Message* me
     // The parser's message may carry an excerpt on further lines; keep the first.
     std::string reason = status.message().as_string();
     reason = reason.substr(0, reason.find('\n'));
-    return absl::InvalidArgumentError(absl::StrCat(path, ": malformed JSON for ",
-                                                   message->GetTypeName(), ": ", reason));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": malformed JSON for ", message->GetTypeName(), ": ", reason));
   }
   return absl::OkStatus();
 }

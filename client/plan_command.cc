@@ -1,5 +1,7 @@
 #include "client/plan_command.h"
 
+#include <fstream>
+
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -8,7 +10,6 @@
 #include "client/json_files.h"
 #include "client/plan_report.h"
 #include "google/protobuf/util/json_util.h"
-#include <fstream>
 #include "planner/check/byte_checker.h"
 #include "planner/check/coverage_checker.h"
 #include "planner/layout.h"
@@ -117,12 +118,12 @@ absl::StatusOr<planner::PlanOptions> LoadOptions(const CommandLine& line) {
 }  // namespace
 
 int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  absl::StatusOr<CommandLine> line = CommandLine::Parse(
-      args,
-      {"src", "dst", "topology", "strategy", "verify", "model", "src-parallel", "dst-parallel",
-       "gpus-per-node", "refit", "staging-budget", "split-threshold", "verify-max-bytes",
-       "debug-drop-transfer", "plan-out"},
-      {"json", "colocated", "flat", "help"});
+  absl::StatusOr<CommandLine> line =
+      CommandLine::Parse(args,
+                         {"src", "dst", "topology", "strategy", "verify", "model", "src-parallel",
+                          "dst-parallel", "gpus-per-node", "refit", "staging-budget",
+                          "split-threshold", "verify-max-bytes", "debug-drop-transfer", "plan-out"},
+                         {"json", "colocated", "flat", "help"});
   if (!line.ok()) {
     err << "refitctl plan: " << line.status().message() << "\n" << kPlanUsage;
     return kExitInvalidInput;

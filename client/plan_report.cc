@@ -85,20 +85,19 @@ std::string PlanReportTable(const PlanSummary& summary) {
                              summary.destinations->ranks.size(), " destinations, ",
                              summary.destinations->tensors.size(), " tensors")},
       {"transfers", absl::StrCat(plan.transfers.size(), " in ", plan.num_batches, " batches")},
-      {"bytes moved", absl::StrCat(HumanBytes(s.total_bytes), " (network ",
-                                   HumanBytes(s.network_bytes), ", nvlink ",
-                                   HumanBytes(s.nvlink_bytes), ", local ",
-                                   HumanBytes(s.local_bytes), ")")},
-      {"network bytes", absl::StrFormat("%s vs lower bound %s (%.3fx)",
-                                        HumanBytes(s.network_bytes),
+      {"bytes moved",
+       absl::StrCat(HumanBytes(s.total_bytes), " (network ", HumanBytes(s.network_bytes),
+                    ", nvlink ", HumanBytes(s.nvlink_bytes), ", local ", HumanBytes(s.local_bytes),
+                    ")")},
+      {"network bytes", absl::StrFormat("%s vs lower bound %s (%.3fx)", HumanBytes(s.network_bytes),
                                         HumanBytes(s.lower_bound_network_bytes),
                                         Ratio(s.network_bytes, s.lower_bound_network_bytes))},
-      {"link load", absl::StrFormat("max %s, mean %s (%.2fx)", HumanBytes(s.max_link_bytes),
-                                    HumanBytes(s.mean_link_bytes),
-                                    Ratio(s.max_link_bytes, s.mean_link_bytes))},
-      {"predicted time", absl::StrFormat("%.3f s vs lower bound %.3f s (%.3fx), cost model",
-                                         s.predicted_seconds, s.lower_bound_seconds,
-                                         Ratio(s.predicted_seconds, s.lower_bound_seconds))},
+      {"link load",
+       absl::StrFormat("max %s, mean %s (%.2fx)", HumanBytes(s.max_link_bytes),
+                       HumanBytes(s.mean_link_bytes), Ratio(s.max_link_bytes, s.mean_link_bytes))},
+      {"predicted time",
+       absl::StrFormat("%.3f s vs lower bound %.3f s (%.3fx), cost model", s.predicted_seconds,
+                       s.lower_bound_seconds, Ratio(s.predicted_seconds, s.lower_bound_seconds))},
       {"plan time", absl::StrFormat("%.3f s", plan.plan_seconds)},
       {"digest", plan.digest},
   };
@@ -107,7 +106,8 @@ std::string PlanReportTable(const PlanSummary& summary) {
                                              summary.verify_mode, ")")});
   }
   std::string out;
-  for (const auto& [key, value] : rows) absl::StrAppend(&out, absl::StrFormat("%-15s %s\n", key, value));
+  for (const auto& [key, value] : rows)
+    absl::StrAppend(&out, absl::StrFormat("%-15s %s\n", key, value));
   return out;
 }
 

@@ -61,7 +61,8 @@ const char kDestinations[] = R"({"tensors": [{"name": "w", "dtype": "BF16", "sha
 TEST(RefitctlTest, PlansLayoutFilesAndVerifiesBytes) {
   const std::string src = WriteFile("src.json", kSources);
   const std::string dst = WriteFile("dst.json", kDestinations);
-  const CommandResult run = Refitctl("plan --src " + src + " --dst " + dst + " --verify=bytes --json");
+  const CommandResult run =
+      Refitctl("plan --src " + src + " --dst " + dst + " --verify=bytes --json");
   EXPECT_EQ(run.exit_code, 0) << run.err;
   for (const char* key :
        {"\"strategy\": \"reshard\"", "\"transfers\": 4", "\"total_bytes\": 8388608",
@@ -75,8 +76,8 @@ TEST(RefitctlTest, PlansLayoutFilesAndVerifiesBytes) {
 TEST(RefitctlTest, TopologyFilePlacesHostsInOneNvlinkDomain) {
   const std::string src = WriteFile("src.json", kSources);
   const std::string dst = WriteFile("dst.json", kDestinations);
-  const std::string topology = WriteFile(
-      "topology.json", R"({"hosts": [{"host": "node-0", "nvlinkDomain": "rack"},
+  const std::string topology =
+      WriteFile("topology.json", R"({"hosts": [{"host": "node-0", "nvlinkDomain": "rack"},
                                       {"host": "node-1", "nvlink_domain": "rack"}]})");
   const CommandResult run =
       Refitctl("plan --src " + src + " --dst " + dst + " --topology " + topology + " --json");
@@ -89,16 +90,16 @@ TEST(RefitctlTest, WritesThePlanAsProtoJson) {
   const std::string src = WriteFile("src.json", kSources);
   const std::string dst = WriteFile("dst.json", kDestinations);
   const std::string plan = TempPath("plan.json");
-  const CommandResult run =
-      Refitctl("plan --src " + src + " --dst " + dst + " --plan-out " + plan);
+  const CommandResult run = Refitctl("plan --src " + src + " --dst " + dst + " --plan-out " + plan);
   ASSERT_EQ(run.exit_code, 0) << run.err;
   const std::string json = Slurp(plan);
   EXPECT_TRUE(absl::StrContains(json, "\"strategy\":\"reshard\"")) << json;
   // Source rank 0 rows [0, 512) reach destination rank 1 columns [2048, 4096).
   EXPECT_TRUE(absl::StrContains(
-      json, "\"src\":{\"kind\":\"ENDPOINT_SOURCE_VIEW\"},\"dst\":{\"kind\":"
-            "\"ENDPOINT_DESTINATION_VIEW\",\"rank\":\"1\"},\"tensor\":\"w\",\"offset\":[\"0\","
-            "\"2048\"],\"extent\":[\"512\",\"2048\"]"))
+      json,
+      "\"src\":{\"kind\":\"ENDPOINT_SOURCE_VIEW\"},\"dst\":{\"kind\":"
+      "\"ENDPOINT_DESTINATION_VIEW\",\"rank\":\"1\"},\"tensor\":\"w\",\"offset\":[\"0\","
+      "\"2048\"],\"extent\":[\"512\",\"2048\"]"))
       << json;
 }
 

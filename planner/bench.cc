@@ -20,8 +20,8 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 
 int Run(const std::vector<std::string>& names) {
   std::printf("%-11s %6s %9s %9s %9s | %10s %10s %10s %6s %6s | %8s %8s %8s %6s %6s | %s\n",
-              "refit", "ranks", "plan_s", "cache_ms", "transfers", "net_GB", "bound_GB",
-              "gb_GB", "net/lb", "gb/net", "pred_s", "bound_s", "gb_s", "p/lb", "gb/p",
+              "refit", "ranks", "plan_s", "cache_ms", "transfers", "net_GB", "bound_GB", "gb_GB",
+              "net/lb", "gb/net", "pred_s", "bound_s", "gb_s", "p/lb", "gb/p",
               "max/mean link, coverage");
   for (const std::string& name : names) {
     absl::StatusOr<RefitScenario> scenario = ReferenceRefit(name);
@@ -59,15 +59,15 @@ int Run(const std::vector<std::string>& names) {
     std::printf(
         "%-11s %6zu %9.3f %9.3f %9zu | %10.1f %10.1f %10.1f %6.3f %6.2f | %8.3f %8.3f %8.3f "
         "%6.3f %6.2f | %.3f, %s%s\n",
-        name.c_str(), sources->ranks.size() + destinations->ranks.size(), plan_seconds,
-        cache_ms, (*plan)->transfers.size(), s.network_bytes / 1e9,
-        s.lower_bound_network_bytes / 1e9, b.network_bytes / 1e9,
+        name.c_str(), sources->ranks.size() + destinations->ranks.size(), plan_seconds, cache_ms,
+        (*plan)->transfers.size(), s.network_bytes / 1e9, s.lower_bound_network_bytes / 1e9,
+        b.network_bytes / 1e9,
         static_cast<double>(s.network_bytes) / std::max<int64_t>(1, s.lower_bound_network_bytes),
         static_cast<double>(b.network_bytes) / std::max<int64_t>(1, s.network_bytes),
         s.predicted_seconds, s.lower_bound_seconds, b.predicted_seconds,
         s.predicted_seconds / s.lower_bound_seconds, b.predicted_seconds / s.predicted_seconds,
-        s.max_link_bytes / std::max(1.0, s.mean_link_bytes),
-        coverage.ok() ? "ok" : "FAILED ", coverage.ok() ? "" : coverage.ToString().c_str());
+        s.max_link_bytes / std::max(1.0, s.mean_link_bytes), coverage.ok() ? "ok" : "FAILED ",
+        coverage.ok() ? "" : coverage.ToString().c_str());
     if (!from_cache) std::printf("  (second plan was not served from cache)\n");
   }
   std::printf(

@@ -75,8 +75,7 @@ void Subtract(const Box& a, const Box& b, std::vector<Box>* out) {
   Box rest = a;
   for (size_t d = 0; d < a.rank(); ++d) {
     const int64_t lo = std::max(rest.offset[d], b.offset[d]);
-    const int64_t hi =
-        std::min(rest.offset[d] + rest.extent[d], b.offset[d] + b.extent[d]);
+    const int64_t hi = std::min(rest.offset[d] + rest.extent[d], b.offset[d] + b.extent[d]);
     if (lo > rest.offset[d]) {
       Box below = rest;
       below.extent[d] = lo - rest.offset[d];

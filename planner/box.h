@@ -43,9 +43,7 @@ bool TryMerge(const Box& a, const Box& b, Box* merged);
 // Cuts `box` into `parts` nearly equal slabs along `dim` (torch.chunk style).
 std::vector<Box> SplitAlong(const Box& box, size_t dim, int64_t parts);
 // Bytes of a box whose elements take `element_bytes`.
-inline int64_t BoxBytes(const Box& box, int element_bytes) {
-  return box.Volume() * element_bytes;
-}
+inline int64_t BoxBytes(const Box& box, int element_bytes) { return box.Volume() * element_bytes; }
 
 }  // namespace refit::planner
 

@@ -78,8 +78,7 @@ void PricePlan(const PlanningProblem& problem, Plan* plan) {
         new_pair = stamp != b;
         stamp = b;
       } else {
-        new_pair =
-            pairs.insert((static_cast<uint64_t>(s) << 32) | static_cast<uint32_t>(d)).second;
+        new_pair = pairs.insert((static_cast<uint64_t>(s) << 32) | static_cast<uint32_t>(d)).second;
       }
       if (new_pair) {
         for (int32_t slot : {s, d}) {

@@ -9,8 +9,8 @@ namespace refit::planner {
 
 absl::StatusOr<int> DtypeBytes(absl::string_view dtype) {
   static constexpr std::pair<const char*, int> kSizes[] = {
-      {"F64", 8}, {"F32", 4},     {"F16", 2},     {"BF16", 2}, {"F8_E4M3", 1}, {"F8_E5M2", 1},
-      {"I64", 8}, {"I32", 4},     {"I16", 2},     {"I8", 1},   {"U8", 1},      {"BOOL", 1},
+      {"F64", 8}, {"F32", 4}, {"F16", 2}, {"BF16", 2}, {"F8_E4M3", 1}, {"F8_E5M2", 1},
+      {"I64", 8}, {"I32", 4}, {"I16", 2}, {"I8", 1},   {"U8", 1},      {"BOOL", 1},
   };
   for (const auto& [name, bytes] : kSizes) {
     if (dtype == name) return bytes;

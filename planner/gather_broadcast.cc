@@ -56,8 +56,7 @@ class GatherBroadcastPlanner {
     // Gather: part j of the tensor onto the j-th source GPU of the root's domain.
     const int32_t root_domain = cluster_.DomainOf(cluster_.SourceGpu(root_rank));
     std::vector<int32_t> owners = source_ranks_by_domain_[root_domain];
-    std::rotate(owners.begin(), std::find(owners.begin(), owners.end(), root_rank),
-                owners.end());
+    std::rotate(owners.begin(), std::find(owners.begin(), owners.end(), root_rank), owners.end());
     const std::vector<Box> parts = SplitAlong(full, 0, owners.size());
     std::vector<Endpoint> part_holders;
     std::vector<int32_t> part_pieces;
@@ -83,8 +82,8 @@ class GatherBroadcastPlanner {
     std::rotate(chain.begin(), chain.begin() + tensor % chain.size(), chain.end());
     for (const std::vector<int32_t>& members : chain) {
       for (size_t j = 0; j < parts.size(); ++j) {
-        const Endpoint receiver{EndpointKind::kDestinationScratch,
-                                members[j % members.size()], tensor};
+        const Endpoint receiver{EndpointKind::kDestinationScratch, members[j % members.size()],
+                                tensor};
         Emit(part_holders[j], receiver, part_pieces[j], broadcast_batch);
         part_holders[j] = receiver;
       }
@@ -100,8 +99,8 @@ class GatherBroadcastPlanner {
     for (int32_t v : views) {
       const ViewInfo& view = problem_.destinations->views[v];
       Emit(Endpoint{EndpointKind::kDestinationScratch, view.rank_index, tensor},
-           Endpoint{EndpointKind::kDestinationView, view.rank_index, v},
-           AddPiece(tensor, view.box), broadcast_batch);
+           Endpoint{EndpointKind::kDestinationView, view.rank_index, v}, AddPiece(tensor, view.box),
+           broadcast_batch);
     }
   }
 
@@ -117,9 +116,9 @@ class GatherBroadcastPlanner {
       for (int32_t h : problem_.source_groups[piece.source_group].views) {
         const int32_t gpu = problem_.SourceGpuOfView(h);
         const v1::Route route = cluster_.RouteBetween(gpu, owner_gpu);
-        const double score = route * 1e18 + (route == v1::ROUTE_NETWORK
-                                                 ? loads_.At(gpu, kNicOut)
-                                                 : loads_.At(gpu, kNvlinkOut));
+        const double score =
+            route * 1e18 +
+            (route == v1::ROUTE_NETWORK ? loads_.At(gpu, kNicOut) : loads_.At(gpu, kNvlinkOut));
         if (best < 0 || score < best_score) {
           best = h;
           best_score = score;
@@ -161,8 +160,7 @@ class GatherBroadcastPlanner {
 
 }  // namespace
 
-void PlanGatherBroadcast(const PlanningProblem& problem, const PlanOptions& options,
-                         Plan* plan) {
+void PlanGatherBroadcast(const PlanningProblem& problem, const PlanOptions& options, Plan* plan) {
   (void)options;
   plan->strategy = kStrategyGatherBroadcast;
   plan->ordered_batches = true;

@@ -13,8 +13,7 @@ namespace refit::planner {
 
 // Fills plan.pieces, plan.transfers (batched, unsorted) and plan.num_batches. Two batches
 // per tensor: the gather, then the broadcast chain and the slicing, in issue order.
-void PlanGatherBroadcast(const PlanningProblem& problem, const PlanOptions& options,
-                         Plan* plan);
+void PlanGatherBroadcast(const PlanningProblem& problem, const PlanOptions& options, Plan* plan);
 
 }  // namespace refit::planner
 

@@ -64,9 +64,9 @@ absl::Status CompileViewGeometry(const v1::ShardView& v, const TensorInfo& tenso
   const size_t rank = tensor.shape.size();
   if (static_cast<size_t>(v.offset_size()) != rank ||
       static_cast<size_t>(v.extent_size()) != rank) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        where(), ": view offset ", DimsText(v.offset()), " / extent ", DimsText(v.extent()),
-        " does not match the tensor's ", rank, " dims"));
+    return absl::InvalidArgumentError(absl::StrCat(where(), ": view offset ", DimsText(v.offset()),
+                                                   " / extent ", DimsText(v.extent()),
+                                                   " does not match the tensor's ", rank, " dims"));
   }
   view->box.offset.assign(v.offset().begin(), v.offset().end());
   view->box.extent.assign(v.extent().begin(), v.extent().end());
@@ -94,8 +94,8 @@ absl::Status CompileViewGeometry(const v1::ShardView& v, const TensorInfo& tenso
   } else {
     if (static_cast<size_t>(v.strides_size()) != rank) {
       return absl::InvalidArgumentError(absl::StrCat(where(), ": view ", FormatBox(view->box),
-                                                     " has ", v.strides_size(),
-                                                     " strides for ", rank, " dims"));
+                                                     " has ", v.strides_size(), " strides for ",
+                                                     rank, " dims"));
     }
     view->strides.assign(v.strides().begin(), v.strides().end());
     for (int64_t s : view->strides) {
@@ -105,9 +105,9 @@ absl::Status CompileViewGeometry(const v1::ShardView& v, const TensorInfo& tenso
       }
     }
     if (StridesAlias(view->box.extent, view->strides)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          where(), ": view ", FormatBox(view->box), " has strides ", DimsText(v.strides()),
-          " that alias (two elements would share memory)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where(), ": view ", FormatBox(view->box), " has strides ",
+                       DimsText(v.strides()), " that alias (two elements would share memory)"));
     }
   }
   if (v.byte_offset() < 0) {
@@ -158,10 +158,9 @@ absl::Status CheckBuffers(Layout* layout, int32_t rank_index,
         if (b.byte_offset >= end_a) break;
         if (MayOverlap(region_a, RegionOf(*layout, b))) {
           return absl::InvalidArgumentError(absl::StrCat(
-              layout->side, " layout: rank ", rank.rank, ": views ",
-              layout->TensorOf(a).name, " ", FormatBox(a.box), " and ",
-              layout->TensorOf(b).name, " ", FormatBox(b.box), " overlap in buffer \"",
-              rank.buffers[a.buffer].name, "\""));
+              layout->side, " layout: rank ", rank.rank, ": views ", layout->TensorOf(a).name, " ",
+              FormatBox(a.box), " and ", layout->TensorOf(b).name, " ", FormatBox(b.box),
+              " overlap in buffer \"", rank.buffers[a.buffer].name, "\""));
         }
       }
     }
@@ -184,8 +183,8 @@ absl::Status CompileRank(const v1::RankLayout& r, int32_t rank_index, Layout* la
                                         "\" needs a name and a positive size"));
     }
     if (!buffer_by_name.emplace(b.name(), rank.buffers.size()).second) {
-      return Invalid(side, absl::StrCat("rank ", r.rank(), ": buffer \"", b.name(),
-                                        "\" declared twice"));
+      return Invalid(side,
+                     absl::StrCat("rank ", r.rank(), ": buffer \"", b.name(), "\" declared twice"));
     }
     declared.insert(rank.buffers.size());
     rank.buffers.push_back(BufferInfo{b.name(), b.bytes()});
@@ -203,8 +202,7 @@ absl::Status CompileRank(const v1::RankLayout& r, int32_t rank_index, Layout* la
     view.local_index = i;
     view.tensor = tensor_it->second;
     auto where = [&]() { return absl::StrCat(side, " layout: ", v.tensor(), ": rank ", r.rank()); };
-    absl::Status geometry =
-        CompileViewGeometry(v, layout->tensors[view.tensor], where, &view);
+    absl::Status geometry = CompileViewGeometry(v, layout->tensors[view.tensor], where, &view);
     if (!geometry.ok()) return geometry;
     RankInfo& rank_info = layout->ranks[rank_index];
     if (v.buffer().empty()) {

@@ -118,8 +118,8 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
     bound.seconds = std::max(bound.seconds, domain_out[d] / nics);
   }
   for (int32_t gpu = 0; gpu < cluster.num_gpus(); ++gpu) {
-    bound.seconds = std::max(
-        bound.seconds, gpu_ingress[gpu] / (bw.nic_bytes_per_s + bw.nvlink_bytes_per_s));
+    bound.seconds =
+        std::max(bound.seconds, gpu_ingress[gpu] / (bw.nic_bytes_per_s + bw.nvlink_bytes_per_s));
   }
   return bound;
 }

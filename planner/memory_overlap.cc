@@ -51,7 +51,7 @@ int64_t RegionEndByte(const StridedRegion& region) {
 bool StridesAlias(const Dims& extent, const Dims& strides) {
   std::vector<size_t> order = DimsByStrideDescending(strides);
   std::reverse(order.begin(), order.end());  // smallest stride first
-  int64_t span = 1;  // elements covered by the dims seen so far
+  int64_t span = 1;                          // elements covered by the dims seen so far
   for (size_t d : order) {
     if (extent[d] == 1) continue;
     if (strides[d] <= 0 || strides[d] < span) return true;

@@ -7,11 +7,11 @@ namespace {
 
 TEST(StridesAliasTest, RowMajorColumnMajorAndAliasing) {
   EXPECT_FALSE(StridesAlias({4, 8}, {8, 1}));
-  EXPECT_FALSE(StridesAlias({4, 8}, {1, 4}));    // column-major
-  EXPECT_FALSE(StridesAlias({4, 8}, {16, 1}));   // padded rows
-  EXPECT_TRUE(StridesAlias({4, 8}, {4, 1}));     // rows overlap
+  EXPECT_FALSE(StridesAlias({4, 8}, {1, 4}));   // column-major
+  EXPECT_FALSE(StridesAlias({4, 8}, {16, 1}));  // padded rows
+  EXPECT_TRUE(StridesAlias({4, 8}, {4, 1}));    // rows overlap
   EXPECT_TRUE(StridesAlias({4, 8}, {1, 1}));
-  EXPECT_FALSE(StridesAlias({1, 8}, {0, 1}));    // a dim of one element never aliases
+  EXPECT_FALSE(StridesAlias({1, 8}, {0, 1}));  // a dim of one element never aliases
 }
 
 TEST(MayOverlapTest, FusedGateUpRowsAreDisjoint) {

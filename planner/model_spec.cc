@@ -29,8 +29,8 @@ void Add(ModelTensors* m, std::string name, Dims shape, ShardRule rule, int64_t 
   m->tensors.push_back(ModelTensor{std::move(name), std::move(shape), rule, layer});
 }
 
-void AddRoutedExperts(ModelTensors* m, const std::string& p, int64_t experts, int64_t mi,
-                      int64_t h, int64_t layer) {
+void AddRoutedExperts(ModelTensors* m, const std::string& p, int64_t experts, int64_t mi, int64_t h,
+                      int64_t layer) {
   Add(m, p + "mlp.experts.w_gate", {experts, mi, h}, ShardRule::kExpertUp, layer);
   Add(m, p + "mlp.experts.w_up", {experts, mi, h}, ShardRule::kExpertUp, layer);
   Add(m, p + "mlp.experts.w_down", {experts, h, mi}, ShardRule::kExpertDown, layer);
@@ -64,8 +64,7 @@ absl::Status ExpandDeepseekLayers(const v1::ModelConfig& c, ModelTensors* m) {
         ShardRule::kReplicated, i);
     Add(m, p + "self_attn.kv_a_layernorm.weight", {c.kv_lora_rank()}, ShardRule::kReplicated, i);
     Add(m, p + "self_attn.kv_b_proj.weight",
-        {heads * (c.qk_nope_head_dim() + c.v_head_dim()), c.kv_lora_rank()}, ShardRule::kColumn,
-        i);
+        {heads * (c.qk_nope_head_dim() + c.v_head_dim()), c.kv_lora_rank()}, ShardRule::kColumn, i);
     Add(m, p + "self_attn.o_proj.weight", {h, heads * c.v_head_dim()}, ShardRule::kRow, i);
     if (i < c.first_k_dense_replace()) {
       const int64_t inter = c.intermediate_size();
@@ -102,8 +101,7 @@ absl::Status ExpandQwen3MoeLayers(const v1::ModelConfig& c, ModelTensors* m) {
     const std::string p = absl::StrCat("model.layers.", i, ".");
     Add(m, p + "input_layernorm.weight", {h}, ShardRule::kReplicated, i);
     Add(m, p + "post_attention_layernorm.weight", {h}, ShardRule::kReplicated, i);
-    Add(m, p + "self_attn.q_proj.weight", {c.num_attention_heads() * hd, h}, ShardRule::kColumn,
-        i);
+    Add(m, p + "self_attn.q_proj.weight", {c.num_attention_heads() * hd, h}, ShardRule::kColumn, i);
     Add(m, p + "self_attn.k_proj.weight", {m->kv_heads * hd, h}, ShardRule::kKvColumn, i);
     Add(m, p + "self_attn.v_proj.weight", {m->kv_heads * hd, h}, ShardRule::kKvColumn, i);
     Add(m, p + "self_attn.o_proj.weight", {h, c.num_attention_heads() * hd}, ShardRule::kRow, i);
@@ -233,9 +231,9 @@ absl::StatusOr<ModelTensors> ExpandModel(const v1::ModelConfig& config) {
   } else if (config.architecture() == "qwen3_moe") {
     layers = ExpandQwen3MoeLayers(config, &model);
   } else {
-    layers = absl::InvalidArgumentError(absl::StrCat(
-        "model ", config.name(), ": unknown architecture \"", config.architecture(),
-        "\" (expected deepseek_v3 or qwen3_moe)"));
+    layers = absl::InvalidArgumentError(
+        absl::StrCat("model ", config.name(), ": unknown architecture \"", config.architecture(),
+                     "\" (expected deepseek_v3 or qwen3_moe)"));
   }
   if (!layers.ok()) return layers;
   Add(&model, "model.norm.weight", {h}, ShardRule::kReplicated, -1);
@@ -253,19 +251,25 @@ absl::StatusOr<v1::ParallelConfig> ParseParallel(absl::string_view text) {
     std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(item, '=');
     int64_t value = 0;
     if (!absl::SimpleAtoi(kv.second, &value) || value <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat("parallel setting \"", text, "\": \"",
-                                                     item, "\" needs a positive integer"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("parallel setting \"", text, "\": \"", item, "\" needs a positive integer"));
     }
-    if (kv.first == "pp") parallel.set_pp(value);
-    else if (kv.first == "ep") parallel.set_ep(value);
-    else if (kv.first == "tp") parallel.set_tp(value);
-    else if (kv.first == "dp") parallel.set_dp(value);
-    else if (kv.first == "etp") parallel.set_etp(value);
-    else if (kv.first == "gpus_per_node" || kv.first == "gpus-per-node") parallel.set_gpus_per_node(value);
+    if (kv.first == "pp")
+      parallel.set_pp(value);
+    else if (kv.first == "ep")
+      parallel.set_ep(value);
+    else if (kv.first == "tp")
+      parallel.set_tp(value);
+    else if (kv.first == "dp")
+      parallel.set_dp(value);
+    else if (kv.first == "etp")
+      parallel.set_etp(value);
+    else if (kv.first == "gpus_per_node" || kv.first == "gpus-per-node")
+      parallel.set_gpus_per_node(value);
     else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "parallel setting \"", text, "\": unknown key \"", kv.first,
-          "\" (expected pp, ep, tp, dp, etp)"));
+      return absl::InvalidArgumentError(absl::StrCat("parallel setting \"", text,
+                                                     "\": unknown key \"", kv.first,
+                                                     "\" (expected pp, ep, tp, dp, etp)"));
     }
   }
   return parallel;
@@ -283,8 +287,8 @@ absl::StatusOr<v1::LayoutSpec> TrainingLayout(const ModelTensors& model,
         absl::StrCat("training layout: etp=", etp, " must divide tp=", tp));
   }
   if (pp > model.num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("training layout: pp=", pp, " exceeds the ",
-                                                   model.num_layers, " layers"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("training layout: pp=", pp, " exceeds the ", model.num_layers, " layers"));
   }
   v1::LayoutSpec spec = LayoutHeader(model);
   // Stages: contiguous layer ranges, earlier stages take the remainder.
@@ -298,9 +302,9 @@ absl::StatusOr<v1::LayoutSpec> TrainingLayout(const ModelTensors& model,
     v1::RankLayout* layout = AddRank(rank, host_prefix, gpus_per_node, &spec);
     const ShardPlace place{tp, tp_i, ep, ep_i, etp, tp_i % etp};
     for (const ModelTensor& t : model.tensors) {
-      const bool here = t.layer >= 0 ? stage_of_layer(t.layer) == pp_i
-                                     : (t.first_stage && pp_i == 0) ||
-                                           (t.last_stage && pp_i == pp - 1);
+      const bool here = t.layer >= 0
+                            ? stage_of_layer(t.layer) == pp_i
+                            : (t.first_stage && pp_i == 0) || (t.last_stage && pp_i == pp - 1);
       if (here) AddView(t, ShardBox(model, t, place), layout);
     }
   }
@@ -324,8 +328,8 @@ absl::StatusOr<v1::LayoutSpec> InferenceLayout(const ModelTensors& model,
     const int64_t tp_i = rank % tp;
     v1::RankLayout* layout = AddRank(rank, host_prefix, gpus_per_node, &spec);
     // Without EP, experts are TP-sharded inside every expert; with EP, split along dim 0.
-    const ShardPlace place = ep > 1 ? ShardPlace{tp, tp_i, ep, rank % ep, 1, 0}
-                                    : ShardPlace{tp, tp_i, 1, 0, tp, tp_i};
+    const ShardPlace place =
+        ep > 1 ? ShardPlace{tp, tp_i, ep, rank % ep, 1, 0} : ShardPlace{tp, tp_i, 1, 0, tp, tp_i};
     for (const ModelTensor& t : model.tensors) AddView(t, ShardBox(model, t, place), layout);
   }
   return spec;

@@ -29,7 +29,7 @@ struct ModelTensor {
   std::string name;
   Dims shape;
   ShardRule rule = ShardRule::kReplicated;
-  int64_t layer = -1;       // -1: not in a decoder layer
+  int64_t layer = -1;        // -1: not in a decoder layer
   bool first_stage = false;  // embed_tokens
   bool last_stage = false;   // norm, lm_head
 };

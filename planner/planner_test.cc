@@ -204,8 +204,8 @@ TEST(PlannerTest, DeterministicDigestAndCache) {
 
   PlanCache cache;
   bool from_cache = true;
-  auto first = cache.GetOrBuild(c.sources, c.destinations, DgxH100Topology(), PlanOptions(),
-                                &from_cache);
+  auto first =
+      cache.GetOrBuild(c.sources, c.destinations, DgxH100Topology(), PlanOptions(), &from_cache);
   EXPECT_FALSE(from_cache);
   auto second = cache.GetOrBuild(again.sources, again.destinations, DgxH100Topology(),
                                  PlanOptions(), &from_cache);

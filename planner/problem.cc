@@ -38,15 +38,15 @@ absl::Status MatchTensors(const Layout& sources, const Layout& destinations,
     const TensorInfo& dst = destinations.tensors[t];
     auto it = sources.tensor_by_name.find(dst.name);
     if (it == sources.tensor_by_name.end()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          dst.name, ": the destinations declare this tensor but the sources do not"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(dst.name, ": the destinations declare this tensor but the sources do not"));
     }
     const TensorInfo& src = sources.tensors[it->second];
     if (src.dtype != dst.dtype || src.shape != dst.shape) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          dst.name, ": destination dtype ", dst.dtype, " shape [",
-          absl::StrJoin(dst.shape, ", "), "] disagrees with source dtype ", src.dtype,
-          " shape [", absl::StrJoin(src.shape, ", "), "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(dst.name, ": destination dtype ", dst.dtype, " shape [",
+                       absl::StrJoin(dst.shape, ", "), "] disagrees with source dtype ", src.dtype,
+                       " shape [", absl::StrJoin(src.shape, ", "), "]"));
     }
     (*source_to_destination)[it->second] = t;
   }
@@ -86,8 +86,9 @@ void CoverBox(const PlanningProblem& problem, int32_t tensor, const Box& box,
   uncovered->insert(uncovered->end(), remaining.begin(), remaining.end());
 }
 
-absl::StatusOr<std::unique_ptr<PlanningProblem>> MakePlanningProblem(
-    const Layout& sources, const Layout& destinations, const v1::Topology& topology) {
+absl::StatusOr<std::unique_ptr<PlanningProblem>> MakePlanningProblem(const Layout& sources,
+                                                                     const Layout& destinations,
+                                                                     const v1::Topology& topology) {
   auto problem = std::make_unique<PlanningProblem>();
   problem->sources = &sources;
   problem->destinations = &destinations;
@@ -96,8 +97,8 @@ absl::StatusOr<std::unique_ptr<PlanningProblem>> MakePlanningProblem(
   if (!matched.ok()) return matched;
   problem->cluster = std::make_unique<ClusterMap>(topology, sources, destinations);
   problem->source_groups = GroupViews(sources, problem->source_to_destination_tensor);
-  problem->index = std::make_unique<OverlapIndex>(problem->source_groups,
-                                                  destinations.tensors.size());
+  problem->index =
+      std::make_unique<OverlapIndex>(problem->source_groups, destinations.tensors.size());
   std::vector<int32_t> identity(destinations.tensors.size());
   for (size_t t = 0; t < identity.size(); ++t) identity[t] = t;
   problem->destination_groups = GroupViews(destinations, identity);

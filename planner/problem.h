@@ -64,8 +64,9 @@ struct PlanningProblem {
 
 // Matches the sides (same tensors, dtypes and shapes), groups, indexes and covers. Errors
 // name the tensor, the destination rank and the box that no source covers.
-absl::StatusOr<std::unique_ptr<PlanningProblem>> MakePlanningProblem(
-    const Layout& sources, const Layout& destinations, const v1::Topology& topology);
+absl::StatusOr<std::unique_ptr<PlanningProblem>> MakePlanningProblem(const Layout& sources,
+                                                                     const Layout& destinations,
+                                                                     const v1::Topology& topology);
 
 // Splits `box` of `tensor` among the overlapping source groups, each region going to the
 // first group (in box order) that holds it. Returns what no source holds.

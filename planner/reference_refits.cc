@@ -24,10 +24,8 @@ constexpr ReferenceRow kReferenceRefits[] = {
      "published: 14.9 s gather-and-broadcast, 2.6 s Reshard on DGX H100", false},
     {"dsv3-gb200", "deepseek-v3", "pp=4,ep=16,dp=2", "tp=8,dp=16",
      "published: 1.45 s hierarchical vs 3.84 s direct (NCCL M2N, GB200 NVL72)", true},
-    {"qwen3-235b", "qwen3-235b-a22b", "tp=2,pp=4,ep=16", "tp=8,dp=8", "a second MoE family",
-     false},
-    {"mini", "dsv3-mini", "pp=2,ep=2", "tp=2,dp=2", "the demo and the CPU end-to-end tests",
-     false},
+    {"qwen3-235b", "qwen3-235b-a22b", "tp=2,pp=4,ep=16", "tp=8,dp=8", "a second MoE family", false},
+    {"mini", "dsv3-mini", "pp=2,ep=2", "tp=2,dp=2", "the demo and the CPU end-to-end tests", false},
 };
 
 // GB200 NVL72: 4 GPUs per compute tray, 18 trays per NVLink domain, NVLink 5 at 900 GB/s
@@ -59,8 +57,7 @@ std::vector<std::string> ReferenceRefitNames() {
   return names;
 }
 
-absl::StatusOr<v1::ModelConfig> ParseModelConfig(const std::string& json,
-                                                 const std::string& what) {
+absl::StatusOr<v1::ModelConfig> ParseModelConfig(const std::string& json, const std::string& what) {
   v1::ModelConfig config;
   google::protobuf::util::JsonParseOptions options;
   options.ignore_unknown_fields = true;

@@ -35,8 +35,7 @@ absl::StatusOr<v1::ModelConfig> BuiltinModelConfig(const std::string& name);
 
 // Parses a model config from its JSON text (unknown fields are ignored: they are
 // config.json numbers the layouts do not need).
-absl::StatusOr<v1::ModelConfig> ParseModelConfig(const std::string& json,
-                                                 const std::string& what);
+absl::StatusOr<v1::ModelConfig> ParseModelConfig(const std::string& json, const std::string& what);
 
 // Layouts of a model under source and destination parallel settings, on hosts named
 // "train-node-N" / "infer-node-N" ("node-N" for both when colocated).

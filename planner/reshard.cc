@@ -184,9 +184,8 @@ class ReshardPlanner {
       return arrival;
     }
     // Cross the network once: least loaded sender to least loaded receiver.
-    const int32_t sender = LeastLoaded(holders, kNicOut, [&](int32_t view) {
-      return problem_.SourceGpuOfView(view);
-    });
+    const int32_t sender =
+        LeastLoaded(holders, kNicOut, [&](int32_t view) { return problem_.SourceGpuOfView(view); });
     if (!options_.hierarchical) {
       for (int32_t member : members) {
         const int32_t t = Emit(SourceEndpoint(sender), member, piece, bytes, -1);
@@ -194,9 +193,8 @@ class ReshardPlanner {
       }
       return arrival;
     }
-    const int32_t leader = LeastLoaded(members, kNicIn, [&](int32_t view) {
-      return problem_.DestinationGpuOfView(view);
-    });
+    const int32_t leader = LeastLoaded(
+        members, kNicIn, [&](int32_t view) { return problem_.DestinationGpuOfView(view); });
     arrival.view = leader;
     arrival.transfer = Emit(SourceEndpoint(sender), leader, piece, bytes, -1);
     ForwardFrom(arrival, members, piece);
@@ -235,11 +233,11 @@ class ReshardPlanner {
     std::vector<Arrival> arrived;
     std::vector<int32_t> candidates;
     std::vector<Box> remaining, next;
-    const auto first_group = std::lower_bound(
-        problem_.destination_groups.begin(), problem_.destination_groups.end(), tensor,
-        [](const ViewGroup& g, int32_t t) { return g.tensor < t; });
-    for (auto it = first_group;
-         it != problem_.destination_groups.end() && it->tensor == tensor; ++it) {
+    const auto first_group =
+        std::lower_bound(problem_.destination_groups.begin(), problem_.destination_groups.end(),
+                         tensor, [](const ViewGroup& g, int32_t t) { return g.tensor < t; });
+    for (auto it = first_group; it != problem_.destination_groups.end() && it->tensor == tensor;
+         ++it) {
       const int32_t group = it - problem_.destination_groups.begin();
       absl::Span<const int32_t> members;
       for (const DomainMembers& run : problem_.RunsOf(group)) {
@@ -267,9 +265,8 @@ class ReshardPlanner {
         next.clear();
         for (const Box& part : remaining) {
           if (Overlaps(part, held)) {
-            const Arrival a =
-                RouteToDomain(AddPiece(tensor, Intersect(part, held)),
-                              problem_.source_groups[g].views, domain, members, true);
+            const Arrival a = RouteToDomain(AddPiece(tensor, Intersect(part, held)),
+                                            problem_.source_groups[g].views, domain, members, true);
             if (a.transfer >= 0) arrived.push_back(a);
           }
           Subtract(part, held, &next);

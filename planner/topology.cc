@@ -18,8 +18,8 @@ ClusterMap::ClusterMap(const v1::Topology& topology, const Layout& sources,
     bandwidths_.batch_latency_s = topology.batch_latency_us() * 1e-6;
   for (const v1::HostPlacement& placement : topology.hosts()) {
     if (placement.nvlink_domain().empty()) continue;
-    auto [it, inserted] = domain_by_name_.emplace(absl::StrCat("domain:", placement.nvlink_domain()),
-                                                  domain_gpus_.size());
+    auto [it, inserted] = domain_by_name_.emplace(
+        absl::StrCat("domain:", placement.nvlink_domain()), domain_gpus_.size());
     if (inserted) domain_gpus_.push_back(0);
     const int32_t domain = it->second;  // copied: the next emplace may rehash
     domain_by_name_.emplace(absl::StrCat("host:", placement.host()), domain);
@@ -31,8 +31,7 @@ ClusterMap::ClusterMap(const v1::Topology& topology, const Layout& sources,
 }
 
 int32_t ClusterMap::GpuOf(const std::string& host, int32_t device) {
-  auto [it, inserted] =
-      gpu_by_key_.emplace(absl::StrCat(host, "\n", device), gpu_domain_.size());
+  auto [it, inserted] = gpu_by_key_.emplace(absl::StrCat(host, "\n", device), gpu_domain_.size());
   if (!inserted) return it->second;
   auto [domain_it, new_domain] =
       domain_by_name_.emplace(absl::StrCat("host:", host), domain_gpus_.size());

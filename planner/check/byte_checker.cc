@@ -60,11 +60,20 @@ class Pattern {
 // memcpy / memcmp of one element, with the common widths inlined.
 inline void CopyElement(uint8_t* dst, const uint8_t* src, int bytes) {
   switch (bytes) {
-    case 1: *dst = *src; return;
-    case 2: std::memcpy(dst, src, 2); return;
-    case 4: std::memcpy(dst, src, 4); return;
-    case 8: std::memcpy(dst, src, 8); return;
-    default: std::memcpy(dst, src, bytes);
+    case 1:
+      *dst = *src;
+      return;
+    case 2:
+      std::memcpy(dst, src, 2);
+      return;
+    case 4:
+      std::memcpy(dst, src, 4);
+      return;
+    case 8:
+      std::memcpy(dst, src, 8);
+      return;
+    default:
+      std::memcpy(dst, src, bytes);
   }
 }
 
@@ -138,9 +147,9 @@ class ByteChecker {
   absl::Status Reserve(int64_t bytes) {
     allocated_ += bytes;
     if (allocated_ > max_bytes_) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "--verify=bytes needs more than ", max_bytes_,
-          " bytes of host memory for these layouts; use --verify=coverage"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("--verify=bytes needs more than ", max_bytes_,
+                       " bytes of host memory for these layouts; use --verify=coverage"));
     }
     return absl::OkStatus();
   }
@@ -191,9 +200,8 @@ class ByteChecker {
     const planner::Layout& layout = source_side ? src_ : dst_;
     std::vector<RankMemory>& memory = source_side ? src_memory_ : dst_memory_;
     const Region wanted = RegionFrom(box.offset.data(), box.extent.data(), box.rank());
-    const std::string where =
-        absl::StrCat(dst_.tensors[tensor].name, ": box ", Describe(wanted), " on ", layout.side,
-                     " rank index ", e.rank_index);
+    const std::string where = absl::StrCat(dst_.tensors[tensor].name, ": box ", Describe(wanted),
+                                           " on ", layout.side, " rank index ", e.rank_index);
     if (e.rank_index < 0 || e.rank_index >= static_cast<int32_t>(layout.ranks.size())) {
       return absl::FailedPreconditionError(absl::StrCat(where, ": no such rank"));
     }
@@ -294,11 +302,10 @@ class ByteChecker {
             if (!SameElement(base + at, expected.data(), eb)) {
               std::vector<int64_t> coord = row;
               coord.back() += i;
-              failure = absl::StrCat(tensor.name, ": destination rank ", dst_.ranks[r].rank,
-                                     " box ", planner::FormatBox(view.box), ": element [",
-                                     absl::StrJoin(coord, ", "),
-                                     base[at] == kPoison ? "] was never written"
-                                                         : "] holds the wrong value");
+              failure = absl::StrCat(
+                  tensor.name, ": destination rank ", dst_.ranks[r].rank, " box ",
+                  planner::FormatBox(view.box), ": element [", absl::StrJoin(coord, ", "),
+                  base[at] == kPoison ? "] was never written" : "] holds the wrong value");
             }
           }
         });

@@ -87,10 +87,9 @@ TEST_F(CheckersTest, RejectAForwardBeforeItsArrival) {
   }
   ASSERT_TRUE(moved) << "the plan forwards nothing";
   // Reorder so batch order holds, with the forwards first.
-  std::stable_sort(broken.transfers.begin(), broken.transfers.end(),
-                   [](const planner::Transfer& a, const planner::Transfer& b) {
-                     return a.batch < b.batch;
-                   });
+  std::stable_sort(
+      broken.transfers.begin(), broken.transfers.end(),
+      [](const planner::Transfer& a, const planner::Transfer& b) { return a.batch < b.batch; });
   std::stable_partition(broken.transfers.begin(), broken.transfers.end(),
                         [](const planner::Transfer& t) {
                           return t.src.kind == planner::EndpointKind::kDestinationView;

@@ -41,13 +41,13 @@ class CoverageChecker {
  private:
   absl::Status Fail(const std::string& what, const planner::Transfer& t, const Region* box) {
     const planner::Piece& piece = plan_.pieces[t.piece];
-    const std::string tensor = piece.tensor >= 0 &&
-                                       piece.tensor < static_cast<int32_t>(dst_.tensors.size())
-                                   ? dst_.tensors[piece.tensor].name
-                                   : "?";
-    return absl::FailedPreconditionError(absl::StrCat(
-        tensor, ": transfer to ", RankName(t.dst), " box ", box ? Describe(*box) : "?",
-        " in batch ", t.batch, ": ", what));
+    const std::string tensor =
+        piece.tensor >= 0 && piece.tensor < static_cast<int32_t>(dst_.tensors.size())
+            ? dst_.tensors[piece.tensor].name
+            : "?";
+    return absl::FailedPreconditionError(absl::StrCat(tensor, ": transfer to ", RankName(t.dst),
+                                                      " box ", box ? Describe(*box) : "?",
+                                                      " in batch ", t.batch, ": ", what));
   }
 
   std::string RankName(const planner::Endpoint& e) const {
@@ -88,8 +88,8 @@ class CoverageChecker {
     }
     const planner::Piece& piece = plan_.pieces[t.piece];
     const planner::TensorInfo& tensor = dst_.tensors[piece.tensor];
-    const Region box = RegionFrom(piece.box.offset.data(), piece.box.extent.data(),
-                                  piece.box.rank());
+    const Region box =
+        RegionFrom(piece.box.offset.data(), piece.box.extent.data(), piece.box.rank());
     Region whole;
     whole.lo.assign(tensor.shape.size(), 0);
     whole.hi.assign(tensor.shape.begin(), tensor.shape.end());
@@ -103,8 +103,8 @@ class CoverageChecker {
       case EndpointKind::kDestinationView: {
         const planner::ViewInfo* view = ViewOf(t.src, piece.tensor);
         if (view == nullptr) return Fail("reads a view of another rank or tensor", t, &box);
-        const Region held = RegionFrom(view->box.offset.data(), view->box.extent.data(),
-                                       view->box.rank());
+        const Region held =
+            RegionFrom(view->box.offset.data(), view->box.extent.data(), view->box.rank());
         if (!IsInside(box, held)) {
           return Fail(absl::StrCat("reads outside its source view ", Describe(held), " on ",
                                    RankName(t.src)),
@@ -120,8 +120,8 @@ class CoverageChecker {
       default: {
         std::vector<Written>* writes = ScratchOf(t.src, piece.tensor);
         if (writes == nullptr || !ArrivedBefore(box, *writes, t.batch)) {
-          return Fail(absl::StrCat("reads scratch of ", RankName(t.src), " before it is filled"),
-                      t, &box);
+          return Fail(absl::StrCat("reads scratch of ", RankName(t.src), " before it is filled"), t,
+                      &box);
         }
       }
     }
@@ -129,11 +129,10 @@ class CoverageChecker {
     if (t.dst.kind == EndpointKind::kDestinationView) {
       const planner::ViewInfo* view = ViewOf(t.dst, piece.tensor);
       if (view == nullptr) return Fail("writes a view of another rank or tensor", t, &box);
-      const Region held = RegionFrom(view->box.offset.data(), view->box.extent.data(),
-                                     view->box.rank());
+      const Region held =
+          RegionFrom(view->box.offset.data(), view->box.extent.data(), view->box.rank());
       if (!IsInside(box, held)) {
-        return Fail(absl::StrCat("writes outside its destination view ", Describe(held)), t,
-                    &box);
+        return Fail(absl::StrCat("writes outside its destination view ", Describe(held)), t, &box);
       }
       view_writes_[t.dst.index].push_back(Written{box, t.batch});
     } else if (t.dst.kind == EndpointKind::kSourceView) {
@@ -149,25 +148,24 @@ class CoverageChecker {
   absl::Status CheckExactlyOnce(int32_t v) {
     const planner::ViewInfo& view = dst_.views[v];
     const std::vector<Written>& writes = view_writes_[v];
-    const Region held =
-        RegionFrom(view.box.offset.data(), view.box.extent.data(), view.box.rank());
-    const std::string where = absl::StrCat(dst_.tensors[view.tensor].name, ": destination rank ",
-                                           dst_.ranks[view.rank_index].rank, " box ",
-                                           Describe(held));
+    const Region held = RegionFrom(view.box.offset.data(), view.box.extent.data(), view.box.rank());
+    const std::string where =
+        absl::StrCat(dst_.tensors[view.tensor].name, ": destination rank ",
+                     dst_.ranks[view.rank_index].rank, " box ", Describe(held));
     int64_t cells = 0;
     for (size_t i = 0; i < writes.size(); ++i) {
       cells += Cells(writes[i].region);
       for (size_t j = i + 1; j < writes.size(); ++j) {
         if (!AreDisjoint(writes[i].region, writes[j].region)) {
-          return absl::FailedPreconditionError(
-              absl::StrCat(where, ": ", Describe(writes[i].region), " and ",
-                           Describe(writes[j].region), " are both written (twice)"));
+          return absl::FailedPreconditionError(absl::StrCat(where, ": ", Describe(writes[i].region),
+                                                            " and ", Describe(writes[j].region),
+                                                            " are both written (twice)"));
         }
       }
     }
     if (cells != Cells(held)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          where, ": ", cells, " of ", Cells(held), " elements are written"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(where, ": ", cells, " of ", Cells(held), " elements are written"));
     }
     return absl::OkStatus();
   }
