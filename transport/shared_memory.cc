@@ -1,0 +1,110 @@
+#include "transport/shared_memory.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace refit::transport {
+namespace {
+
+absl::Status Errno(const std::string& name, const char* call) {
+  const int error = errno;
+  const std::string text = absl::StrCat("shared memory \"", name, "\": ", call, ": ",
+                                        std::strerror(error));
+  switch (error) {
+    case ENOENT:
+      return absl::NotFoundError(text);
+    case EEXIST:
+      return absl::AlreadyExistsError(text);
+    case EACCES:
+      return absl::PermissionDeniedError(text);
+    case ENOMEM:
+    case ENOSPC:
+      return absl::ResourceExhaustedError(text);
+    default:
+      return absl::InternalError(text);
+  }
+}
+
+absl::Status CheckName(const std::string& name) {
+  if (name.size() < 2 || name[0] != '/' || name.find('/', 1) != std::string::npos ||
+      name.size() > 255) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shared memory \"", name, "\": a name is \"/\" followed by 1 to 254 characters, no \"/\""));
+  }
+  return absl::OkStatus();
+}
+
+// Closes a descriptor when the scope ends.
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  ~FdCloser() {
+    if (fd_ >= 0) close(fd_);
+  }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SharedMemorySegment>> SharedMemorySegment::Create(
+    const std::string& name, int64_t bytes) {
+  absl::Status valid = CheckName(name);
+  if (!valid.ok()) return valid;
+  if (bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shared memory \"", name, "\": size ", bytes, " is not positive"));
+  }
+  const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+  if (fd < 0) return Errno(name, "shm_open");
+  FdCloser closer(fd);
+  if (ftruncate(fd, bytes) != 0) {
+    absl::Status status = Errno(name, "ftruncate");
+    shm_unlink(name.c_str());
+    return status;
+  }
+  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (data == MAP_FAILED) {
+    absl::Status status = Errno(name, "mmap");
+    shm_unlink(name.c_str());
+    return status;
+  }
+  return std::unique_ptr<SharedMemorySegment>(
+      new SharedMemorySegment(name, static_cast<uint8_t*>(data), bytes, /*owner=*/true));
+}
+
+absl::StatusOr<std::unique_ptr<SharedMemorySegment>> SharedMemorySegment::Open(
+    const std::string& name, int64_t min_bytes) {
+  absl::Status valid = CheckName(name);
+  if (!valid.ok()) return valid;
+  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) return Errno(name, "shm_open");
+  FdCloser closer(fd);
+  struct stat info;
+  if (fstat(fd, &info) != 0) return Errno(name, "fstat");
+  if (info.st_size < min_bytes || info.st_size == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("shared memory \"", name, "\" holds ",
+                                                   info.st_size, " bytes, fewer than the ",
+                                                   min_bytes, " its views need"));
+  }
+  void* data = mmap(nullptr, info.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (data == MAP_FAILED) return Errno(name, "mmap");
+  return std::unique_ptr<SharedMemorySegment>(new SharedMemorySegment(
+      name, static_cast<uint8_t*>(data), info.st_size, /*owner=*/false));
+}
+
+SharedMemorySegment::~SharedMemorySegment() {
+  munmap(data_, bytes_);
+  if (owner_) shm_unlink(name_.c_str());
+}
+
+}  // namespace refit::transport

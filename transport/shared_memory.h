@@ -1,0 +1,45 @@
+// POSIX shared-memory segments, mapped for the lifetime of the object. Ranks create the
+// segments that hold their host weights; refitd opens them by name. The creator unlinks
+// the name when it goes away; an opener only unmaps.
+#ifndef REFIT_TRANSPORT_SHARED_MEMORY_H_
+#define REFIT_TRANSPORT_SHARED_MEMORY_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace refit::transport {
+
+class SharedMemorySegment {
+ public:
+  // Creates a new segment of `bytes` (zero-filled); fails if the name exists.
+  static absl::StatusOr<std::unique_ptr<SharedMemorySegment>> Create(const std::string& name,
+                                                                     int64_t bytes);
+  // Maps an existing segment; fails unless it holds at least `min_bytes`.
+  static absl::StatusOr<std::unique_ptr<SharedMemorySegment>> Open(const std::string& name,
+                                                                   int64_t min_bytes);
+
+  ~SharedMemorySegment();
+  SharedMemorySegment(const SharedMemorySegment&) = delete;
+  SharedMemorySegment& operator=(const SharedMemorySegment&) = delete;
+
+  const std::string& name() const { return name_; }
+  uint8_t* data() const { return data_; }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  SharedMemorySegment(std::string name, uint8_t* data, int64_t bytes, bool owner)
+      : name_(std::move(name)), data_(data), bytes_(bytes), owner_(owner) {}
+
+  std::string name_;
+  uint8_t* data_;
+  int64_t bytes_;
+  bool owner_;
+};
+
+}  // namespace refit::transport
+
+#endif  // REFIT_TRANSPORT_SHARED_MEMORY_H_

@@ -1,0 +1,53 @@
+#include "transport/shared_memory.h"
+
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace refit::transport {
+namespace {
+
+std::string UniqueName(const char* what) {
+  return absl::StrCat("/refit-test-", what, "-", getpid());
+}
+
+TEST(SharedMemoryTest, CreatorAndOpenerShareBytes) {
+  const std::string name = UniqueName("share");
+  auto created = SharedMemorySegment::Create(name, 4096);
+  ASSERT_TRUE(created.ok()) << created.status();
+  std::memcpy((*created)->data() + 100, "weights", 7);
+  auto opened = SharedMemorySegment::Open(name, 4096);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(std::memcmp((*opened)->data() + 100, "weights", 7), 0);
+  (*opened)->data()[0] = 42;
+  EXPECT_EQ((*created)->data()[0], 42);
+}
+
+TEST(SharedMemoryTest, CreatorUnlinksOnDestruction) {
+  const std::string name = UniqueName("unlink");
+  { ASSERT_TRUE(SharedMemorySegment::Create(name, 64).ok()); }
+  auto reopened = SharedMemorySegment::Open(name, 1);
+  EXPECT_EQ(reopened.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(reopened.status().message().find(name), std::string::npos);
+}
+
+TEST(SharedMemoryTest, ErrorsNameTheSegmentAndTheReason) {
+  const std::string name = UniqueName("errors");
+  auto created = SharedMemorySegment::Create(name, 128);
+  ASSERT_TRUE(created.ok());
+  EXPECT_EQ(SharedMemorySegment::Create(name, 128).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  auto too_small = SharedMemorySegment::Open(name, 4096);
+  EXPECT_EQ(too_small.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_small.status().message().find("fewer than the 4096"), std::string::npos);
+  EXPECT_EQ(SharedMemorySegment::Create("no-slash", 8).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SharedMemorySegment::Create(UniqueName("zero"), 0).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace refit::transport

@@ -1,0 +1,91 @@
+#include "transport/strided_copy.h"
+
+#include <cstring>
+
+namespace refit::transport {
+namespace {
+
+// The box after merging every dim into the one inside it where both sides are contiguous
+// across the boundary; dims of one element are dropped.
+struct Collapsed {
+  Dims extent, src, dst;
+};
+
+Collapsed Collapse(const Dims& extent, const Dims& src_strides, const Dims& dst_strides) {
+  Collapsed c;
+  for (size_t d = 0; d < extent.size(); ++d) {
+    if (extent[d] == 1) continue;
+    if (!c.extent.empty() && c.src.back() == src_strides[d] * extent[d] &&
+        c.dst.back() == dst_strides[d] * extent[d]) {
+      c.extent.back() *= extent[d];
+      c.src.back() = src_strides[d];
+      c.dst.back() = dst_strides[d];
+      continue;
+    }
+    c.extent.push_back(extent[d]);
+    c.src.push_back(src_strides[d]);
+    c.dst.push_back(dst_strides[d]);
+  }
+  if (c.extent.empty()) {  // a single element
+    c.extent.push_back(1);
+    c.src.push_back(1);
+    c.dst.push_back(1);
+  }
+  return c;
+}
+
+}  // namespace
+
+Dims RowMajorStrides(const Dims& extent) {
+  Dims strides(extent.size(), 1);
+  for (size_t d = extent.size(); d-- > 1;) strides[d - 1] = strides[d] * extent[d];
+  return strides;
+}
+
+int64_t CountRuns(const Dims& extent, const Dims& src_strides, const Dims& dst_strides) {
+  const Collapsed c = Collapse(extent, src_strides, dst_strides);
+  const size_t inner = c.extent.size() - 1;
+  const bool contiguous = c.src[inner] == 1 && c.dst[inner] == 1;
+  int64_t runs = contiguous ? 1 : c.extent[inner];
+  for (size_t d = 0; d < inner; ++d) runs *= c.extent[d];
+  return runs;
+}
+
+void CopyBox(const Dims& extent, int element_bytes, const StridedRef& src, const StridedRef& dst) {
+  for (int64_t e : extent) {
+    if (e <= 0) return;
+  }
+  const Collapsed c = Collapse(extent, src.strides, dst.strides);
+  const size_t rank = c.extent.size();
+  const size_t inner = rank - 1;
+  const bool contiguous = c.src[inner] == 1 && c.dst[inner] == 1;
+  const int64_t run_bytes = contiguous ? c.extent[inner] * element_bytes : element_bytes;
+  const int64_t src_step = c.src[inner] * element_bytes, dst_step = c.dst[inner] * element_bytes;
+  Dims index(rank, 0);
+  while (true) {
+    int64_t src_offset = 0, dst_offset = 0;
+    for (size_t d = 0; d < inner; ++d) {
+      src_offset += index[d] * c.src[d];
+      dst_offset += index[d] * c.dst[d];
+    }
+    const uint8_t* from = src.base + src_offset * element_bytes;
+    uint8_t* to = dst.base + dst_offset * element_bytes;
+    if (contiguous) {
+      std::memcpy(to, from, run_bytes);
+    } else {
+      for (int64_t i = 0; i < c.extent[inner]; ++i, from += src_step, to += dst_step) {
+        std::memcpy(to, from, element_bytes);
+      }
+    }
+    // Next row: advance the outer dims like an odometer.
+    size_t d = inner;
+    while (true) {
+      if (d == 0) return;
+      --d;
+      if (++index[d] < c.extent[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+}  // namespace refit::transport

@@ -1,0 +1,33 @@
+// Copies a box of elements between two strided memory regions, as few contiguous runs as
+// the strides allow (dims that are contiguous on both sides are merged; a contiguous inner
+// run is one memcpy). Packing into and unpacking from a dense staging buffer are the same
+// copy with row-major strides on one side.
+#ifndef REFIT_TRANSPORT_STRIDED_COPY_H_
+#define REFIT_TRANSPORT_STRIDED_COPY_H_
+
+#include <cstdint>
+
+#include "absl/container/inlined_vector.h"
+
+namespace refit::transport {
+
+using Dims = absl::InlinedVector<int64_t, 4>;
+
+// The first element of a box in memory and the element strides of its dims.
+struct StridedRef {
+  uint8_t* base = nullptr;
+  Dims strides;
+};
+
+// Element strides of a dense row-major array of `extent`.
+Dims RowMajorStrides(const Dims& extent);
+
+// Copies `extent` elements of `element_bytes` from `src` to `dst`.
+void CopyBox(const Dims& extent, int element_bytes, const StridedRef& src, const StridedRef& dst);
+
+// Number of contiguous runs CopyBox issues for these strides (1 for dense boxes).
+int64_t CountRuns(const Dims& extent, const Dims& src_strides, const Dims& dst_strides);
+
+}  // namespace refit::transport
+
+#endif  // REFIT_TRANSPORT_STRIDED_COPY_H_

@@ -1,0 +1,78 @@
+#include "transport/strided_copy.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace refit::transport {
+namespace {
+
+// Non-aliasing strides for `extent`: dims laid out in a random order, with random padding.
+Dims RandomStrides(std::mt19937& rng, const Dims& extent) {
+  std::vector<size_t> order(extent.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::shuffle(order.begin(), order.end(), rng);
+  Dims strides(extent.size());
+  int64_t span = 1;
+  for (size_t d : order) {
+    strides[d] = span;
+    span = span * extent[d] + (rng() % 3 == 0 ? rng() % 3 : 0);
+  }
+  return strides;
+}
+
+int64_t Span(const Dims& extent, const Dims& strides) {
+  int64_t last = 0;
+  for (size_t d = 0; d < extent.size(); ++d) last += (extent[d] - 1) * strides[d];
+  return last + 1;
+}
+
+// Byte-by-byte reference of the same copy.
+void ReferenceCopy(const Dims& extent, int eb, const uint8_t* src, const Dims& ss, uint8_t* dst,
+                   const Dims& ds) {
+  Dims index(extent.size(), 0);
+  int64_t total = 1;
+  for (int64_t e : extent) total *= e;
+  for (int64_t n = 0; n < total; ++n) {
+    int64_t s = 0, t = 0, rest = n;
+    for (size_t d = extent.size(); d-- > 0;) {
+      const int64_t i = rest % extent[d];
+      rest /= extent[d];
+      s += i * ss[d];
+      t += i * ds[d];
+    }
+    for (int b = 0; b < eb; ++b) dst[t * eb + b] = src[s * eb + b];
+  }
+}
+
+TEST(StridedCopyTest, MatchesTheByteByByteReference) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const size_t rank = 1 + rng() % 4;
+    Dims extent;
+    for (size_t d = 0; d < rank; ++d) extent.push_back(1 + rng() % 6);
+    const int eb = 1 << (rng() % 4);
+    const Dims ss = trial % 3 == 0 ? RowMajorStrides(extent) : RandomStrides(rng, extent);
+    const Dims ds = trial % 5 == 0 ? RowMajorStrides(extent) : RandomStrides(rng, extent);
+    std::vector<uint8_t> src(Span(extent, ss) * eb);
+    for (auto& b : src) b = rng();
+    std::vector<uint8_t> got(Span(extent, ds) * eb, 0xEE), want = got;
+    CopyBox(extent, eb, StridedRef{src.data(), ss}, StridedRef{got.data(), ds});
+    ReferenceCopy(extent, eb, src.data(), ss, want.data(), ds);
+    ASSERT_EQ(got, want) << "trial " << trial;
+  }
+}
+
+TEST(StridedCopyTest, DenseBoxesAreOneRunAndColumnsAreMany) {
+  EXPECT_EQ(CountRuns({4, 8, 16}, RowMajorStrides({4, 8, 16}), RowMajorStrides({4, 8, 16})), 1);
+  // Rows of a [4, 8] window inside a [4, 32] matrix: one run per row.
+  EXPECT_EQ(CountRuns({4, 8}, {32, 1}, {8, 1}), 4);
+  // A column-major source: every element on its own.
+  EXPECT_EQ(CountRuns({4, 8}, {1, 4}, {8, 1}), 32);
+}
+
+}  // namespace
+}  // namespace refit::transport
