@@ -9,8 +9,10 @@ v1::EndpointKind KindToProto(EndpointKind kind) {
       return v1::ENDPOINT_SOURCE_VIEW;
     case EndpointKind::kDestinationView:
       return v1::ENDPOINT_DESTINATION_VIEW;
+    case EndpointKind::kSourceScratch:
+      return v1::ENDPOINT_SOURCE_SCRATCH;
     default:
-      return v1::ENDPOINT_SCRATCH;
+      return v1::ENDPOINT_DESTINATION_SCRATCH;
   }
 }
 

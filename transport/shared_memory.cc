@@ -16,8 +16,8 @@ namespace {
 
 absl::Status Errno(const std::string& name, const char* call) {
   const int error = errno;
-  const std::string text = absl::StrCat("shared memory \"", name, "\": ", call, ": ",
-                                        std::strerror(error));
+  const std::string text =
+      absl::StrCat("shared memory \"", name, "\": ", call, ": ", std::strerror(error));
   switch (error) {
     case ENOENT:
       return absl::NotFoundError(text);
@@ -98,8 +98,8 @@ absl::StatusOr<std::unique_ptr<SharedMemorySegment>> SharedMemorySegment::Open(
   }
   void* data = mmap(nullptr, info.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) return Errno(name, "mmap");
-  return std::unique_ptr<SharedMemorySegment>(new SharedMemorySegment(
-      name, static_cast<uint8_t*>(data), info.st_size, /*owner=*/false));
+  return std::unique_ptr<SharedMemorySegment>(
+      new SharedMemorySegment(name, static_cast<uint8_t*>(data), info.st_size, /*owner=*/false));
 }
 
 SharedMemorySegment::~SharedMemorySegment() {

@@ -1,0 +1,113 @@
+#include "transport/buffer_map.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace refit::transport {
+namespace {
+
+std::string RankName(v1::Role role, int64_t rank) {
+  return absl::StrCat(role == v1::ROLE_SOURCE ? "source" : "destination", " rank ", rank);
+}
+
+}  // namespace
+
+absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout) {
+  const std::string who = RankName(role, layout.rank());
+  if (ranks_.count({role, layout.rank()})) {
+    return absl::AlreadyExistsError(absl::StrCat(who, " is already registered"));
+  }
+  RankMemory memory;
+  absl::flat_hash_map<std::string, int> segment_of;
+  for (const v1::BufferSpec& buffer : layout.buffers()) {
+    if (buffer.shm_name().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": buffer \"", buffer.name(), "\" has no shared-memory name"));
+    }
+    absl::StatusOr<std::unique_ptr<SharedMemorySegment>> segment =
+        SharedMemorySegment::Open(buffer.shm_name(), buffer.bytes());
+    if (!segment.ok()) {
+      return absl::Status(
+          segment.status().code(),
+          absl::StrCat(who, ": buffer \"", buffer.name(), "\": ", segment.status().message()));
+    }
+    segment_of[buffer.name()] = memory.segments.size();
+    memory.segments.push_back(std::move(*segment));
+  }
+  for (int i = 0; i < layout.views_size(); ++i) {
+    const v1::ShardView& v = layout.views(i);
+    const std::string where = absl::StrCat(who, ": view ", i, " (", v.tensor(), ")");
+    auto tensor = tensors_.find(v.tensor());
+    if (tensor == tensors_.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": unknown tensor"));
+    }
+    const size_t dims = tensor->second.shape.size();
+    if (static_cast<size_t>(v.offset_size()) != dims ||
+        static_cast<size_t>(v.extent_size()) != dims ||
+        (v.strides_size() != 0 && static_cast<size_t>(v.strides_size()) != dims)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": needs ", dims, " dims"));
+    }
+    auto segment = segment_of.find(v.buffer());
+    if (segment == segment_of.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": buffer \"", v.buffer(), "\" is not registered"));
+    }
+    MappedView view;
+    view.tensor = v.tensor();
+    view.offset.assign(v.offset().begin(), v.offset().end());
+    view.extent.assign(v.extent().begin(), v.extent().end());
+    view.strides = v.strides().empty() ? RowMajorStrides(view.extent)
+                                       : Dims(v.strides().begin(), v.strides().end());
+    view.element_bytes = tensor->second.element_bytes;
+    // Last byte touched, checked against the mapped size.
+    int64_t last = 0;
+    for (size_t d = 0; d < dims; ++d) {
+      if (view.extent[d] <= 0 || view.strides[d] <= 0 || view.offset[d] < 0 ||
+          view.offset[d] + view.extent[d] > tensor->second.shape[d]) {
+        return absl::InvalidArgumentError(absl::StrCat(where, ": bad box or strides"));
+      }
+      last += (view.extent[d] - 1) * view.strides[d];
+    }
+    const SharedMemorySegment& mapped = *memory.segments[segment->second];
+    const int64_t end = v.byte_offset() + (last + 1) * view.element_bytes;
+    if (v.byte_offset() < 0 || end > mapped.bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ends at byte ", end,
+                                                     ", outside buffer \"", v.buffer(), "\" of ",
+                                                     mapped.bytes(), " bytes"));
+    }
+    view.base = mapped.data() + v.byte_offset();
+    memory.views.push_back(std::move(view));
+  }
+  ranks_.emplace(std::make_pair(static_cast<int>(role), layout.rank()), std::move(memory));
+  return absl::OkStatus();
+}
+
+void BufferMap::RemoveRank(v1::Role role, int64_t rank) { ranks_.erase({role, rank}); }
+
+absl::StatusOr<StridedRef> BufferMap::Locate(v1::Role role, int64_t rank, int32_t view,
+                                             const std::string& tensor, const Dims& offset,
+                                             const Dims& extent) const {
+  auto it = ranks_.find({role, rank});
+  if (it == ranks_.end()) {
+    return absl::NotFoundError(absl::StrCat(RankName(role, rank), " is not registered here"));
+  }
+  if (view < 0 || view >= static_cast<int32_t>(it->second.views.size())) {
+    return absl::NotFoundError(absl::StrCat(RankName(role, rank), " has no view ", view));
+  }
+  const MappedView& v = it->second.views[view];
+  if (v.tensor != tensor || offset.size() != v.offset.size() || extent.size() != v.offset.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(RankName(role, rank), ": view ", view, " holds ", v.tensor, ", not ", tensor));
+  }
+  int64_t element = 0;
+  for (size_t d = 0; d < offset.size(); ++d) {
+    if (offset[d] < v.offset[d] || offset[d] + extent[d] > v.offset[d] + v.extent[d]) {
+      return absl::OutOfRangeError(
+          absl::StrCat(RankName(role, rank), ": ", tensor, " box leaves view ", view));
+    }
+    element += (offset[d] - v.offset[d]) * v.strides[d];
+  }
+  return StridedRef{v.base + element * v.element_bytes, v.strides};
+}
+
+}  // namespace refit::transport

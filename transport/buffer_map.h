@@ -1,0 +1,68 @@
+// The memory of the ranks one refitd serves: each registered rank's buffers (mapped
+// shared-memory segments) and its views inside them, bounds-checked at registration so
+// that no transfer can read or write outside a buffer.
+#ifndef REFIT_TRANSPORT_BUFFER_MAP_H_
+#define REFIT_TRANSPORT_BUFFER_MAP_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "proto/refit.pb.h"
+#include "transport/shared_memory.h"
+#include "transport/strided_copy.h"
+
+namespace refit::transport {
+
+struct TensorShape {
+  int element_bytes = 0;
+  Dims shape;
+};
+// Tensor name -> element size and global shape, as the layouts declare them.
+using TensorTable = absl::flat_hash_map<std::string, TensorShape>;
+
+// One view of a registered rank, resolved to memory.
+struct MappedView {
+  std::string tensor;
+  Dims offset;
+  Dims extent;
+  Dims strides;  // elements
+  int element_bytes = 0;
+  uint8_t* base = nullptr;  // the view's first element
+};
+
+class BufferMap {
+ public:
+  explicit BufferMap(TensorTable tensors) : tensors_(std::move(tensors)) {}
+
+  // Maps the rank's buffers (every view names a declared buffer with a shared-memory
+  // name) and checks each view fits its buffer. Errors name the rank, view and buffer.
+  absl::Status AddRank(v1::Role role, const v1::RankLayout& layout);
+  void RemoveRank(v1::Role role, int64_t rank);
+
+  // Memory of the box [offset, offset + extent) of view `view` of a rank; an error when
+  // the rank or view is unknown, the tensor differs, or the box leaves the view.
+  absl::StatusOr<StridedRef> Locate(v1::Role role, int64_t rank, int32_t view,
+                                    const std::string& tensor, const Dims& offset,
+                                    const Dims& extent) const;
+
+  const TensorTable& tensors() const { return tensors_; }
+
+ private:
+  struct RankMemory {
+    std::vector<std::unique_ptr<SharedMemorySegment>> segments;
+    std::vector<MappedView> views;
+  };
+
+  TensorTable tensors_;
+  std::map<std::pair<int, int64_t>, RankMemory> ranks_;  // (role, rank)
+};
+
+}  // namespace refit::transport
+
+#endif  // REFIT_TRANSPORT_BUFFER_MAP_H_

@@ -1,0 +1,29 @@
+// The `local` backend: runs a plan whose endpoints all live in one refitd's BufferMap,
+// copying straight between the mapped buffers (no staging copy), batch by batch and in
+// list order inside a batch. Scratch endpoints (gather_broadcast) get dense full-tensor
+// buffers for the length of the run.
+#ifndef REFIT_TRANSPORT_LOCAL_EXECUTOR_H_
+#define REFIT_TRANSPORT_LOCAL_EXECUTOR_H_
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "proto/refit.pb.h"
+#include "transport/buffer_map.h"
+
+namespace refit::transport {
+
+struct ExecutionStats {
+  int64_t transfers = 0;
+  int64_t bytes = 0;
+  int64_t runs = 0;  // contiguous memcpy runs issued
+  int64_t bytes_by_route[v1::Route_ARRAYSIZE] = {};
+};
+
+// Executes `plan`. Fails, naming the transfer, when an endpoint is not registered here or
+// a box leaves its view; transfers before the failing one have run.
+absl::StatusOr<ExecutionStats> ExecuteLocally(const v1::Plan& plan, const BufferMap& buffers);
+
+}  // namespace refit::transport
+
+#endif  // REFIT_TRANSPORT_LOCAL_EXECUTOR_H_
