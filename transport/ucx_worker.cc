@@ -1,0 +1,139 @@
+#include "transport/ucx_worker.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace refit::transport {
+
+absl::Status UcxStatus(ucs_status_t status, const char* call) {
+  if (status == UCS_OK) return absl::OkStatus();
+  const std::string text = absl::StrCat(call, ": ", ucs_status_string(status));
+  switch (status) {
+    case UCS_ERR_CANCELED:
+      return absl::CancelledError(text);
+    case UCS_ERR_TIMED_OUT:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+      return absl::DeadlineExceededError(text);
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_NOT_CONNECTED:
+    case UCS_ERR_REJECTED:
+      return absl::UnavailableError(text);
+    case UCS_ERR_MESSAGE_TRUNCATED:
+      return absl::OutOfRangeError(text);
+    case UCS_ERR_NO_MEMORY:
+      return absl::ResourceExhaustedError(text);
+    default:
+      return absl::InternalError(text);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const std::string& name) {
+  ucp_config_t* config = nullptr;
+  absl::Status status = UcxStatus(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
+  if (!status.ok()) return status;
+  ucp_params_t params = {};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_TAG;
+  params.name = name.c_str();
+  ucp_context_h context = nullptr;
+  status = UcxStatus(ucp_init(&params, config, &context), "ucp_init");
+  ucp_config_release(config);
+  if (!status.ok()) return status;
+
+  ucp_worker_params_t worker_params = {};
+  worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucp_worker_h worker = nullptr;
+  status = UcxStatus(ucp_worker_create(context, &worker_params, &worker), "ucp_worker_create");
+  if (!status.ok()) {
+    ucp_cleanup(context);
+    return status;
+  }
+  ucp_address_t* address = nullptr;
+  size_t length = 0;
+  status = UcxStatus(ucp_worker_get_address(worker, &address, &length), "ucp_worker_get_address");
+  if (!status.ok()) {
+    ucp_worker_destroy(worker);
+    ucp_cleanup(context);
+    return status;
+  }
+  std::string bytes(reinterpret_cast<const char*>(address), length);
+  ucp_worker_release_address(worker, address);
+  return std::unique_ptr<UcxWorker>(new UcxWorker(context, worker, std::move(bytes)));
+}
+
+UcxWorker::~UcxWorker() {
+  ucp_worker_destroy(worker_);
+  ucp_cleanup(context_);
+}
+
+absl::Status UcxWorker::Wait(void* request, absl::Time deadline, const char* what) {
+  if (request == nullptr) return absl::OkStatus();
+  if (UCS_PTR_IS_ERR(request)) return UcxStatus(UCS_PTR_STATUS(request), what);
+  ucs_status_t status;
+  while ((status = ucp_request_check_status(request)) == UCS_INPROGRESS) {
+    ucp_worker_progress(worker_);
+    if (absl::Now() > deadline) {
+      ucp_request_cancel(worker_, request);
+      while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+      ucp_request_free(request);
+      return absl::DeadlineExceededError(absl::StrCat(what, ": deadline passed"));
+    }
+  }
+  ucp_request_free(request);
+  return UcxStatus(status, what);
+}
+
+absl::StatusOr<std::unique_ptr<UcxEndpoint>> UcxWorker::Connect(const std::string& peer_address) {
+  if (peer_address.empty()) return absl::InvalidArgumentError("empty UCX worker address");
+  ucp_ep_params_t params = {};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  params.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  ucp_ep_h endpoint = nullptr;
+  absl::Status status = UcxStatus(ucp_ep_create(worker_, &params, &endpoint), "ucp_ep_create");
+  if (!status.ok()) return status;
+  return std::unique_ptr<UcxEndpoint>(new UcxEndpoint(this, endpoint));
+}
+
+absl::StatusOr<size_t> UcxWorker::Receive(uint64_t tag, void* buffer, size_t capacity,
+                                          absl::Time deadline) {
+  // Always get a request (no immediate completion), so the length comes one way.
+  ucp_request_param_t params = {};
+  params.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  void* request = ucp_tag_recv_nbx(worker_, buffer, capacity, tag, ~uint64_t{0}, &params);
+  if (UCS_PTR_IS_ERR(request)) return UcxStatus(UCS_PTR_STATUS(request), "ucp_tag_recv_nbx");
+  ucp_tag_recv_info_t info = {};
+  ucs_status_t status;
+  while ((status = ucp_tag_recv_request_test(request, &info)) == UCS_INPROGRESS) {
+    ucp_worker_progress(worker_);
+    if (absl::Now() > deadline) {
+      ucp_request_cancel(worker_, request);
+      while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+      ucp_request_free(request);
+      return absl::DeadlineExceededError(
+          absl::StrCat("receive of UCX message tag ", tag, ": deadline passed"));
+    }
+  }
+  ucp_request_free(request);
+  absl::Status result = UcxStatus(status, "ucp_tag_recv_nbx");
+  if (!result.ok()) return result;
+  return info.length;
+}
+
+UcxEndpoint::~UcxEndpoint() {
+  ucp_request_param_t params = {};
+  params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  params.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  void* request = ucp_ep_close_nbx(endpoint_, &params);
+  worker_->Wait(request, absl::Now() + absl::Seconds(5), "ucp_ep_close_nbx").IgnoreError();
+}
+
+absl::Status UcxEndpoint::Send(uint64_t tag, const void* data, size_t bytes, absl::Time deadline) {
+  ucp_request_param_t params = {};
+  void* request = ucp_tag_send_nbx(endpoint_, data, bytes, tag, &params);
+  return worker_->Wait(request, deadline, "ucp_tag_send_nbx");
+}
+
+}  // namespace refit::transport
