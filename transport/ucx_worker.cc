@@ -68,21 +68,60 @@ UcxWorker::~UcxWorker() {
   ucp_cleanup(context_);
 }
 
-absl::Status UcxWorker::Wait(void* request, absl::Time deadline, const char* what) {
-  if (request == nullptr) return absl::OkStatus();
-  if (UCS_PTR_IS_ERR(request)) return UcxStatus(UCS_PTR_STATUS(request), what);
-  ucs_status_t status;
-  while ((status = ucp_request_check_status(request)) == UCS_INPROGRESS) {
+absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl::Time deadline) {
+  absl::Status result;
+  auto status_of = [](const PendingOperation& op, ucp_tag_recv_info_t* info) {
+    return op.receive ? ucp_tag_recv_request_test(op.request, info)
+                      : ucp_request_check_status(op.request);
+  };
+  size_t pending = 0;
+  for (const PendingOperation& op : *operations) pending += op.request != nullptr;
+  while (pending > 0) {
     ucp_worker_progress(worker_);
-    if (absl::Now() > deadline) {
-      ucp_request_cancel(worker_, request);
-      while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker_);
-      ucp_request_free(request);
-      return absl::DeadlineExceededError(absl::StrCat(what, ": deadline passed"));
+    for (PendingOperation& op : *operations) {
+      if (op.request == nullptr) continue;
+      ucp_tag_recv_info_t info = {};
+      const ucs_status_t status = status_of(op, &info);
+      if (status == UCS_INPROGRESS) continue;
+      if (op.receive) op.length = info.length;
+      ucp_request_free(op.request);
+      op.request = nullptr;
+      --pending;
+      if (result.ok()) result = UcxStatus(status, op.what.c_str());
+    }
+    if (pending > 0 && (!result.ok() || absl::Now() > deadline)) {
+      if (result.ok()) {
+        result = absl::DeadlineExceededError(
+            absl::StrCat(pending, " UCX operations unfinished at the deadline, first: ", [&]() {
+              for (const PendingOperation& op : *operations) {
+                if (op.request != nullptr) return op.what;
+              }
+              return std::string();
+            }()));
+      }
+      for (PendingOperation& op : *operations) {
+        if (op.request == nullptr) continue;
+        ucp_request_cancel(worker_, op.request);
+        while (ucp_request_check_status(op.request) == UCS_INPROGRESS) {
+          ucp_worker_progress(worker_);
+        }
+        ucp_request_free(op.request);
+        op.request = nullptr;
+      }
+      pending = 0;
     }
   }
-  ucp_request_free(request);
-  return UcxStatus(status, what);
+  return result;
+}
+
+absl::StatusOr<PendingOperation> UcxWorker::PostReceive(uint64_t tag, void* buffer,
+                                                        size_t capacity) {
+  // Always get a request (no immediate completion), so the length comes one way.
+  ucp_request_param_t params = {};
+  params.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  void* request = ucp_tag_recv_nbx(worker_, buffer, capacity, tag, ~uint64_t{0}, &params);
+  if (UCS_PTR_IS_ERR(request)) return UcxStatus(UCS_PTR_STATUS(request), "ucp_tag_recv_nbx");
+  return PendingOperation{request, true, 0, absl::StrCat("receive of UCX message tag ", tag)};
 }
 
 absl::StatusOr<std::unique_ptr<UcxEndpoint>> UcxWorker::Connect(const std::string& peer_address) {
@@ -99,27 +138,12 @@ absl::StatusOr<std::unique_ptr<UcxEndpoint>> UcxWorker::Connect(const std::strin
 
 absl::StatusOr<size_t> UcxWorker::Receive(uint64_t tag, void* buffer, size_t capacity,
                                           absl::Time deadline) {
-  // Always get a request (no immediate completion), so the length comes one way.
-  ucp_request_param_t params = {};
-  params.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  void* request = ucp_tag_recv_nbx(worker_, buffer, capacity, tag, ~uint64_t{0}, &params);
-  if (UCS_PTR_IS_ERR(request)) return UcxStatus(UCS_PTR_STATUS(request), "ucp_tag_recv_nbx");
-  ucp_tag_recv_info_t info = {};
-  ucs_status_t status;
-  while ((status = ucp_tag_recv_request_test(request, &info)) == UCS_INPROGRESS) {
-    ucp_worker_progress(worker_);
-    if (absl::Now() > deadline) {
-      ucp_request_cancel(worker_, request);
-      while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker_);
-      ucp_request_free(request);
-      return absl::DeadlineExceededError(
-          absl::StrCat("receive of UCX message tag ", tag, ": deadline passed"));
-    }
-  }
-  ucp_request_free(request);
-  absl::Status result = UcxStatus(status, "ucp_tag_recv_nbx");
-  if (!result.ok()) return result;
-  return info.length;
+  absl::StatusOr<PendingOperation> posted = PostReceive(tag, buffer, capacity);
+  if (!posted.ok()) return posted.status();
+  std::vector<PendingOperation> operations = {*posted};
+  absl::Status status = WaitAll(&operations, deadline);
+  if (!status.ok()) return status;
+  return operations[0].length;
 }
 
 UcxEndpoint::~UcxEndpoint() {
@@ -127,13 +151,24 @@ UcxEndpoint::~UcxEndpoint() {
   params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   params.flags = UCP_EP_CLOSE_FLAG_FORCE;
   void* request = ucp_ep_close_nbx(endpoint_, &params);
-  worker_->Wait(request, absl::Now() + absl::Seconds(5), "ucp_ep_close_nbx").IgnoreError();
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
+  std::vector<PendingOperation> closing = {PendingOperation{request, false, 0, "ucp_ep_close_nbx"}};
+  worker_->WaitAll(&closing, absl::Now() + absl::Seconds(5)).IgnoreError();
+}
+
+absl::StatusOr<PendingOperation> UcxEndpoint::PostSend(uint64_t tag, const void* data,
+                                                       size_t bytes) {
+  ucp_request_param_t params = {};
+  void* request = ucp_tag_send_nbx(endpoint_, data, bytes, tag, &params);
+  if (UCS_PTR_IS_ERR(request)) return UcxStatus(UCS_PTR_STATUS(request), "ucp_tag_send_nbx");
+  return PendingOperation{request, false, 0, absl::StrCat("send of UCX message tag ", tag)};
 }
 
 absl::Status UcxEndpoint::Send(uint64_t tag, const void* data, size_t bytes, absl::Time deadline) {
-  ucp_request_param_t params = {};
-  void* request = ucp_tag_send_nbx(endpoint_, data, bytes, tag, &params);
-  return worker_->Wait(request, deadline, "ucp_tag_send_nbx");
+  absl::StatusOr<PendingOperation> posted = PostSend(tag, data, bytes);
+  if (!posted.ok()) return posted.status();
+  std::vector<PendingOperation> operations = {*posted};
+  return worker_->WaitAll(&operations, deadline);
 }
 
 }  // namespace refit::transport

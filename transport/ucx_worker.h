@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -20,6 +21,14 @@ namespace refit::transport {
 absl::Status UcxStatus(ucs_status_t status, const char* call);
 
 class UcxEndpoint;
+
+// A UCX operation in flight; UcxWorker::WaitAll finishes a set of them.
+struct PendingOperation {
+  void* request = nullptr;  // null: completed at once
+  bool receive = false;
+  size_t length = 0;  // bytes received, once complete
+  std::string what;   // for errors
+};
 
 class UcxWorker {
  public:
@@ -38,10 +47,12 @@ class UcxWorker {
   // DEADLINE_EXCEEDED (request cancelled) when none arrives in time.
   absl::StatusOr<size_t> Receive(uint64_t tag, void* buffer, size_t capacity, absl::Time deadline);
 
-  ucp_worker_h handle() const { return worker_; }
+  // Posts a receive of one message with exactly `tag`; finish it with WaitAll.
+  absl::StatusOr<PendingOperation> PostReceive(uint64_t tag, void* buffer, size_t capacity);
 
-  // Drives a request to completion or the deadline; frees it either way.
-  absl::Status Wait(void* request, absl::Time deadline, const char* what);
+  // Progresses until every operation completes, or cancels what is left at the deadline
+  // (or at the first failure). Every request is freed either way.
+  absl::Status WaitAll(std::vector<PendingOperation>* operations, absl::Time deadline);
 
  private:
   UcxWorker(ucp_context_h context, ucp_worker_h worker, std::string address)
@@ -60,6 +71,9 @@ class UcxEndpoint {
 
   // Sends `bytes` of `data` with `tag`; returns once the buffer may be reused.
   absl::Status Send(uint64_t tag, const void* data, size_t bytes, absl::Time deadline);
+
+  // Posts a send; `data` must stay valid until WaitAll finishes it.
+  absl::StatusOr<PendingOperation> PostSend(uint64_t tag, const void* data, size_t bytes);
 
  private:
   friend class UcxWorker;
