@@ -32,6 +32,7 @@ v1::Plan PlanToProto(const Plan& plan, const Layout& sources, const Layout& dest
   v1::Plan out;
   out.set_strategy(plan.strategy);
   out.set_digest(plan.digest);
+  out.set_ordered_batches(plan.ordered_batches);
   for (int32_t b = 0; b < plan.num_batches; ++b) out.add_batches();
   for (const Transfer& t : plan.transfers) {
     const Piece& piece = plan.pieces[t.piece];

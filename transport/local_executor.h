@@ -1,7 +1,7 @@
 // The `local` backend: runs a plan whose endpoints all live in one refitd's BufferMap,
 // copying straight between the mapped buffers (no staging copy), batch by batch and in
 // list order inside a batch. Scratch endpoints (gather_broadcast) get dense full-tensor
-// buffers for the length of the run.
+// buffers for the length of the run. (PlanExecutor with every rank on one daemon.)
 #ifndef REFIT_TRANSPORT_LOCAL_EXECUTOR_H_
 #define REFIT_TRANSPORT_LOCAL_EXECUTOR_H_
 

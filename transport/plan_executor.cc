@@ -1,0 +1,257 @@
+#include "transport/plan_executor.h"
+
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace refit::transport {
+namespace {
+
+v1::Role RoleOf(v1::EndpointKind kind) {
+  return kind == v1::ENDPOINT_SOURCE_VIEW || kind == v1::ENDPOINT_SOURCE_SCRATCH
+             ? v1::ROLE_SOURCE
+             : v1::ROLE_DESTINATION;
+}
+
+// epoch (16 bits) | ordered (1) | batch or transfer ordinal (27) | sender daemon (20).
+uint64_t MessageTag(uint32_t epoch, bool ordered, int64_t index, int32_t sender) {
+  return (uint64_t{epoch & 0xffffu} << 48) | (uint64_t{ordered} << 47) |
+         ((static_cast<uint64_t>(index) & ((uint64_t{1} << 27) - 1)) << 20) |
+         (static_cast<uint64_t>(sender) & 0xfffffu);
+}
+
+Dims OffsetOf(const v1::Transfer& t) { return Dims(t.offset().begin(), t.offset().end()); }
+Dims ExtentOf(const v1::Transfer& t) { return Dims(t.extent().begin(), t.extent().end()); }
+
+int64_t Volume(const Dims& extent) {
+  int64_t v = 1;
+  for (int64_t e : extent) v *= e;
+  return v;
+}
+
+}  // namespace
+
+absl::StatusOr<int32_t> RankPlacement::DaemonOf(v1::Role role, int64_t rank) const {
+  auto it = daemons_.find({role, rank});
+  if (it != daemons_.end()) return it->second;
+  if (default_daemon_ >= 0) return default_daemon_;
+  return absl::NotFoundError(absl::StrCat(role == v1::ROLE_SOURCE ? "source" : "destination",
+                                          " rank ", rank, " has no daemon"));
+}
+
+UcxEndpoint* PlanExecutor::PeerOf(int32_t daemon) const {
+  return daemon >= 0 && daemon < static_cast<int32_t>(peers_.size()) ? peers_[daemon] : nullptr;
+}
+
+absl::StatusOr<StridedRef> PlanExecutor::Locate(const v1::Endpoint& endpoint, const v1::Transfer& t,
+                                                ScratchArena* scratch) const {
+  const v1::Role role = RoleOf(endpoint.kind());
+  if (endpoint.kind() == v1::ENDPOINT_SOURCE_VIEW ||
+      endpoint.kind() == v1::ENDPOINT_DESTINATION_VIEW) {
+    return buffers_.Locate(role, endpoint.rank(), endpoint.view(), t.tensor(), OffsetOf(t),
+                           ExtentOf(t));
+  }
+  if (endpoint.kind() == v1::ENDPOINT_UNSPECIFIED) {
+    return absl::InvalidArgumentError("endpoint without a kind");
+  }
+  return scratch->Locate(role, endpoint.rank(), t.tensor(), OffsetOf(t), ExtentOf(t));
+}
+
+absl::Status PlanExecutor::CopyLocal(const v1::Transfer& t, ScratchArena* scratch,
+                                     ExecutionStats* stats) {
+  absl::StatusOr<StridedRef> from = Locate(t.src(), t, scratch);
+  if (!from.ok()) return from.status();
+  absl::StatusOr<StridedRef> to = Locate(t.dst(), t, scratch);
+  if (!to.ok()) return to.status();
+  const Dims extent = ExtentOf(t);
+  CopyBox(extent, buffers_.tensors().at(t.tensor()).element_bytes, *from, *to);
+  stats->runs += CountRuns(extent, from->strides, to->strides);
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int32_t batch,
+                                    uint32_t epoch, absl::Time deadline, ScratchArena* scratch,
+                                    ExecutionStats* stats) {
+  std::map<int32_t, std::vector<const v1::Transfer*>> outgoing, incoming;
+  std::vector<const v1::Transfer*> local;
+  for (const Resolved& r : transfers) {
+    if (r.src_daemon == self_ && r.dst_daemon == self_) {
+      local.push_back(r.transfer);
+    } else if (r.src_daemon == self_) {
+      outgoing[r.dst_daemon].push_back(r.transfer);
+    } else if (r.dst_daemon == self_) {
+      incoming[r.src_daemon].push_back(r.transfer);
+    }
+  }
+  auto message_bytes = [&](const std::vector<const v1::Transfer*>& list) {
+    int64_t bytes = 0;
+    for (const v1::Transfer* t : list) {
+      bytes += Volume(ExtentOf(*t)) * buffers_.tensors().at(t->tensor()).element_bytes;
+    }
+    return bytes;
+  };
+  std::vector<PendingOperation> operations;
+  std::map<int32_t, std::vector<uint8_t>> inbox, outbox;
+  auto fail = [&](const absl::Status& status) {
+    // Posted operations must not outlive their buffers: cancel them now.
+    worker_->WaitAll(&operations, absl::Now()).IgnoreError();
+    return status;
+  };
+  if (!incoming.empty() || !outgoing.empty()) {
+    if (worker_ == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("batch ", batch, " crosses daemons but this one has no UCX worker"));
+    }
+  }
+  for (const auto& [peer, list] : incoming) {
+    std::vector<uint8_t>& staging = inbox[peer];
+    staging.resize(message_bytes(list));
+    absl::StatusOr<PendingOperation> posted =
+        worker_->PostReceive(MessageTag(epoch, false, batch, peer), staging.data(), staging.size());
+    if (!posted.ok()) return fail(posted.status());
+    operations.push_back(*posted);
+  }
+  for (const auto& [peer, list] : outgoing) {
+    UcxEndpoint* endpoint = PeerOf(peer);
+    if (endpoint == nullptr) {
+      return fail(absl::FailedPreconditionError(
+          absl::StrCat("batch ", batch, ": no connection to daemon ", peer)));
+    }
+    std::vector<uint8_t>& staging = outbox[peer];
+    staging.resize(message_bytes(list));
+    uint8_t* cursor = staging.data();
+    for (const v1::Transfer* t : list) {
+      absl::StatusOr<StridedRef> from = Locate(t->src(), *t, scratch);
+      if (!from.ok()) return fail(from.status());
+      const Dims extent = ExtentOf(*t);
+      const int element_bytes = buffers_.tensors().at(t->tensor()).element_bytes;
+      CopyBox(extent, element_bytes, *from, StridedRef{cursor, RowMajorStrides(extent)});
+      stats->runs += CountRuns(extent, from->strides, RowMajorStrides(extent));
+      cursor += Volume(extent) * element_bytes;
+    }
+    absl::StatusOr<PendingOperation> posted =
+        endpoint->PostSend(MessageTag(epoch, false, batch, self_), staging.data(), staging.size());
+    if (!posted.ok()) return fail(posted.status());
+    operations.push_back(*posted);
+  }
+  for (const v1::Transfer* t : local) {
+    absl::Status copied = CopyLocal(*t, scratch, stats);
+    if (!copied.ok()) return fail(copied);
+  }
+  if (!operations.empty()) {
+    absl::Status done = worker_->WaitAll(&operations, deadline);
+    if (!done.ok()) {
+      return absl::Status(done.code(), absl::StrCat("batch ", batch, ": ", done.message()));
+    }
+  }
+  size_t op = 0;
+  for (const auto& [peer, list] : incoming) {
+    const std::vector<uint8_t>& staging = inbox[peer];
+    if (operations[op++].length != staging.size()) {
+      return absl::DataLossError(absl::StrCat("batch ", batch, ": daemon ", peer, " sent ",
+                                              operations[op - 1].length, " bytes, expected ",
+                                              staging.size()));
+    }
+    const uint8_t* cursor = staging.data();
+    for (const v1::Transfer* t : list) {
+      absl::StatusOr<StridedRef> to = Locate(t->dst(), *t, scratch);
+      if (!to.ok()) return to.status();
+      const Dims extent = ExtentOf(*t);
+      const int element_bytes = buffers_.tensors().at(t->tensor()).element_bytes;
+      CopyBox(extent, element_bytes,
+              StridedRef{const_cast<uint8_t*>(cursor), RowMajorStrides(extent)}, *to);
+      stats->runs += CountRuns(extent, RowMajorStrides(extent), to->strides);
+      cursor += Volume(extent) * element_bytes;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, int64_t first_ordinal,
+                                      uint32_t epoch, absl::Time deadline, ScratchArena* scratch,
+                                      ExecutionStats* stats) {
+  std::vector<uint8_t> staging;
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    const Resolved& r = transfers[i];
+    const v1::Transfer& t = *r.transfer;
+    const int64_t ordinal = first_ordinal + i;
+    if (r.src_daemon == self_ && r.dst_daemon == self_) {
+      absl::Status copied = CopyLocal(t, scratch, stats);
+      if (!copied.ok()) return copied;
+      continue;
+    }
+    if (r.src_daemon != self_ && r.dst_daemon != self_) continue;
+    if (worker_ == nullptr) {
+      return absl::FailedPreconditionError(
+          "the plan crosses daemons but this one has no UCX worker");
+    }
+    const Dims extent = ExtentOf(t);
+    const int element_bytes = buffers_.tensors().at(t.tensor()).element_bytes;
+    staging.resize(Volume(extent) * element_bytes);
+    const StridedRef dense{staging.data(), RowMajorStrides(extent)};
+    if (r.src_daemon == self_) {
+      UcxEndpoint* endpoint = PeerOf(r.dst_daemon);
+      if (endpoint == nullptr) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("no connection to daemon ", r.dst_daemon));
+      }
+      absl::StatusOr<StridedRef> from = Locate(t.src(), t, scratch);
+      if (!from.ok()) return from.status();
+      CopyBox(extent, element_bytes, *from, dense);
+      absl::Status sent = endpoint->Send(MessageTag(epoch, true, ordinal, self_), staging.data(),
+                                         staging.size(), deadline);
+      if (!sent.ok()) return sent;
+    } else {
+      absl::StatusOr<size_t> got = worker_->Receive(MessageTag(epoch, true, ordinal, r.src_daemon),
+                                                    staging.data(), staging.size(), deadline);
+      if (!got.ok()) return got.status();
+      absl::StatusOr<StridedRef> to = Locate(t.dst(), t, scratch);
+      if (!to.ok()) return to.status();
+      CopyBox(extent, element_bytes, dense, *to);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t epoch,
+                                                 absl::Time deadline) {
+  ScratchArena scratch(buffers_.tensors());
+  ExecutionStats stats;
+  std::vector<Resolved> resolved;
+  int64_t ordinal = 0;
+  for (int b = 0; b < plan.batches_size(); ++b) {
+    const v1::Batch& batch = plan.batches(b);
+    resolved.clear();
+    for (const v1::Transfer& t : batch.transfers()) {
+      if (!buffers_.tensors().contains(t.tensor())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("batch ", b, ": unknown tensor ", t.tensor()));
+      }
+      absl::StatusOr<int32_t> src = placement_.DaemonOf(RoleOf(t.src().kind()), t.src().rank());
+      absl::StatusOr<int32_t> dst = placement_.DaemonOf(RoleOf(t.dst().kind()), t.dst().rank());
+      if (!src.ok() || !dst.ok()) {
+        return absl::Status(
+            src.ok() ? dst.status().code() : src.status().code(),
+            absl::StrCat("batch ", b, ", ", t.tensor(), ": ",
+                         src.ok() ? dst.status().message() : src.status().message()));
+      }
+      resolved.push_back(Resolved{&t, *src, *dst});
+      if (*src == self_ || *dst == self_) {
+        ++stats.transfers;
+        stats.bytes += t.bytes();
+        stats.bytes_by_route[t.route()] += t.bytes();
+      }
+    }
+    absl::Status status = plan.ordered_batches()
+                              ? RunOrdered(resolved, ordinal, epoch, deadline, &scratch, &stats)
+                              : RunBatch(resolved, b, epoch, deadline, &scratch, &stats);
+    if (!status.ok()) {
+      return absl::Status(status.code(), absl::StrCat("epoch ", epoch, ": ", status.message()));
+    }
+    ordinal += batch.transfers_size();
+  }
+  return stats;
+}
+
+}  // namespace refit::transport

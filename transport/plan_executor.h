@@ -1,0 +1,79 @@
+// Runs one refitd's part of a plan: copies between its own ranks' buffers directly, and
+// exchanges the pieces that cross to other daemons over UCX, packed per (batch, peer) into
+// one staging message each way. All of a batch's receives and sends are posted before any
+// is waited on, so two daemons sending to each other cannot deadlock; every wait ends at
+// the deadline. Ordered plans (gather_broadcast) run transfer by transfer instead.
+#ifndef REFIT_TRANSPORT_PLAN_EXECUTOR_H_
+#define REFIT_TRANSPORT_PLAN_EXECUTOR_H_
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/refit.pb.h"
+#include "transport/buffer_map.h"
+#include "transport/local_executor.h"
+#include "transport/scratch_arena.h"
+#include "transport/ucx_worker.h"
+
+namespace refit::transport {
+
+// Which daemon (by index) serves each rank of the refit group.
+class RankPlacement {
+ public:
+  void Place(v1::Role role, int64_t rank, int32_t daemon) { daemons_[{role, rank}] = daemon; }
+  // Ranks not placed explicitly live on `daemon` (-1: an error).
+  void SetDefault(int32_t daemon) { default_daemon_ = daemon; }
+  absl::StatusOr<int32_t> DaemonOf(v1::Role role, int64_t rank) const;
+
+ private:
+  std::map<std::pair<int, int64_t>, int32_t> daemons_;
+  int32_t default_daemon_ = -1;
+};
+
+class PlanExecutor {
+ public:
+  // `peers[d]` reaches daemon d (null for this daemon, `self`); `worker` owns them and may
+  // be null when every rank is local.
+  PlanExecutor(const BufferMap& buffers, const RankPlacement& placement, int32_t self,
+               UcxWorker* worker, std::vector<UcxEndpoint*> peers)
+      : buffers_(buffers),
+        placement_(placement),
+        self_(self),
+        worker_(worker),
+        peers_(std::move(peers)) {}
+
+  // Runs this daemon's transfers of `plan`; `epoch` keeps messages of different epochs
+  // apart. Errors name the batch, the tensor and the peer.
+  absl::StatusOr<ExecutionStats> Run(const v1::Plan& plan, uint32_t epoch, absl::Time deadline);
+
+ private:
+  struct Resolved {
+    const v1::Transfer* transfer;
+    int32_t src_daemon;
+    int32_t dst_daemon;
+  };
+
+  absl::Status RunBatch(const std::vector<Resolved>& transfers, int32_t batch, uint32_t epoch,
+                        absl::Time deadline, ScratchArena* scratch, ExecutionStats* stats);
+  absl::Status RunOrdered(const std::vector<Resolved>& transfers, int64_t first_ordinal,
+                          uint32_t epoch, absl::Time deadline, ScratchArena* scratch,
+                          ExecutionStats* stats);
+  absl::StatusOr<StridedRef> Locate(const v1::Endpoint& endpoint, const v1::Transfer& t,
+                                    ScratchArena* scratch) const;
+  absl::Status CopyLocal(const v1::Transfer& t, ScratchArena* scratch, ExecutionStats* stats);
+  UcxEndpoint* PeerOf(int32_t daemon) const;
+
+  const BufferMap& buffers_;
+  const RankPlacement& placement_;
+  const int32_t self_;
+  UcxWorker* worker_;
+  std::vector<UcxEndpoint*> peers_;
+};
+
+}  // namespace refit::transport
+
+#endif  // REFIT_TRANSPORT_PLAN_EXECUTOR_H_

@@ -1,0 +1,149 @@
+// Several refitd data planes in one process (a thread and a UCX worker each, talking over
+// UCX on this machine): random layouts spread over the daemons by host, planned with both
+// strategies, executed by every daemon at once; every destination byte must arrive, and a
+// daemon whose peer never shows up fails at its deadline instead of hanging.
+#include "transport/plan_executor.h"
+
+#include <map>
+#include <random>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "planner/layout.h"
+#include "planner/plan_proto.h"
+#include "planner/planner.h"
+#include "planner/testing/layout_builder.h"
+#include "planner/topology.h"
+#include "transport/testing/backed_layouts.h"
+
+namespace refit::transport {
+namespace {
+
+// Ranks go to daemons by host, so ranks sharing a host share a daemon.
+RankPlacement PlaceByHost(const v1::LayoutSpec& sources, const v1::LayoutSpec& destinations,
+                          int32_t daemons) {
+  RankPlacement placement;
+  std::map<std::string, int32_t> daemon_of_host;
+  for (auto [spec, role] : {std::make_pair(&sources, v1::ROLE_SOURCE),
+                            std::make_pair(&destinations, v1::ROLE_DESTINATION)}) {
+    for (const v1::RankLayout& r : spec->ranks()) {
+      auto [it, inserted] = daemon_of_host.emplace(r.host(), daemon_of_host.size() % daemons);
+      placement.Place(role, r.rank(), it->second);
+    }
+  }
+  return placement;
+}
+
+struct Daemon {
+  std::unique_ptr<UcxWorker> worker;
+  std::unique_ptr<BufferMap> buffers;
+  absl::StatusOr<ExecutionStats> result = absl::UnknownError("not run");
+};
+
+// Runs `plan` on `count` daemons at once; returns each daemon's outcome.
+std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
+    const v1::Plan& plan, const v1::LayoutSpec& sources, const v1::LayoutSpec& destinations,
+    const RankPlacement& placement, int32_t count, uint32_t epoch, absl::Duration timeout,
+    int32_t missing_daemon = -1) {
+  std::vector<Daemon> daemons(count);
+  for (int32_t d = 0; d < count; ++d) {
+    auto worker = UcxWorker::Create("daemon-" + std::to_string(d));
+    EXPECT_TRUE(worker.ok()) << worker.status();
+    daemons[d].worker = std::move(*worker);
+    daemons[d].buffers = std::make_unique<BufferMap>(testing::TensorsOf(sources));
+    for (auto [spec, role] : {std::make_pair(&sources, v1::ROLE_SOURCE),
+                              std::make_pair(&destinations, v1::ROLE_DESTINATION)}) {
+      for (const v1::RankLayout& r : spec->ranks()) {
+        if (*placement.DaemonOf(role, r.rank()) == d) {
+          EXPECT_TRUE(daemons[d].buffers->AddRank(role, r).ok());
+        }
+      }
+    }
+  }
+  std::vector<std::thread> threads;
+  for (int32_t d = 0; d < count; ++d) {
+    if (d == missing_daemon) continue;
+    threads.emplace_back([&, d]() {
+      std::vector<std::unique_ptr<UcxEndpoint>> endpoints(count);
+      std::vector<UcxEndpoint*> peers(count, nullptr);
+      for (int32_t p = 0; p < count; ++p) {
+        if (p == d) continue;
+        auto endpoint = daemons[d].worker->Connect(daemons[p].worker->address());
+        ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+        endpoints[p] = std::move(*endpoint);
+        peers[p] = endpoints[p].get();
+      }
+      PlanExecutor executor(*daemons[d].buffers, placement, d, daemons[d].worker.get(), peers);
+      daemons[d].result = executor.Run(plan, epoch, absl::Now() + timeout);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  std::vector<absl::StatusOr<ExecutionStats>> results;
+  for (Daemon& d : daemons) results.push_back(d.result);
+  return results;
+}
+
+TEST(PlanExecutorTest, RandomLayoutsAcrossDaemonsArriveByteForByte) {
+  std::mt19937_64 rng(2024);
+  for (int trial = 0; trial < 24; ++trial) {
+    const refit::testing::LayoutPair pair = refit::testing::RandomLayoutPair(rng, {});
+    const int32_t count = 2 + trial % 2;
+    SCOPED_TRACE(::testing::Message()
+                 << "trial " << trial << " on " << count << " daemons: " << pair.description);
+    for (const char* strategy : {planner::kStrategyReshard, planner::kStrategyGatherBroadcast}) {
+      testing::BackedLayouts backed;
+      const v1::LayoutSpec sources = backed.Back(pair.sources, "source");
+      const v1::LayoutSpec destinations = backed.Back(pair.destinations, "destination");
+      BufferMap everything(testing::TensorsOf(sources));
+      for (const v1::RankLayout& r : sources.ranks()) {
+        ASSERT_TRUE(everything.AddRank(v1::ROLE_SOURCE, r).ok());
+        testing::FillViews(everything, v1::ROLE_SOURCE, r);
+      }
+      for (const v1::RankLayout& r : destinations.ranks()) {
+        ASSERT_TRUE(everything.AddRank(v1::ROLE_DESTINATION, r).ok());
+      }
+      planner::PlanOptions options;
+      options.strategy = strategy;
+      options.staging_budget_bytes = 4096;  // several batches
+      const planner::Layout src = *planner::CompileLayout(pair.sources, "source");
+      const planner::Layout dst = *planner::CompileLayout(pair.destinations, "destination");
+      auto plan = planner::BuildPlan(src, dst, planner::DgxH100Topology(), options);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      const RankPlacement placement = PlaceByHost(sources, destinations, count);
+      const auto results = RunOnDaemons(planner::PlanToProto(**plan, src, dst), sources,
+                                        destinations, placement, count, trial, absl::Seconds(30));
+      for (int32_t d = 0; d < count; ++d) {
+        ASSERT_TRUE(results[d].ok()) << strategy << ", daemon " << d << ": " << results[d].status();
+      }
+      for (const v1::RankLayout& r : destinations.ranks()) {
+        ASSERT_EQ(testing::WrongBytes(everything, v1::ROLE_DESTINATION, r), 0)
+            << strategy << ": destination rank " << r.rank();
+      }
+    }
+  }
+}
+
+TEST(PlanExecutorTest, AMissingPeerEndsTheEpochAtItsDeadline) {
+  refit::testing::LayoutBuilder src_builder, dst_builder;
+  src_builder.Tensor("w", {64, 64}).Rank(0, "trainer", 0).Replicated("w", {0});
+  dst_builder.Tensor("w", {64, 64}).Rank(0, "inference", 0).Replicated("w", {0});
+  testing::BackedLayouts backed;
+  const v1::LayoutSpec sources = backed.Back(src_builder.spec(), "source");
+  const v1::LayoutSpec destinations = backed.Back(dst_builder.spec(), "destination");
+  const planner::Layout src = *planner::CompileLayout(src_builder.spec(), "source");
+  const planner::Layout dst = *planner::CompileLayout(dst_builder.spec(), "destination");
+  auto plan = planner::BuildPlan(src, dst, planner::DgxH100Topology(), planner::PlanOptions());
+  ASSERT_TRUE(plan.ok());
+  const RankPlacement placement = PlaceByHost(sources, destinations, 2);
+  const absl::Time start = absl::Now();
+  // The trainer's daemon (0) never runs: the inference daemon must give up by itself.
+  const auto results = RunOnDaemons(planner::PlanToProto(**plan, src, dst), sources, destinations,
+                                    placement, 2, 7, absl::Milliseconds(300), /*missing=*/0);
+  EXPECT_EQ(results[1].status().code(), absl::StatusCode::kDeadlineExceeded) << results[1].status();
+  EXPECT_NE(results[1].status().message().find("epoch 7: batch 0"), std::string::npos)
+      << results[1].status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+}  // namespace
+}  // namespace refit::transport
