@@ -55,7 +55,7 @@ TEST(LocalExecutorTest, RandomLayoutsArriveByteForByte) {
 }
 
 TEST(BufferMapTest, RegistrationErrorsNameRankViewAndBuffer) {
-  const std::string shm = absl::StrCat("/refit-map-", getpid());
+  const std::string shm = testing::UniqueShmName("refit-map");
   auto segment = SharedMemorySegment::Create(shm, 64);
   ASSERT_TRUE(segment.ok());
   BufferMap map(TensorTable{{"w", TensorShape{4, {8, 4}}}});

@@ -6,13 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "transport/testing/backed_layouts.h"
 
 namespace refit::transport {
 namespace {
 
-std::string UniqueName(const char* what) {
-  return absl::StrCat("/refit-test-", what, "-", getpid());
-}
+std::string UniqueName(const char* what) { return testing::UniqueShmName(what); }
 
 TEST(SharedMemoryTest, CreatorAndOpenerShareBytes) {
   const std::string name = UniqueName("share");

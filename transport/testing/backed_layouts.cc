@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstring>
 #include <functional>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -47,8 +48,14 @@ void ForEachElement(const BufferMap& map, v1::Role role, const v1::RankLayout& r
 
 }  // namespace
 
+std::string UniqueShmName(const std::string& prefix) {
+  static const uint64_t process_token =
+      (uint64_t{std::random_device()()} << 32) ^ std::random_device()();
+  static std::atomic<int64_t> next{0};
+  return absl::StrCat("/", prefix, "-", absl::Hex(process_token), "-", next++);
+}
+
 v1::LayoutSpec BackedLayouts::Back(const v1::LayoutSpec& spec, const std::string& side) {
-  static std::atomic<int> next_segment{0};
   absl::StatusOr<planner::Layout> layout = planner::CompileLayout(spec, side);
   EXPECT_TRUE(layout.ok()) << layout.status();
   v1::LayoutSpec out = spec;
@@ -61,7 +68,7 @@ v1::LayoutSpec BackedLayouts::Back(const v1::LayoutSpec& spec, const std::string
       }
     }
     for (const planner::BufferInfo& buffer : layout->ranks[r].buffers) {
-      const std::string shm = absl::StrCat("/refit-test-", getpid(), "-", next_segment++);
+      const std::string shm = UniqueShmName("refit-test");
       auto segment = SharedMemorySegment::Create(shm, buffer.bytes);
       EXPECT_TRUE(segment.ok()) << segment.status();
       std::memset((*segment)->data(), 0xA5, buffer.bytes);

@@ -13,6 +13,10 @@
 
 namespace refit::transport::testing {
 
+// A shared-memory name no other process uses ("/<prefix>-<random>-<counter>"): test
+// sandboxes reuse process ids and share /dev/shm.
+std::string UniqueShmName(const std::string& prefix);
+
 class BackedLayouts {
  public:
   // Gives every buffer of `spec` a poisoned segment (views without a buffer get their
