@@ -66,6 +66,22 @@ TEST(StridedCopyTest, MatchesTheByteByByteReference) {
   }
 }
 
+// Long contiguous runs take the streaming-store path: unaligned ends and odd lengths too.
+TEST(StridedCopyTest, LongRunsAtAnyAlignment) {
+  std::mt19937 rng(5);
+  for (int64_t misalign : {0, 1, 7, 15}) {
+    const Dims extent = {3, 70001};  // rows of 70001 bytes, longer than the streaming threshold
+    const Dims src_strides = {80000, 1}, dst_strides = {70003, 1};
+    std::vector<uint8_t> src(3 * 80000);
+    for (auto& b : src) b = rng();
+    std::vector<uint8_t> got(3 * 70003 + 16, 0xEE), want = got;
+    CopyBox(extent, 1, StridedRef{src.data(), src_strides},
+            StridedRef{got.data() + misalign, dst_strides});
+    ReferenceCopy(extent, 1, src.data(), src_strides, want.data() + misalign, dst_strides);
+    EXPECT_EQ(got, want) << "misalign " << misalign;
+  }
+}
+
 TEST(StridedCopyTest, DenseBoxesAreOneRunAndColumnsAreMany) {
   EXPECT_EQ(CountRuns({4, 8, 16}, RowMajorStrides({4, 8, 16}), RowMajorStrides({4, 8, 16})), 1);
   // Rows of a [4, 8] window inside a [4, 32] matrix: one run per row.
