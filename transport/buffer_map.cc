@@ -12,6 +12,16 @@ std::string RankName(v1::Role role, int64_t rank) {
 
 }  // namespace
 
+absl::Status BufferMap::DeclareTensor(const std::string& name, const TensorShape& shape) {
+  auto [it, inserted] = tensors_.emplace(name, shape);
+  if (inserted ||
+      (it->second.element_bytes == shape.element_bytes && it->second.shape == shape.shape)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, ": declared again with a different dtype or shape"));
+}
+
 absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout) {
   const std::string who = RankName(role, layout.rank());
   if (ranks_.count({role, layout.rank()})) {

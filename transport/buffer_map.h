@@ -38,7 +38,10 @@ struct MappedView {
 
 class BufferMap {
  public:
-  explicit BufferMap(TensorTable tensors) : tensors_(std::move(tensors)) {}
+  explicit BufferMap(TensorTable tensors = {}) : tensors_(std::move(tensors)) {}
+
+  // Adds a tensor, or checks an existing one has the same element size and shape.
+  absl::Status DeclareTensor(const std::string& name, const TensorShape& shape);
 
   // Maps the rank's buffers (every view names a declared buffer with a shared-memory
   // name) and checks each view fits its buffer. Errors name the rank, view and buffer.

@@ -1,0 +1,48 @@
+#include "daemon/local_server.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace refit::daemon {
+
+absl::StatusOr<std::unique_ptr<LocalServer>> LocalServer::Start(const std::string& socket_path,
+                                                                RankRegistry* registry) {
+  if (socket_path.empty() || socket_path.size() > 100) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("socket path \"", socket_path, "\" must have 1 to 100 characters"));
+  }
+  struct stat info;
+  if (lstat(socket_path.c_str(), &info) == 0) {
+    if (!S_ISSOCK(info.st_mode)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(socket_path, " exists and is not a socket; refusing to replace it"));
+    }
+    unlink(socket_path.c_str());
+  }
+  auto server = std::unique_ptr<LocalServer>(new LocalServer(socket_path, registry));
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
+  builder.RegisterService(&server->service_);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on unix socket ", socket_path));
+  }
+  if (chmod(socket_path.c_str(), 0660) != 0) {
+    return absl::InternalError(absl::StrCat("chmod ", socket_path, ": ", std::strerror(errno)));
+  }
+  return server;
+}
+
+LocalServer::~LocalServer() {
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  unlink(socket_path_.c_str());
+}
+
+}  // namespace refit::daemon

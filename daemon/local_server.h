@@ -1,0 +1,37 @@
+// Serves the LocalDaemon API on a unix socket; stops and removes the socket when destroyed.
+#ifndef REFIT_DAEMON_LOCAL_SERVER_H_
+#define REFIT_DAEMON_LOCAL_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "daemon/local_service.h"
+#include "daemon/rank_registry.h"
+
+namespace refit::daemon {
+
+class LocalServer {
+ public:
+  // Listens on `socket_path` (a stale socket file there is replaced); only the owner and
+  // its group may connect.
+  static absl::StatusOr<std::unique_ptr<LocalServer>> Start(const std::string& socket_path,
+                                                            RankRegistry* registry);
+  ~LocalServer();
+
+  const std::string& socket_path() const { return socket_path_; }
+
+ private:
+  LocalServer(std::string socket_path, RankRegistry* registry)
+      : socket_path_(std::move(socket_path)), service_(registry) {}
+
+  std::string socket_path_;
+  LocalService service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+}  // namespace refit::daemon
+
+#endif  // REFIT_DAEMON_LOCAL_SERVER_H_

@@ -1,0 +1,150 @@
+// The local API over a real unix socket: ranks register real shared-memory buffers, and
+// every bad registration is refused with the right code and a message naming the rank.
+#include "daemon/local_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "planner/testing/layout_builder.h"
+#include "transport/testing/backed_layouts.h"
+
+namespace refit::daemon {
+namespace {
+
+class LocalServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // Unix socket paths are short (108 bytes): the test's own tmpdir is too deep.
+    char dir[] = "/tmp/refitd-test-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+    socket_ = dir_ + "/refitd.sock";
+    auto server = LocalServer::Start(socket_, &registry_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    stub_ = v1::LocalDaemon::NewStub(
+        grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials()));
+  }
+
+  // A rank holding rows [rank*4, rank*4+4) of a [16, 8] F32 tensor in shared memory.
+  v1::RegisterRankRequest Request(v1::Role role, int64_t rank) {
+    refit::testing::LayoutBuilder builder;
+    builder.Tensor("w", {16, 8}).Rank(rank, "node", 0).View(rank, "w", {rank * 4, 0}, {4, 8});
+    v1::RegisterRankRequest request;
+    request.set_role(role);
+    const v1::LayoutSpec backed = backed_.Back(builder.spec(), "source");
+    *request.mutable_layout() = backed.ranks(0);
+    *request.mutable_tensors() = backed.tensors();
+    return request;
+  }
+
+  grpc::Status Register(const v1::RegisterRankRequest& request) {
+    grpc::ClientContext context;
+    v1::RegisterRankResponse response;
+    return stub_->RegisterRank(&context, request, &response);
+  }
+
+  grpc::Status Wait(int64_t rank, int64_t version, int64_t deadline_ms) {
+    grpc::ClientContext context;
+    v1::WaitForVersionRequest request;
+    request.set_rank(rank);
+    request.set_version(version);
+    request.set_deadline_ms(deadline_ms);
+    v1::WaitForVersionResponse response;
+    return stub_->WaitForVersion(&context, request, &response);
+  }
+
+  void TearDown() override {
+    server_.reset();
+    rmdir(dir_.c_str());
+  }
+
+  std::string dir_;
+  std::string socket_;
+  RankRegistry registry_{"node-a"};
+  transport::testing::BackedLayouts backed_;
+  std::unique_ptr<LocalServer> server_;
+  std::unique_ptr<v1::LocalDaemon::Stub> stub_;
+};
+
+TEST_F(LocalServerTest, RegistersPublishesAndDeregisters) {
+  EXPECT_TRUE(Register(Request(v1::ROLE_SOURCE, 0)).ok());
+  EXPECT_TRUE(Register(Request(v1::ROLE_DESTINATION, 1)).ok());
+  EXPECT_EQ(registry_.Registrations().size(), 2u);
+
+  grpc::ClientContext publish_context;
+  v1::PublishRequest publish;
+  publish.set_rank(0);
+  publish.set_version(3);
+  v1::PublishResponse published;
+  EXPECT_TRUE(stub_->Publish(&publish_context, publish, &published).ok());
+  EXPECT_EQ(registry_.PublishedVersion(0), 3);
+
+  grpc::ClientContext deregister_context;
+  v1::DeregisterRankRequest deregister;
+  deregister.set_role(v1::ROLE_SOURCE);
+  deregister.set_rank(0);
+  v1::DeregisterRankResponse deregistered;
+  EXPECT_TRUE(stub_->DeregisterRank(&deregister_context, deregister, &deregistered).ok());
+  EXPECT_EQ(registry_.Registrations().size(), 1u);
+}
+
+TEST_F(LocalServerTest, BadRegistrationsAreRefused) {
+  v1::RegisterRankRequest request = Request(v1::ROLE_SOURCE, 2);
+  ASSERT_TRUE(Register(request).ok());
+  grpc::Status again = Register(request);
+  EXPECT_EQ(again.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_EQ(again.error_message(), "source rank 2 is already registered on node-a");
+
+  v1::RegisterRankRequest unknown_segment = Request(v1::ROLE_SOURCE, 3);
+  unknown_segment.mutable_layout()->mutable_buffers(0)->set_shm_name("/refit-no-such-segment");
+  grpc::Status status = Register(unknown_segment);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_NE(status.error_message().find("source rank 3: buffer"), std::string::npos);
+
+  v1::RegisterRankRequest too_small = Request(v1::ROLE_SOURCE, 1);
+  too_small.mutable_layout()->mutable_buffers(0)->set_bytes(64);  // the view needs 128
+  status = Register(too_small);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("outside buffer"), std::string::npos)
+      << status.error_message();
+
+  v1::RegisterRankRequest bad_dtype = Request(v1::ROLE_DESTINATION, 0);
+  bad_dtype.mutable_tensors(0)->set_dtype("F12");
+  status = Register(bad_dtype);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("unknown dtype \"F12\""), std::string::npos);
+
+  v1::RegisterRankRequest outside = Request(v1::ROLE_DESTINATION, 0);
+  outside.mutable_layout()->mutable_views(0)->set_offset(0, 14);  // rows 14..18 of 16
+  status = Register(outside);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("outside the global shape"), std::string::npos);
+}
+
+TEST_F(LocalServerTest, WaitForVersionEndsAtItsDeadlineOrOnCommit) {
+  ASSERT_TRUE(Register(Request(v1::ROLE_DESTINATION, 1)).ok());
+  const absl::Time start = absl::Now();
+  grpc::Status status = Wait(1, 5, 200);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_NE(status.error_message().find("destination rank 1 waited for version 5"),
+            std::string::npos);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+
+  std::thread committer([&]() {
+    absl::SleepFor(absl::Milliseconds(100));
+    registry_.Commit(5);
+  });
+  EXPECT_TRUE(Wait(1, 5, 5000).ok());
+  committer.join();
+  EXPECT_EQ(Wait(7, 1, 100).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(Wait(1, 6, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);  // no deadline
+}
+
+}  // namespace
+}  // namespace refit::daemon

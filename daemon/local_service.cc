@@ -1,0 +1,62 @@
+#include "daemon/local_service.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "daemon/status_mapping.h"
+
+namespace refit::daemon {
+namespace {
+
+// Requests carry at most this many views and tensors; larger ones are refused at the edge.
+constexpr int kMaxViewsPerRank = 1 << 20;
+
+absl::Time DeadlineOf(const grpc::ServerContext& context, int64_t deadline_ms) {
+  // The earlier of the client's gRPC deadline and the request's own.
+  absl::Time deadline = absl::FromChrono(context.deadline());
+  if (deadline_ms > 0) deadline = std::min(deadline, absl::Now() + absl::Milliseconds(deadline_ms));
+  return deadline;
+}
+
+}  // namespace
+
+grpc::Status LocalService::RegisterRank(grpc::ServerContext*,
+                                        const v1::RegisterRankRequest* request,
+                                        v1::RegisterRankResponse* response) {
+  if (request->layout().views_size() > kMaxViewsPerRank ||
+      request->tensors_size() > kMaxViewsPerRank) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "too many views or tensors");
+  }
+  absl::StatusOr<std::string> session = registry_->Register(*request);
+  if (!session.ok()) return ToGrpc(session.status());
+  response->set_session(*session);
+  return grpc::Status::OK;
+}
+
+grpc::Status LocalService::DeregisterRank(grpc::ServerContext*,
+                                          const v1::DeregisterRankRequest* request,
+                                          v1::DeregisterRankResponse*) {
+  return ToGrpc(registry_->Deregister(request->role(), request->rank()));
+}
+
+grpc::Status LocalService::Publish(grpc::ServerContext*, const v1::PublishRequest* request,
+                                   v1::PublishResponse*) {
+  return ToGrpc(registry_->Publish(request->rank(), request->version()));
+}
+
+grpc::Status LocalService::WaitForVersion(grpc::ServerContext* context,
+                                          const v1::WaitForVersionRequest* request,
+                                          v1::WaitForVersionResponse* response) {
+  if (request->deadline_ms() <= 0 &&
+      context->deadline() == std::chrono::system_clock::time_point::max()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "WaitForVersion needs a deadline (deadline_ms or a gRPC deadline)");
+  }
+  absl::StatusOr<int64_t> version = registry_->WaitForVersion(
+      request->rank(), request->version(), DeadlineOf(*context, request->deadline_ms()));
+  if (!version.ok()) return ToGrpc(version.status());
+  response->set_version(*version);
+  return grpc::Status::OK;
+}
+
+}  // namespace refit::daemon

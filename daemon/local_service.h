@@ -1,0 +1,32 @@
+// The gRPC API refitd serves to the ranks of its node on a unix socket: thin handlers
+// that check the request and call the RankRegistry.
+#ifndef REFIT_DAEMON_LOCAL_SERVICE_H_
+#define REFIT_DAEMON_LOCAL_SERVICE_H_
+
+#include "daemon/rank_registry.h"
+#include "proto/refit.grpc.pb.h"
+
+namespace refit::daemon {
+
+class LocalService final : public v1::LocalDaemon::Service {
+ public:
+  explicit LocalService(RankRegistry* registry) : registry_(registry) {}
+
+  grpc::Status RegisterRank(grpc::ServerContext* context, const v1::RegisterRankRequest* request,
+                            v1::RegisterRankResponse* response) override;
+  grpc::Status DeregisterRank(grpc::ServerContext* context,
+                              const v1::DeregisterRankRequest* request,
+                              v1::DeregisterRankResponse* response) override;
+  grpc::Status Publish(grpc::ServerContext* context, const v1::PublishRequest* request,
+                       v1::PublishResponse* response) override;
+  grpc::Status WaitForVersion(grpc::ServerContext* context,
+                              const v1::WaitForVersionRequest* request,
+                              v1::WaitForVersionResponse* response) override;
+
+ private:
+  RankRegistry* registry_;
+};
+
+}  // namespace refit::daemon
+
+#endif  // REFIT_DAEMON_LOCAL_SERVICE_H_

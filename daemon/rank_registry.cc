@@ -1,0 +1,131 @@
+#include "daemon/rank_registry.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "planner/dtype.h"
+#include "planner/layout.h"
+
+namespace refit::daemon {
+namespace {
+
+std::string RankName(v1::Role role, int64_t rank) {
+  return absl::StrCat(role == v1::ROLE_SOURCE ? "source" : "destination", " rank ", rank);
+}
+
+absl::Status WithRank(const absl::Status& status, const std::string& who) {
+  return absl::Status(status.code(), absl::StrCat(who, ": ", status.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest& request) {
+  const v1::RankLayout& layout = request.layout();
+  if (request.role() != v1::ROLE_SOURCE && request.role() != v1::ROLE_DESTINATION) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", layout.rank(), ": role must be source or destination"));
+  }
+  const std::string who = RankName(request.role(), layout.rank());
+  // The planner's validation, on a layout of this one rank.
+  v1::LayoutSpec single;
+  *single.mutable_tensors() = request.tensors();
+  *single.add_ranks() = layout;
+  absl::StatusOr<planner::Layout> compiled =
+      planner::CompileLayout(single, request.role() == v1::ROLE_SOURCE ? "source" : "destination");
+  if (!compiled.ok()) return compiled.status();
+  for (const v1::ShardView& view : layout.views()) {
+    if (view.buffer().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          who, ": view of ", view.tensor(), " names no buffer (register the memory it lives in)"));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  if (ranks_.count({request.role(), layout.rank()})) {
+    return absl::AlreadyExistsError(absl::StrCat(who, " is already registered on ", node_));
+  }
+  for (const planner::TensorInfo& t : compiled->tensors) {
+    absl::Status declared =
+        buffers_.DeclareTensor(t.name, transport::TensorShape{t.element_bytes, t.shape});
+    if (!declared.ok()) return WithRank(declared, who);
+  }
+  absl::Status added = buffers_.AddRank(request.role(), layout);
+  if (!added.ok()) return added;
+  Entry& entry = ranks_[{request.role(), layout.rank()}];
+  entry.registration.set_role(request.role());
+  *entry.registration.mutable_layout() = layout;
+  *entry.registration.mutable_tensors() = request.tensors();
+  return absl::StrCat(node_, "/", ++sessions_);
+}
+
+absl::Status RankRegistry::Deregister(v1::Role role, int64_t rank) {
+  absl::MutexLock lock(&mu_);
+  if (ranks_.erase({role, rank}) == 0) {
+    return absl::NotFoundError(absl::StrCat(RankName(role, rank), " is not registered on ", node_));
+  }
+  buffers_.RemoveRank(role, rank);
+  return absl::OkStatus();
+}
+
+absl::Status RankRegistry::Publish(int64_t rank, int64_t version) {
+  absl::MutexLock lock(&mu_);
+  auto it = ranks_.find({v1::ROLE_SOURCE, rank});
+  if (it == ranks_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat(RankName(v1::ROLE_SOURCE, rank), " is not registered on ", node_));
+  }
+  if (version <= it->second.version) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(RankName(v1::ROLE_SOURCE, rank), " already published version ",
+                     it->second.version, "; ", version, " is not newer"));
+  }
+  it->second.version = version;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t version,
+                                                     absl::Time deadline) {
+  const std::pair<int, int64_t> key = {v1::ROLE_DESTINATION, rank};
+  absl::MutexLock lock(&mu_);
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = ranks_.find(key);
+    return it == ranks_.end() || it->second.version >= version;
+  };
+  if (!ranks_.count(key)) {
+    return absl::NotFoundError(
+        absl::StrCat(RankName(v1::ROLE_DESTINATION, rank), " is not registered on ", node_));
+  }
+  mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  auto it = ranks_.find(key);
+  if (it == ranks_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(RankName(v1::ROLE_DESTINATION, rank),
+                     " was deregistered while waiting for version ", version));
+  }
+  if (it->second.version < version) {
+    return absl::DeadlineExceededError(
+        absl::StrCat(RankName(v1::ROLE_DESTINATION, rank), " waited for version ", version,
+                     " until its deadline; its buffers hold version ", it->second.version));
+  }
+  return it->second.version;
+}
+
+void RankRegistry::Commit(int64_t version) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, entry] : ranks_) {
+    if (key.first == v1::ROLE_DESTINATION) entry.version = std::max(entry.version, version);
+  }
+}
+
+std::vector<v1::RankRegistration> RankRegistry::Registrations() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::RankRegistration> out;
+  for (const auto& [key, entry] : ranks_) out.push_back(entry.registration);
+  return out;
+}
+
+int64_t RankRegistry::PublishedVersion(int64_t source_rank) const {
+  absl::MutexLock lock(&mu_);
+  auto it = ranks_.find({v1::ROLE_SOURCE, source_rank});
+  return it == ranks_.end() ? -1 : it->second.version;
+}
+
+}  // namespace refit::daemon

@@ -1,0 +1,63 @@
+// The ranks one refitd serves: their validated layouts, their mapped buffers, the
+// versions source ranks have published and the version destination buffers hold.
+// WaitForVersion blocks until the version is committed or the caller's deadline passes.
+#ifndef REFIT_DAEMON_RANK_REGISTRY_H_
+#define REFIT_DAEMON_RANK_REGISTRY_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "proto/refit.pb.h"
+#include "transport/buffer_map.h"
+
+namespace refit::daemon {
+
+class RankRegistry {
+ public:
+  explicit RankRegistry(std::string node) : node_(std::move(node)) {}
+
+  // Validates the rank's layout (the planner's checks), maps its shared-memory buffers and
+  // bounds-checks every view. Returns a session id. Errors name the rank and the cause.
+  absl::StatusOr<std::string> Register(const v1::RegisterRankRequest& request);
+  absl::Status Deregister(v1::Role role, int64_t rank);
+
+  // A source rank's weights for `version` are final.
+  absl::Status Publish(int64_t rank, int64_t version);
+
+  // Returns once `version` (or a later one) is committed into the destination rank's
+  // buffers; DEADLINE_EXCEEDED at the deadline, FAILED_PRECONDITION if the rank leaves.
+  absl::StatusOr<int64_t> WaitForVersion(int64_t rank, int64_t version, absl::Time deadline);
+
+  // Marks `version` committed into every destination rank registered here.
+  void Commit(int64_t version);
+
+  // Every registration, for the coordinator.
+  std::vector<v1::RankRegistration> Registrations() const;
+  int64_t PublishedVersion(int64_t source_rank) const;
+
+  // The mapped buffers; the data plane reads and writes through them. Registration
+  // changes must not overlap a running epoch (the epoch runner holds them off).
+  const transport::BufferMap& buffers() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return buffers_; }
+
+ private:
+  struct Entry {
+    v1::RankRegistration registration;
+    int64_t version = -1;  // published (sources) or committed (destinations)
+  };
+
+  const std::string node_;
+  mutable absl::Mutex mu_;
+  transport::BufferMap buffers_ ABSL_GUARDED_BY(mu_);
+  std::map<std::pair<int, int64_t>, Entry> ranks_ ABSL_GUARDED_BY(mu_);
+  int64_t sessions_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace refit::daemon
+
+#endif  // REFIT_DAEMON_RANK_REGISTRY_H_
