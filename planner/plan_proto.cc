@@ -34,9 +34,11 @@ v1::Plan PlanToProto(const Plan& plan, const Layout& sources, const Layout& dest
   out.set_digest(plan.digest);
   out.set_ordered_batches(plan.ordered_batches);
   for (int32_t b = 0; b < plan.num_batches; ++b) out.add_batches();
+  int64_t sequence = 0;
   for (const Transfer& t : plan.transfers) {
     const Piece& piece = plan.pieces[t.piece];
     v1::Transfer* transfer = out.mutable_batches(t.batch)->add_transfers();
+    transfer->set_sequence(sequence++);
     EndpointToProto(t.src, sources, destinations, transfer->mutable_src());
     EndpointToProto(t.dst, sources, destinations, transfer->mutable_dst());
     transfer->set_tensor(destinations.tensors[piece.tensor].name);

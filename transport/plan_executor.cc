@@ -168,14 +168,14 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
   return absl::OkStatus();
 }
 
-absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, int64_t first_ordinal,
-                                      uint32_t epoch, absl::Time deadline, ScratchArena* scratch,
+absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, uint32_t epoch,
+                                      absl::Time deadline, ScratchArena* scratch,
                                       ExecutionStats* stats) {
   std::vector<uint8_t> staging;
   for (size_t i = 0; i < transfers.size(); ++i) {
     const Resolved& r = transfers[i];
     const v1::Transfer& t = *r.transfer;
-    const int64_t ordinal = first_ordinal + i;
+    const int64_t ordinal = t.sequence();
     if (r.src_daemon == self_ && r.dst_daemon == self_) {
       absl::Status copied = CopyLocal(t, scratch, stats);
       if (!copied.ok()) return copied;
@@ -219,7 +219,6 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
   ScratchArena scratch(buffers_.tensors());
   ExecutionStats stats;
   std::vector<Resolved> resolved;
-  int64_t ordinal = 0;
   for (int b = 0; b < plan.batches_size(); ++b) {
     const v1::Batch& batch = plan.batches(b);
     resolved.clear();
@@ -244,12 +243,11 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
       }
     }
     absl::Status status = plan.ordered_batches()
-                              ? RunOrdered(resolved, ordinal, epoch, deadline, &scratch, &stats)
+                              ? RunOrdered(resolved, epoch, deadline, &scratch, &stats)
                               : RunBatch(resolved, b, epoch, deadline, &scratch, &stats);
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrCat("epoch ", epoch, ": ", status.message()));
     }
-    ordinal += batch.transfers_size();
   }
   return stats;
 }

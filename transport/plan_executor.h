@@ -59,9 +59,8 @@ class PlanExecutor {
 
   absl::Status RunBatch(const std::vector<Resolved>& transfers, int32_t batch, uint32_t epoch,
                         absl::Time deadline, ScratchArena* scratch, ExecutionStats* stats);
-  absl::Status RunOrdered(const std::vector<Resolved>& transfers, int64_t first_ordinal,
-                          uint32_t epoch, absl::Time deadline, ScratchArena* scratch,
-                          ExecutionStats* stats);
+  absl::Status RunOrdered(const std::vector<Resolved>& transfers, uint32_t epoch,
+                          absl::Time deadline, ScratchArena* scratch, ExecutionStats* stats);
   absl::StatusOr<StridedRef> Locate(const v1::Endpoint& endpoint, const v1::Transfer& t,
                                     ScratchArena* scratch) const;
   absl::Status CopyLocal(const v1::Transfer& t, ScratchArena* scratch, ExecutionStats* stats);
