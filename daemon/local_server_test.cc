@@ -3,7 +3,6 @@
 #include "daemon/local_server.h"
 
 #include <grpcpp/grpcpp.h>
-
 #include <unistd.h>
 
 #include <cstdlib>

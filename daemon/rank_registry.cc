@@ -18,6 +18,20 @@ absl::Status WithRank(const absl::Status& status, const std::string& who) {
 
 }  // namespace
 
+void RankRegistry::SetListener(Listener listener) {
+  absl::MutexLock lock(&mu_);
+  listener_ = std::move(listener);
+}
+
+void RankRegistry::Notify(const v1::RankRegistration& rank, bool registered) {
+  Listener listener;
+  {
+    absl::MutexLock lock(&mu_);
+    listener = listener_;
+  }
+  if (listener) listener(rank, registered);
+}
+
 absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest& request) {
   const v1::RankLayout& layout = request.layout();
   if (request.role() != v1::ROLE_SOURCE && request.role() != v1::ROLE_DESTINATION) {
@@ -38,30 +52,44 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
           who, ": view of ", view.tensor(), " names no buffer (register the memory it lives in)"));
     }
   }
-  absl::MutexLock lock(&mu_);
-  if (ranks_.count({request.role(), layout.rank()})) {
-    return absl::AlreadyExistsError(absl::StrCat(who, " is already registered on ", node_));
+  v1::RankRegistration registration;
+  registration.set_role(request.role());
+  *registration.mutable_layout() = layout;
+  *registration.mutable_tensors() = request.tensors();
+  std::string session;
+  {
+    absl::MutexLock lock(&mu_);
+    if (ranks_.count({request.role(), layout.rank()})) {
+      return absl::AlreadyExistsError(absl::StrCat(who, " is already registered on ", node_));
+    }
+    for (const planner::TensorInfo& t : compiled->tensors) {
+      absl::Status declared =
+          buffers_.DeclareTensor(t.name, transport::TensorShape{t.element_bytes, t.shape});
+      if (!declared.ok()) return WithRank(declared, who);
+    }
+    absl::Status added = buffers_.AddRank(request.role(), layout);
+    if (!added.ok()) return added;
+    ranks_[{request.role(), layout.rank()}].registration = registration;
+    session = absl::StrCat(node_, "/", ++sessions_);
   }
-  for (const planner::TensorInfo& t : compiled->tensors) {
-    absl::Status declared =
-        buffers_.DeclareTensor(t.name, transport::TensorShape{t.element_bytes, t.shape});
-    if (!declared.ok()) return WithRank(declared, who);
-  }
-  absl::Status added = buffers_.AddRank(request.role(), layout);
-  if (!added.ok()) return added;
-  Entry& entry = ranks_[{request.role(), layout.rank()}];
-  entry.registration.set_role(request.role());
-  *entry.registration.mutable_layout() = layout;
-  *entry.registration.mutable_tensors() = request.tensors();
-  return absl::StrCat(node_, "/", ++sessions_);
+  Notify(registration, true);
+  return session;
 }
 
 absl::Status RankRegistry::Deregister(v1::Role role, int64_t rank) {
-  absl::MutexLock lock(&mu_);
-  if (ranks_.erase({role, rank}) == 0) {
-    return absl::NotFoundError(absl::StrCat(RankName(role, rank), " is not registered on ", node_));
+  v1::RankRegistration gone;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = ranks_.find({role, rank});
+    if (it == ranks_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat(RankName(role, rank), " is not registered on ", node_));
+    }
+    gone = it->second.registration;
+    ranks_.erase(it);
+    buffers_.RemoveRank(role, rank);
   }
-  buffers_.RemoveRank(role, rank);
+  Notify(gone, false);
   return absl::OkStatus();
 }
 

@@ -5,6 +5,7 @@
 #define REFIT_DAEMON_RANK_REGISTRY_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -21,6 +22,11 @@ namespace refit::daemon {
 class RankRegistry {
  public:
   explicit RankRegistry(std::string node) : node_(std::move(node)) {}
+
+  // Called after every successful registration (`registered`) and deregistration
+  // (`registered` false), outside the registry's lock; the coordinator link forwards them.
+  using Listener = std::function<void(const v1::RankRegistration& rank, bool registered)>;
+  void SetListener(Listener listener) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Validates the rank's layout (the planner's checks), maps its shared-memory buffers and
   // bounds-checks every view. Returns a session id. Errors name the rank and the cause.
@@ -51,8 +57,11 @@ class RankRegistry {
     int64_t version = -1;  // published (sources) or committed (destinations)
   };
 
+  void Notify(const v1::RankRegistration& rank, bool registered) ABSL_LOCKS_EXCLUDED(mu_);
+
   const std::string node_;
   mutable absl::Mutex mu_;
+  Listener listener_ ABSL_GUARDED_BY(mu_);
   transport::BufferMap buffers_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<int, int64_t>, Entry> ranks_ ABSL_GUARDED_BY(mu_);
   int64_t sessions_ ABSL_GUARDED_BY(mu_) = 0;

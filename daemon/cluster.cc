@@ -1,0 +1,109 @@
+#include "daemon/cluster.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace refit::daemon {
+namespace {
+
+std::string RankName(int role, int64_t rank) {
+  return absl::StrCat(role == v1::ROLE_SOURCE ? "source" : "destination", " rank ", rank);
+}
+
+}  // namespace
+
+int32_t Cluster::AddDaemon(const v1::DaemonHello& hello, std::shared_ptr<DaemonChannel> channel) {
+  absl::MutexLock lock(&mu_);
+  auto [it, inserted] = index_of_node_.emplace(hello.node(), index_of_node_.size());
+  DaemonRecord& record = daemons_[it->second];
+  record.peer.set_index(it->second);
+  record.peer.set_node(hello.node());
+  record.peer.set_data_plane_address(hello.data_plane_address());
+  record.channel = std::move(channel);
+  record.connected = true;
+  return it->second;
+}
+
+void Cluster::RemoveDaemon(int32_t daemon) {
+  absl::MutexLock lock(&mu_);
+  auto it = daemons_.find(daemon);
+  if (it == daemons_.end()) return;
+  it->second.connected = false;
+  it->second.channel.reset();
+  for (auto rank = ranks_.begin(); rank != ranks_.end();) {
+    rank = rank->second.daemon == daemon ? ranks_.erase(rank) : std::next(rank);
+  }
+}
+
+absl::Status Cluster::AddRank(int32_t daemon, const v1::RankRegistration& registration) {
+  absl::MutexLock lock(&mu_);
+  const std::pair<int, int64_t> key = {registration.role(), registration.layout().rank()};
+  auto it = ranks_.find(key);
+  if (it != ranks_.end() && it->second.daemon != daemon) {
+    return absl::AlreadyExistsError(absl::StrCat(RankName(key.first, key.second),
+                                                 " is already registered by daemon ",
+                                                 daemons_[it->second.daemon].peer.node()));
+  }
+  ranks_[key] = RankRecord{daemon, registration};
+  return absl::OkStatus();
+}
+
+void Cluster::RemoveRank(int32_t daemon, v1::Role role, int64_t rank) {
+  absl::MutexLock lock(&mu_);
+  auto it = ranks_.find({role, rank});
+  if (it != ranks_.end() && it->second.daemon == daemon) ranks_.erase(it);
+}
+
+absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  ClusterSnapshot snapshot;
+  std::map<std::string, const v1::TensorSpec*> tensors[2];
+  for (const auto& [key, record] : ranks_) {
+    const bool source = key.first == v1::ROLE_SOURCE;
+    v1::LayoutSpec& side = source ? snapshot.sources : snapshot.destinations;
+    for (const v1::TensorSpec& t : record.registration.tensors()) {
+      auto [it, inserted] = tensors[source].emplace(t.name(), &t);
+      if (inserted) {
+        *side.add_tensors() = t;
+      } else if (it->second->dtype() != t.dtype() ||
+                 !std::equal(it->second->shape().begin(), it->second->shape().end(),
+                             t.shape().begin(), t.shape().end())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(t.name(), ": ", RankName(key.first, key.second),
+                         " declares a dtype or shape other ranks of its side do not"));
+      }
+    }
+    v1::RankLayout* rank = side.add_ranks();
+    *rank = record.registration.layout();
+    // Buffers are the daemon's business; the plan needs only the views' geometry.
+    for (v1::BufferSpec& buffer : *rank->mutable_buffers()) buffer.clear_shm_name();
+    v1::RankPlacement* placement = &snapshot.placement.emplace_back();
+    placement->set_role(static_cast<v1::Role>(key.first));
+    placement->set_rank(key.second);
+    placement->set_daemon(record.daemon);
+  }
+  for (const auto& [index, record] : daemons_) {
+    if (!record.connected) continue;
+    snapshot.daemons.push_back(record.peer);
+    snapshot.channels[index] = record.channel;
+  }
+  return snapshot;
+}
+
+std::vector<std::string> Cluster::DaemonNames() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> names;
+  for (const auto& [index, record] : daemons_) {
+    names.push_back(absl::StrCat(record.peer.node(), record.connected ? "" : " (disconnected)"));
+  }
+  return names;
+}
+
+int64_t Cluster::RankCount(v1::Role role) const {
+  absl::MutexLock lock(&mu_);
+  int64_t count = 0;
+  for (const auto& [key, record] : ranks_) count += key.first == role;
+  return count;
+}
+
+}  // namespace refit::daemon

@@ -1,0 +1,153 @@
+// The control plane end to end in one process: a coordinator serving gRPC on loopback,
+// two refitd halves (registry + coordinator link, a UCX worker each) standing for a
+// trainer node and an inference node, ranks registered with real shared memory. A Refit
+// moves every byte, commits the version, and wakes WaitForVersion; a repeat returns the
+// same report; an incomplete group is refused, naming what is missing.
+#include <grpcpp/grpcpp.h>
+
+#include "daemon/coordinator_link.h"
+#include "daemon/coordinator_service.h"
+#include "gtest/gtest.h"
+#include "planner/testing/layout_builder.h"
+#include "transport/testing/backed_layouts.h"
+
+namespace refit::daemon {
+namespace {
+
+class ControlPlaneTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    v1::JobSpec job;
+    job.set_name("test");
+    job.set_source_ranks(2);
+    job.set_destination_ranks(2);
+    job.set_staging_budget_bytes(256);  // several batches
+    runner_ = std::make_unique<EpochRunner>(&cluster_, job);
+    service_ = std::make_unique<CoordinatorService>(&cluster_, runner_.get(), absl::Seconds(30));
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.RegisterService(service_.get());
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    address_ = "127.0.0.1:" + std::to_string(port);
+    stub_ =
+        v1::Coordinator::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+
+    // Trainers hold rows of w and a norm; inference ranks hold columns of w and the norm.
+    refit::testing::LayoutBuilder src, dst;
+    src.Tensor("w", {16, 12}).Tensor("norm", {12});
+    dst.Tensor("w", {16, 12}).Tensor("norm", {12});
+    src.Chunked("w", 0, {0, 1}).Replicated("norm", {0, 1});
+    dst.Chunked("w", 1, {0, 1}).Replicated("norm", {0, 1});
+    for (int r = 0; r < 2; ++r) {
+      src.Rank(r, "trainer", r);
+      dst.Rank(r, "inference", r);
+    }
+    sources_ = backed_.Back(src.spec(), "source");
+    destinations_ = backed_.Back(dst.spec(), "destination");
+    trainer_link_ = std::make_unique<CoordinatorLink>(address_, "trainer", &trainer_);
+    inference_link_ = std::make_unique<CoordinatorLink>(address_, "inference", &inference_);
+    trainer_link_->Start();
+    inference_link_->Start();
+    for (const v1::RankLayout& r : sources_.ranks())
+      Register(&trainer_, v1::ROLE_SOURCE, r, sources_);
+    for (const v1::RankLayout& r : destinations_.ranks()) {
+      Register(&inference_, v1::ROLE_DESTINATION, r, destinations_);
+    }
+  }
+
+  void TearDown() override {
+    trainer_link_.reset();
+    inference_link_.reset();
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+
+  void Register(RankRegistry* registry, v1::Role role, const v1::RankLayout& rank,
+                const v1::LayoutSpec& spec) {
+    v1::RegisterRankRequest request;
+    request.set_role(role);
+    *request.mutable_layout() = rank;
+    *request.mutable_tensors() = spec.tensors();
+    ASSERT_TRUE(registry->Register(request).ok());
+  }
+
+  // Waits (bounded) until the coordinator sees the expected ranks.
+  bool GroupSeen(int64_t sources, int64_t destinations) {
+    for (int i = 0; i < 200; ++i) {
+      if (cluster_.RankCount(v1::ROLE_SOURCE) == sources &&
+          cluster_.RankCount(v1::ROLE_DESTINATION) == destinations) {
+        return true;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return false;
+  }
+
+  grpc::Status Refit(int64_t version, v1::RefitReport* report) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::RefitRequest request;
+    request.set_version(version);
+    request.set_deadline_ms(10000);
+    return stub_->Refit(&context, request, report);
+  }
+
+  Cluster cluster_;
+  std::unique_ptr<EpochRunner> runner_;
+  std::unique_ptr<CoordinatorService> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  transport::testing::BackedLayouts backed_;
+  v1::LayoutSpec sources_, destinations_;
+  RankRegistry trainer_{"trainer"}, inference_{"inference"};
+  std::unique_ptr<CoordinatorLink> trainer_link_, inference_link_;
+};
+
+TEST_F(ControlPlaneTest, RefitMovesEveryByteAndCommitsTheVersion) {
+  ASSERT_TRUE(GroupSeen(2, 2));
+  for (const v1::RankLayout& r : sources_.ranks()) {
+    transport::testing::FillViews(trainer_.buffers(), v1::ROLE_SOURCE, r);
+  }
+  v1::RefitReport report;
+  grpc::Status status = Refit(1, &report);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(report.version(), 1);
+  EXPECT_EQ(report.bytes(), 16 * 12 * 4 + 2 * 12 * 4);
+  for (const v1::RankLayout& r : destinations_.ranks()) {
+    EXPECT_TRUE(inference_.WaitForVersion(r.rank(), 1, absl::Now() + absl::Seconds(5)).ok());
+    EXPECT_EQ(transport::testing::WrongBytes(inference_.buffers(), v1::ROLE_DESTINATION, r), 0)
+        << "destination rank " << r.rank();
+  }
+  // A repeat of a committed version returns its report; an older one is refused.
+  v1::RefitReport again;
+  ASSERT_TRUE(Refit(1, &again).ok());
+  EXPECT_EQ(again.epoch_id(), report.epoch_id());
+  EXPECT_EQ(Refit(0, &again).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+
+  grpc::ClientContext context;
+  v1::StatusResponse cluster_status;
+  ASSERT_TRUE(stub_->Status(&context, v1::StatusRequest(), &cluster_status).ok());
+  EXPECT_EQ(cluster_status.current_version(), 1);
+  EXPECT_EQ(cluster_status.daemons_size(), 2);
+}
+
+TEST_F(ControlPlaneTest, ARankThatLeftMakesTheNextRefitFailNamingTheGap) {
+  ASSERT_TRUE(GroupSeen(2, 2));
+  ASSERT_TRUE(trainer_.Deregister(v1::ROLE_SOURCE, 1).ok());
+  ASSERT_TRUE(GroupSeen(1, 2));
+  v1::RefitReport report;
+  const absl::Time start = absl::Now();
+  grpc::Status status = Refit(2, &report);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(status.error_message(),
+            "the refit group is incomplete: 1 of 2 source ranks and 2 of 2 destination ranks "
+            "registered");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(inference_.WaitForVersion(0, 2, absl::Now() + absl::Milliseconds(50)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+}
+
+}  // namespace
+}  // namespace refit::daemon

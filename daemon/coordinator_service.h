@@ -1,0 +1,33 @@
+// The coordinator's gRPC API: the daemons' control streams, Refit and Status for
+// orchestration code. Handlers only translate; Cluster and EpochRunner do the work.
+#ifndef REFIT_DAEMON_COORDINATOR_SERVICE_H_
+#define REFIT_DAEMON_COORDINATOR_SERVICE_H_
+
+#include "daemon/cluster.h"
+#include "daemon/epoch_runner.h"
+#include "proto/refit.grpc.pb.h"
+
+namespace refit::daemon {
+
+class CoordinatorService final : public v1::Coordinator::Service {
+ public:
+  CoordinatorService(Cluster* cluster, EpochRunner* runner, absl::Duration default_deadline)
+      : cluster_(cluster), runner_(runner), default_deadline_(default_deadline) {}
+
+  grpc::Status Control(
+      grpc::ServerContext* context,
+      grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::DaemonMessage>* stream) override;
+  grpc::Status Refit(grpc::ServerContext* context, const v1::RefitRequest* request,
+                     v1::RefitReport* response) override;
+  grpc::Status Status(grpc::ServerContext* context, const v1::StatusRequest* request,
+                      v1::StatusResponse* response) override;
+
+ private:
+  Cluster* cluster_;
+  EpochRunner* runner_;
+  const absl::Duration default_deadline_;
+};
+
+}  // namespace refit::daemon
+
+#endif  // REFIT_DAEMON_COORDINATOR_SERVICE_H_

@@ -1,0 +1,202 @@
+#include "daemon/epoch_runner.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "planner/layout.h"
+#include "planner/plan_proto.h"
+#include "planner/topology.h"
+
+namespace refit::daemon {
+namespace {
+
+// Keeps, batch by batch, the transfers that touch `daemon`.
+v1::Plan SliceFor(const v1::Plan& plan, const std::map<std::pair<int, int64_t>, int32_t>& where,
+                  int32_t daemon) {
+  auto role_of = [](v1::EndpointKind kind) {
+    return kind == v1::ENDPOINT_SOURCE_VIEW || kind == v1::ENDPOINT_SOURCE_SCRATCH
+               ? v1::ROLE_SOURCE
+               : v1::ROLE_DESTINATION;
+  };
+  auto on = [&](const v1::Endpoint& e) {
+    auto it = where.find({role_of(e.kind()), e.rank()});
+    return it != where.end() && it->second == daemon;
+  };
+  v1::Plan slice;
+  slice.set_strategy(plan.strategy());
+  slice.set_digest(plan.digest());
+  slice.set_ordered_batches(plan.ordered_batches());
+  for (const v1::Batch& batch : plan.batches()) {
+    v1::Batch* out = slice.add_batches();
+    for (const v1::Transfer& t : batch.transfers()) {
+      if (on(t.src()) || on(t.dst())) *out->add_transfers() = t;
+    }
+  }
+  return slice;
+}
+
+}  // namespace
+
+absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& snapshot,
+                                                      const v1::Plan& plan,
+                                                      const std::string& epoch_id, int64_t version,
+                                                      absl::Time deadline) {
+  std::map<std::pair<int, int64_t>, int32_t> where;
+  for (const v1::RankPlacement& p : snapshot.placement) where[{p.role(), p.rank()}] = p.daemon();
+  uint32_t number;
+  {
+    absl::MutexLock lock(&mu_);
+    number = next_epoch_;
+  }
+  std::set<int32_t> asked;
+  for (const auto& [index, channel] : snapshot.channels) {
+    v1::CoordinatorMessage slice_message;
+    v1::PlanSlice* slice = slice_message.mutable_plan();
+    slice->set_digest(plan.digest());
+    *slice->mutable_plan() = SliceFor(plan, where, index);
+    slice->set_daemon_index(index);
+    for (const v1::DaemonPeer& peer : snapshot.daemons) *slice->add_daemons() = peer;
+    for (const v1::RankPlacement& p : snapshot.placement) *slice->add_placement() = p;
+    v1::CoordinatorMessage execute_message;
+    v1::ExecuteEpoch* execute = execute_message.mutable_execute();
+    execute->set_epoch_id(epoch_id);
+    execute->set_version(version);
+    execute->set_plan_digest(plan.digest());
+    execute->set_deadline_ms(absl::ToInt64Milliseconds(deadline - absl::Now()));
+    execute->set_epoch_number(number);
+    if (!channel->Send(slice_message) || !channel->Send(execute_message)) {
+      return absl::UnavailableError(absl::StrCat("daemon ", index, " is unreachable"));
+    }
+    asked.insert(index);
+  }
+  return asked;
+}
+
+absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Duration timeout) {
+  absl::MutexLock run_lock(&run_mu_);
+  const absl::Time start = absl::Now();
+  const absl::Time deadline = start + timeout;
+  {
+    absl::MutexLock lock(&mu_);
+    auto done = reports_.find(version);
+    if (done != reports_.end()) return done->second;
+    if (version <= current_version_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "version ", version, " is older than the committed version ", current_version_));
+    }
+  }
+  absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot();
+  if (!snapshot.ok()) return snapshot.status();
+  const int sources = snapshot->sources.ranks_size();
+  const int destinations = snapshot->destinations.ranks_size();
+  if (sources < job_.source_ranks() || destinations < job_.destination_ranks()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the refit group is incomplete: ", sources, " of ", job_.source_ranks(),
+                     " source ranks and ", destinations, " of ", job_.destination_ranks(),
+                     " destination ranks registered"));
+  }
+  absl::StatusOr<planner::Layout> src = planner::CompileLayout(snapshot->sources, "source");
+  if (!src.ok()) return src.status();
+  absl::StatusOr<planner::Layout> dst =
+      planner::CompileLayout(snapshot->destinations, "destination");
+  if (!dst.ok()) return dst.status();
+  planner::PlanOptions options;
+  if (!job_.strategy().empty()) options.strategy = job_.strategy();
+  if (job_.staging_budget_bytes() > 0) options.staging_budget_bytes = job_.staging_budget_bytes();
+  const v1::Topology topology = job_.has_topology() ? job_.topology() : planner::DgxH100Topology();
+  absl::StatusOr<std::shared_ptr<const planner::Plan>> plan =
+      plans_.GetOrBuild(*src, *dst, topology, options);
+  if (!plan.ok()) return plan.status();
+  const v1::Plan wire = planner::PlanToProto(**plan, *src, *dst);
+
+  std::string epoch_id;
+  {
+    absl::MutexLock lock(&mu_);
+    epoch_id = absl::StrCat(job_.name().empty() ? "refit" : job_.name(), "-", next_epoch_);
+    running_epoch_ = epoch_id;
+    failure_.clear();
+  }
+  absl::StatusOr<std::set<int32_t>> asked = Launch(*snapshot, wire, epoch_id, version, deadline);
+  {
+    absl::MutexLock lock(&mu_);
+    ++next_epoch_;
+    if (asked.ok()) waiting_for_ = *asked;
+  }
+  absl::Status outcome = asked.status();
+  if (outcome.ok()) {
+    absl::MutexLock lock(&mu_);
+    auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return waiting_for_.empty() || !failure_.empty();
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
+    if (!failure_.empty()) {
+      outcome = absl::AbortedError(absl::StrCat("epoch ", epoch_id, ": ", failure_));
+    } else if (!waiting_for_.empty()) {
+      std::vector<std::string> late;
+      for (int32_t d : waiting_for_) late.push_back(absl::StrCat(d));
+      outcome = absl::DeadlineExceededError(absl::StrCat("epoch ", epoch_id, ": daemons ",
+                                                         absl::StrJoin(late, ", "),
+                                                         " did not finish before the deadline"));
+    }
+    running_epoch_.clear();
+  }
+  // Commit or abort everywhere.
+  v1::CoordinatorMessage message;
+  if (outcome.ok()) {
+    message.mutable_commit()->set_epoch_id(epoch_id);
+    message.mutable_commit()->set_version(version);
+  } else {
+    message.mutable_abort()->set_epoch_id(epoch_id);
+    message.mutable_abort()->set_reason(std::string(outcome.message()));
+  }
+  for (const auto& [index, channel] : snapshot->channels) channel->Send(message);
+  if (!outcome.ok()) return outcome;
+
+  v1::RefitReport report;
+  report.set_epoch_id(epoch_id);
+  report.set_version(version);
+  report.set_bytes((*plan)->stats.total_bytes);
+  report.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  for (auto [route, bytes] : {std::pair{v1::ROUTE_NETWORK, (*plan)->stats.network_bytes},
+                              {v1::ROUTE_NVLINK, (*plan)->stats.nvlink_bytes},
+                              {v1::ROUTE_LOCAL, (*plan)->stats.local_bytes}}) {
+    v1::RouteBytes* entry = report.add_route_bytes();
+    entry->set_route(route);
+    entry->set_bytes(bytes);
+  }
+  absl::MutexLock lock(&mu_);
+  current_version_ = version;
+  plan_digest_ = wire.digest();
+  reports_[version] = report;
+  return report;
+}
+
+void EpochRunner::OnDone(int32_t daemon, const v1::EpochDone& done) {
+  absl::MutexLock lock(&mu_);
+  if (done.epoch_id() != running_epoch_) return;  // a stale report
+  waiting_for_.erase(daemon);
+  if (!done.ok() && failure_.empty()) {
+    failure_ = absl::StrCat("daemon ", daemon, " failed: ", done.error());
+  }
+}
+
+void EpochRunner::OnDaemonLost(int32_t daemon) {
+  absl::MutexLock lock(&mu_);
+  if (!running_epoch_.empty() && waiting_for_.count(daemon) && failure_.empty()) {
+    failure_ = absl::StrCat("daemon ", daemon, " disconnected during the epoch");
+  }
+}
+
+v1::StatusResponse EpochRunner::Status() const {
+  v1::StatusResponse status;
+  for (const std::string& name : cluster_->DaemonNames()) status.add_daemons(name);
+  absl::MutexLock lock(&mu_);
+  status.set_current_version(current_version_);
+  status.set_plan_digest(plan_digest_);
+  for (auto it = reports_.rbegin(); it != reports_.rend() && status.last_epochs_size() < 8; ++it) {
+    *status.add_last_epochs() = it->second;
+  }
+  return status;
+}
+
+}  // namespace refit::daemon

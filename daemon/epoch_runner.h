@@ -1,0 +1,58 @@
+// Runs refit epochs for the coordinator: checks the group is complete, plans (once per
+// layout change, cached by digest), sends every daemon its plan slice and the execute
+// command, waits for every daemon's report until the epoch deadline, then commits the
+// version everywhere or aborts it everywhere. One epoch at a time; Refit of a version
+// already committed returns its report again.
+#ifndef REFIT_DAEMON_EPOCH_RUNNER_H_
+#define REFIT_DAEMON_EPOCH_RUNNER_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/cluster.h"
+#include "planner/planner.h"
+#include "proto/refit.pb.h"
+
+namespace refit::daemon {
+
+class EpochRunner {
+ public:
+  EpochRunner(Cluster* cluster, v1::JobSpec job) : cluster_(cluster), job_(std::move(job)) {}
+
+  absl::StatusOr<v1::RefitReport> Refit(int64_t version, absl::Duration timeout);
+
+  // From the control streams.
+  void OnDone(int32_t daemon, const v1::EpochDone& done);
+  void OnDaemonLost(int32_t daemon);
+
+  v1::StatusResponse Status() const;
+
+ private:
+  // Slices the plan for each daemon and sends slice + execute; returns the daemons asked.
+  absl::StatusOr<std::set<int32_t>> Launch(const ClusterSnapshot& snapshot, const v1::Plan& plan,
+                                           const std::string& epoch_id, int64_t version,
+                                           absl::Time deadline);
+
+  Cluster* cluster_;
+  const v1::JobSpec job_;
+  planner::PlanCache plans_;
+  absl::Mutex run_mu_;  // one epoch at a time
+
+  mutable absl::Mutex mu_;
+  uint32_t next_epoch_ ABSL_GUARDED_BY(mu_) = 1;
+  std::string running_epoch_ ABSL_GUARDED_BY(mu_);
+  std::set<int32_t> waiting_for_ ABSL_GUARDED_BY(mu_);
+  std::string failure_ ABSL_GUARDED_BY(mu_);
+  int64_t current_version_ ABSL_GUARDED_BY(mu_) = -1;
+  std::string plan_digest_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, v1::RefitReport> reports_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace refit::daemon
+
+#endif  // REFIT_DAEMON_EPOCH_RUNNER_H_
