@@ -8,6 +8,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "client/synthetic_weights.h"
 #include "gtest/gtest.h"
 #include "planner/dtype.h"
 #include "planner/layout.h"
@@ -15,35 +16,24 @@
 namespace refit::transport::testing {
 namespace {
 
-uint8_t ValueByte(const std::string& tensor, int64_t linear, int byte) {
-  uint64_t h = std::hash<std::string>()(tensor) ^ (linear * 0x9E3779B97F4A7C15ULL + byte);
-  h ^= h >> 29;
-  h *= 0xBF58476D1CE4E5B9ULL;
-  const uint8_t value = static_cast<uint8_t>(h >> 32);
-  return value == 0xA5 ? 0x5A : value;  // never the poison
-}
+// The box of view `view` and its memory.
+struct ViewMemory {
+  std::string tensor;
+  Dims offset, extent;
+  StridedRef memory;
+};
 
-// Visits every element of view `view`: its global linear index and its memory.
-void ForEachElement(const BufferMap& map, v1::Role role, const v1::RankLayout& rank, int view,
-                    const std::function<void(int64_t, uint8_t*, int)>& fn) {
+ViewMemory MemoryOf(const BufferMap& map, v1::Role role, const v1::RankLayout& rank, int view) {
   const v1::ShardView& v = rank.views(view);
-  const Dims offset(v.offset().begin(), v.offset().end());
-  const Dims extent(v.extent().begin(), v.extent().end());
-  const TensorShape& shape = map.tensors().at(v.tensor());
-  absl::StatusOr<StridedRef> ref = map.Locate(role, rank.rank(), view, v.tensor(), offset, extent);
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  Dims index(extent.size(), 0);
-  while (true) {
-    int64_t linear = 0, element = 0;
-    for (size_t d = 0; d < extent.size(); ++d) {
-      linear = linear * shape.shape[d] + offset[d] + index[d];
-      element += index[d] * ref->strides[d];
-    }
-    fn(linear, ref->base + element * shape.element_bytes, shape.element_bytes);
-    size_t d = extent.size();
-    while (d > 0 && ++index[d - 1] == extent[d - 1]) index[--d] = 0;
-    if (d == 0) return;
-  }
+  ViewMemory out{v.tensor(),
+                 Dims(v.offset().begin(), v.offset().end()),
+                 Dims(v.extent().begin(), v.extent().end()),
+                 {}};
+  absl::StatusOr<StridedRef> ref =
+      map.Locate(role, rank.rank(), view, v.tensor(), out.offset, out.extent);
+  EXPECT_TRUE(ref.ok()) << ref.status();
+  if (ref.ok()) out.memory = *ref;
+  return out;
 }
 
 }  // namespace
@@ -93,20 +83,21 @@ TensorTable TensorsOf(const v1::LayoutSpec& spec) {
 
 void FillViews(const BufferMap& map, v1::Role role, const v1::RankLayout& rank) {
   for (int v = 0; v < rank.views_size(); ++v) {
-    const std::string& tensor = rank.views(v).tensor();
-    ForEachElement(map, role, rank, v, [&](int64_t linear, uint8_t* at, int eb) {
-      for (int b = 0; b < eb; ++b) at[b] = ValueByte(tensor, linear, b);
-    });
+    const ViewMemory m = MemoryOf(map, role, rank, v);
+    const TensorShape& shape = map.tensors().at(m.tensor);
+    if (m.memory.base == nullptr) continue;
+    client::FillBox(m.tensor, shape.shape, shape.element_bytes, m.offset, m.extent, m.memory, 0);
   }
 }
 
 int64_t WrongBytes(const BufferMap& map, v1::Role role, const v1::RankLayout& rank) {
   int64_t wrong = 0;
   for (int v = 0; v < rank.views_size(); ++v) {
-    const std::string& tensor = rank.views(v).tensor();
-    ForEachElement(map, role, rank, v, [&](int64_t linear, uint8_t* at, int eb) {
-      for (int b = 0; b < eb; ++b) wrong += at[b] != ValueByte(tensor, linear, b);
-    });
+    const ViewMemory m = MemoryOf(map, role, rank, v);
+    const TensorShape& shape = map.tensors().at(m.tensor);
+    if (m.memory.base == nullptr) return -1;
+    wrong += client::WrongBytesInBox(m.tensor, shape.shape, shape.element_bytes, m.offset, m.extent,
+                                     m.memory, 0);
   }
   return wrong;
 }
