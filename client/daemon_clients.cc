@@ -1,0 +1,99 @@
+#include "client/daemon_clients.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+
+namespace refit::client {
+namespace {
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
+}
+
+void SetDeadline(grpc::ClientContext* context, absl::Duration timeout) {
+  context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+}
+
+}  // namespace
+
+LocalDaemonClient::LocalDaemonClient(const std::string& socket)
+    : stub_(v1::LocalDaemon::NewStub(
+          grpc::CreateChannel("unix:" + socket, grpc::InsecureChannelCredentials()))) {}
+
+absl::StatusOr<std::string> LocalDaemonClient::Register(
+    v1::Role role, const v1::RankLayout& layout,
+    const google::protobuf::RepeatedPtrField<v1::TensorSpec>& tensors, absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout);
+  v1::RegisterRankRequest request;
+  request.set_role(role);
+  *request.mutable_layout() = layout;
+  *request.mutable_tensors() = tensors;
+  v1::RegisterRankResponse response;
+  absl::Status status = FromGrpc(stub_->RegisterRank(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.session();
+}
+
+absl::Status LocalDaemonClient::Deregister(v1::Role role, int64_t rank, absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout);
+  v1::DeregisterRankRequest request;
+  request.set_role(role);
+  request.set_rank(rank);
+  v1::DeregisterRankResponse response;
+  return FromGrpc(stub_->DeregisterRank(&context, request, &response));
+}
+
+absl::Status LocalDaemonClient::Publish(int64_t rank, int64_t version, absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout);
+  v1::PublishRequest request;
+  request.set_rank(rank);
+  request.set_version(version);
+  v1::PublishResponse response;
+  return FromGrpc(stub_->Publish(&context, request, &response));
+}
+
+absl::StatusOr<int64_t> LocalDaemonClient::WaitForVersion(int64_t rank, int64_t version,
+                                                          absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout + absl::Seconds(5));  // the daemon answers at `timeout`
+  v1::WaitForVersionRequest request;
+  request.set_rank(rank);
+  request.set_version(version);
+  request.set_deadline_ms(absl::ToInt64Milliseconds(timeout));
+  v1::WaitForVersionResponse response;
+  absl::Status status = FromGrpc(stub_->WaitForVersion(&context, request, &response));
+  if (!status.ok()) return status;
+  return response.version();
+}
+
+CoordinatorClient::CoordinatorClient(const std::string& address)
+    : stub_(v1::Coordinator::NewStub(
+          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+
+absl::StatusOr<v1::RefitReport> CoordinatorClient::Refit(int64_t version, absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout + absl::Seconds(5));  // the coordinator answers at `timeout`
+  v1::RefitRequest request;
+  request.set_version(version);
+  request.set_deadline_ms(absl::ToInt64Milliseconds(timeout));
+  v1::RefitReport report;
+  absl::Status status = FromGrpc(stub_->Refit(&context, request, &report));
+  if (!status.ok()) return status;
+  return report;
+}
+
+absl::StatusOr<v1::StatusResponse> CoordinatorClient::Status(absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout);
+  v1::StatusResponse response;
+  absl::Status status = FromGrpc(stub_->Status(&context, v1::StatusRequest(), &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
+}  // namespace refit::client

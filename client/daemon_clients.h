@@ -1,0 +1,46 @@
+// C++ clients of refit's two gRPC APIs: the local daemon (ranks register their memory,
+// publish versions, wait for versions) and the coordinator (orchestration triggers a
+// refit and reads the cluster's status). Every call has a deadline.
+#ifndef REFIT_CLIENT_DAEMON_CLIENTS_H_
+#define REFIT_CLIENT_DAEMON_CLIENTS_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/refit.grpc.pb.h"
+
+namespace refit::client {
+
+class LocalDaemonClient {
+ public:
+  // `socket` is refitd's unix socket path.
+  explicit LocalDaemonClient(const std::string& socket);
+
+  absl::StatusOr<std::string> Register(
+      v1::Role role, const v1::RankLayout& layout,
+      const google::protobuf::RepeatedPtrField<v1::TensorSpec>& tensors,
+      absl::Duration timeout = absl::Seconds(30));
+  absl::Status Deregister(v1::Role role, int64_t rank, absl::Duration timeout = absl::Seconds(10));
+  absl::Status Publish(int64_t rank, int64_t version, absl::Duration timeout = absl::Seconds(10));
+  absl::StatusOr<int64_t> WaitForVersion(int64_t rank, int64_t version, absl::Duration timeout);
+
+ private:
+  std::unique_ptr<v1::LocalDaemon::Stub> stub_;
+};
+
+class CoordinatorClient {
+ public:
+  explicit CoordinatorClient(const std::string& address);
+
+  absl::StatusOr<v1::RefitReport> Refit(int64_t version, absl::Duration timeout);
+  absl::StatusOr<v1::StatusResponse> Status(absl::Duration timeout = absl::Seconds(10));
+
+ private:
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
+
+}  // namespace refit::client
+
+#endif  // REFIT_CLIENT_DAEMON_CLIENTS_H_

@@ -1,0 +1,171 @@
+// refit-synthetic-ranks: stands in for the trainer or inference processes of one node in
+// demos and end-to-end tests. It holds the node's ranks of a reference refit in real
+// shared memory and registers them with the node's refitd. As sources, for each version it
+// writes that version's weights, publishes, and asks the coordinator to refit; as
+// destinations, it waits for each version and checks every byte it received.
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/daemon_clients.h"
+#include "client/synthetic_weights.h"
+#include "planner/dtype.h"
+#include "planner/reference_refits.h"
+#include "transport/shared_memory.h"
+
+ABSL_FLAG(std::string, socket, "/run/refit/refitd.sock", "the node's refitd socket");
+ABSL_FLAG(std::string, coordinator, "", "coordinator address (sources: trigger refits)");
+ABSL_FLAG(std::string, side, "source", "source (trainer) or destination (inference)");
+ABSL_FLAG(std::string, refit, "mini", "reference refit whose layouts to hold");
+ABSL_FLAG(std::string, host, "", "hold the ranks whose host is this (default: all)");
+ABSL_FLAG(int64_t, versions, 3, "number of versions (epochs) to run");
+ABSL_FLAG(int64_t, timeout_ms, 60000, "deadline of each wait");
+ABSL_FLAG(std::string, ack_dir, "",
+          "hand-off folder standing in for the orchestrator: destinations write verified-N "
+          "there once version N is checked; sources wait for it before refitting N+1");
+
+namespace refit::client {
+namespace {
+
+struct HeldView {
+  int64_t rank;
+  std::string tensor;
+  transport::Dims shape, offset, extent;
+  int element_bytes;
+  std::unique_ptr<transport::SharedMemorySegment> segment;
+};
+
+int Fail(const std::string& what, const absl::Status& status) {
+  std::fprintf(stderr, "refit-synthetic-ranks: %s: %s\n", what.c_str(), status.ToString().c_str());
+  return 1;
+}
+
+int Run() {
+  const bool source = absl::GetFlag(FLAGS_side) == "source";
+  const v1::Role role = source ? v1::ROLE_SOURCE : v1::ROLE_DESTINATION;
+  const absl::Duration timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
+  absl::StatusOr<planner::RefitScenario> scenario =
+      planner::ReferenceRefit(absl::GetFlag(FLAGS_refit));
+  if (!scenario.ok()) return Fail("refit", scenario.status());
+  const v1::LayoutSpec& spec = source ? scenario->sources : scenario->destinations;
+  std::map<std::string, const v1::TensorSpec*> tensors;
+  for (const v1::TensorSpec& t : spec.tensors()) tensors[t.name()] = &t;
+
+  LocalDaemonClient daemon(absl::GetFlag(FLAGS_socket));
+  std::vector<HeldView> views;
+  std::vector<int64_t> ranks;
+  int64_t held_bytes = 0;
+  for (const v1::RankLayout& layout : spec.ranks()) {
+    if (!absl::GetFlag(FLAGS_host).empty() && layout.host() != absl::GetFlag(FLAGS_host)) continue;
+    v1::RankLayout registered = layout;
+    for (int i = 0; i < registered.views_size(); ++i) {
+      v1::ShardView* view = registered.mutable_views(i);
+      const v1::TensorSpec& tensor = *tensors.at(view->tensor());
+      HeldView held{layout.rank(),
+                    view->tensor(),
+                    transport::Dims(tensor.shape().begin(), tensor.shape().end()),
+                    transport::Dims(view->offset().begin(), view->offset().end()),
+                    transport::Dims(view->extent().begin(), view->extent().end()),
+                    *planner::DtypeBytes(tensor.dtype()),
+                    nullptr};
+      int64_t bytes = held.element_bytes;
+      for (int64_t e : held.extent) bytes *= e;
+      const std::string name = absl::StrCat("/refit-", getpid(), "-", layout.rank(), "-", i);
+      auto segment = transport::SharedMemorySegment::Create(name, bytes);
+      if (!segment.ok()) return Fail("shared memory", segment.status());
+      held.segment = std::move(*segment);
+      held_bytes += bytes;
+      view->set_buffer(absl::StrCat("view-", i));
+      v1::BufferSpec* buffer = registered.add_buffers();
+      buffer->set_name(view->buffer());
+      buffer->set_bytes(bytes);
+      buffer->set_shm_name(name);
+      views.push_back(std::move(held));
+    }
+    absl::StatusOr<std::string> session = daemon.Register(role, registered, spec.tensors());
+    if (!session.ok()) return Fail(absl::StrCat("register rank ", layout.rank()), session.status());
+    ranks.push_back(layout.rank());
+  }
+  std::printf("%s ranks registered: %zu ranks, %zu views, %.1f MB\n",
+              source ? "source" : "destination", ranks.size(), views.size(), held_bytes / 1e6);
+  std::fflush(stdout);
+
+  std::unique_ptr<CoordinatorClient> coordinator;
+  if (!absl::GetFlag(FLAGS_coordinator).empty()) {
+    coordinator = std::make_unique<CoordinatorClient>(absl::GetFlag(FLAGS_coordinator));
+  }
+  const std::string ack_dir = absl::GetFlag(FLAGS_ack_dir);
+  auto ack_path = [&](int64_t version) { return absl::StrCat(ack_dir, "/verified-", version); };
+  for (int64_t version = 1; version <= absl::GetFlag(FLAGS_versions); ++version) {
+    if (source) {
+      // The inference side must be done reading the previous version before it is replaced.
+      if (!ack_dir.empty() && version > 1) {
+        const absl::Time give_up = absl::Now() + timeout;
+        while (access(ack_path(version - 1).c_str(), F_OK) != 0) {
+          if (absl::Now() > give_up) {
+            return Fail("hand-off", absl::DeadlineExceededError(
+                                        absl::StrCat("no ", ack_path(version - 1), " in time")));
+          }
+          absl::SleepFor(absl::Milliseconds(20));
+        }
+      }
+      for (HeldView& v : views) {
+        FillBox(v.tensor, v.shape, v.element_bytes, v.offset, v.extent,
+                transport::StridedRef{v.segment->data(), transport::RowMajorStrides(v.extent)},
+                version);
+      }
+      for (int64_t rank : ranks) {
+        absl::Status published = daemon.Publish(rank, version);
+        if (!published.ok()) return Fail("publish", published);
+      }
+      if (coordinator == nullptr) continue;
+      // The inference side may still be registering: retry while the group is incomplete.
+      absl::StatusOr<v1::RefitReport> report = coordinator->Refit(version, timeout);
+      const absl::Time give_up = absl::Now() + timeout;
+      while (!report.ok() && absl::IsFailedPrecondition(report.status()) &&
+             absl::StrContains(report.status().message(), "incomplete") && absl::Now() < give_up) {
+        absl::SleepFor(absl::Milliseconds(100));
+        report = coordinator->Refit(version, timeout);
+      }
+      if (!report.ok()) return Fail(absl::StrCat("refit of version ", version), report.status());
+      std::printf("epoch %s: version %lld, %.1f MB in %.3f s (%.2f GB/s)\n",
+                  report->epoch_id().c_str(), static_cast<long long>(version),
+                  report->bytes() / 1e6, report->seconds(),
+                  report->bytes() / std::max(1e-9, report->seconds()) / 1e9);
+    } else {
+      for (int64_t rank : ranks) {
+        absl::StatusOr<int64_t> got = daemon.WaitForVersion(rank, version, timeout);
+        if (!got.ok()) return Fail(absl::StrCat("wait for version ", version), got.status());
+      }
+      int64_t wrong = 0;
+      for (HeldView& v : views) {
+        wrong += WrongBytesInBox(
+            v.tensor, v.shape, v.element_bytes, v.offset, v.extent,
+            transport::StridedRef{v.segment->data(), transport::RowMajorStrides(v.extent)},
+            version);
+      }
+      std::printf("version %lld: %lld of %.1f MB wrong\n", static_cast<long long>(version),
+                  static_cast<long long>(wrong), held_bytes / 1e6);
+      if (wrong != 0) return 1;
+      if (!ack_dir.empty()) std::fclose(std::fopen(ack_path(version).c_str(), "w"));
+    }
+    std::fflush(stdout);
+  }
+  for (int64_t rank : ranks) daemon.Deregister(role, rank).IgnoreError();
+  return 0;
+}
+
+}  // namespace
+}  // namespace refit::client
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return refit::client::Run();
+}

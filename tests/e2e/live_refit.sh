@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# A live refit on one machine with real processes: a coordinator, two refitd daemons (a
+# trainer node and an inference node, UCX between them), synthetic trainer ranks holding
+# a reference refit's sources in shared memory and synthetic inference ranks holding its
+# destinations. Runs VERSIONS epochs; the inference ranks check every byte of every
+# version. Everything is shut down with SIGTERM at the end.
+#   live_refit.sh BIN_DIR [REFIT] [VERSIONS] [STRATEGY]
+set -euo pipefail
+bin=$1
+refit=${2:-mini}
+versions=${3:-3}
+strategy=${4:-reshard}
+work=$(mktemp -d /tmp/refit-live-XXXXXX)
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+case $refit in
+  mini) sources=4 destinations=4 trainer=train-node-0 inference=infer-node-0 ;;
+  *) echo "live_refit.sh: no live setup for refit $refit" >&2; exit 2 ;;
+esac
+cat > "$work/job.json" <<JSON
+{"name": "$refit", "sourceRanks": $sources, "destinationRanks": $destinations,
+ "epochDeadlineMs": 60000, "strategy": "$strategy"}
+JSON
+
+"$bin/refit-coordinator" --listen=127.0.0.1:0 --job="$work/job.json" > "$work/coordinator.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do grep -q "listening on" "$work/coordinator.log" && break; sleep 0.1; done
+port=$(grep -o "listening on 127.0.0.1:[0-9]*" "$work/coordinator.log" | cut -d: -f2)
+[[ -n $port ]] || { cat "$work/coordinator.log"; echo "coordinator did not start" >&2; exit 1; }
+coordinator=127.0.0.1:$port
+
+for node in "$trainer" "$inference"; do
+  "$bin/refitd" --coordinator="$coordinator" --node="$node" --socket="$work/$node.sock" \
+    > "$work/$node.log" 2>&1 &
+  pids+=($!)
+done
+for node in "$trainer" "$inference"; do
+  for _ in $(seq 100); do [[ -S $work/$node.sock ]] && break; sleep 0.1; done
+  [[ -S $work/$node.sock ]] || { cat "$work/$node.log"; echo "refitd $node did not start" >&2; exit 1; }
+done
+
+"$bin/refit-synthetic-ranks" --side=destination --refit="$refit" --host="$inference" \
+  --socket="$work/$inference.sock" --versions="$versions" --ack_dir="$work" \
+  > "$work/inference-ranks.log" 2>&1 &
+inference_ranks=$!
+"$bin/refit-synthetic-ranks" --side=source --refit="$refit" --host="$trainer" \
+  --socket="$work/$trainer.sock" --coordinator="$coordinator" --versions="$versions" \
+  --ack_dir="$work"
+status=0
+wait "$inference_ranks" || status=$?
+cat "$work/inference-ranks.log"
+if [[ $status -ne 0 ]]; then
+  echo "inference ranks failed ($status)" >&2
+  cat "$work"/*.log >&2
+  exit 1
+fi
+grep -q "^version $versions: 0 of" "$work/inference-ranks.log"
+
+# Orderly shutdown: every process ends by itself after SIGTERM.
+for pid in "${pids[@]}"; do kill -TERM "$pid"; done
+for pid in "${pids[@]}"; do
+  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+  if kill -0 "$pid" 2>/dev/null; then echo "process $pid ignored SIGTERM" >&2; exit 1; fi
+done
+pids=()
+echo "live refit: $versions versions of $refit ($strategy) verified byte for byte"
