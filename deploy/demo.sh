@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# The main job (for now): a planning report for the reference refits. Installs what a
-# fresh Debian 12 machine lacks, builds refitctl and the planner benchmark, then plans
-# DeepSeek-V3, Qwen3-235B and the mini model side by side with gather-and-broadcast and
-# verifies the mini refit byte by byte.
+# The main job: a planning report for the reference refits, then a live refit on this
+# machine. Installs what a fresh Debian 12 machine lacks, builds everything, plans
+# DeepSeek-V3, Qwen3-235B and the mini model side by side with gather-and-broadcast, then
+# starts a coordinator, two refitd daemons (trainer node, inference node) and synthetic
+# ranks holding dsv3-mini (PP2 x EP2 -> TP2 x DP2) in shared memory, and runs refit epochs
+# with both strategies, every destination byte checked after each.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./deploy/install_deps.sh
-bazel build //client:refitctl //planner:bench >/dev/null 2>&1 || bazel build //client:refitctl //planner:bench
+targets=(//client:refitctl //planner:bench //transport:bench //daemon:refitd
+         //daemon:refit-coordinator //client:refit-synthetic-ranks)
+bazel build "${targets[@]}" >/dev/null 2>&1 || bazel build "${targets[@]}"
 
 echo "== Reference refits: reshard vs lower bound vs gather-and-broadcast =="
 ./bazel-bin/planner/bench
@@ -16,3 +20,14 @@ echo "== DeepSeek-V3, PP16 x EP16 -> TP32 x DP8 on DGX H100 (coverage-verified) 
 echo
 echo "== mini (dsv3-mini, PP2 x EP2 -> TP2 x DP2), every destination byte checked =="
 ./bazel-bin/client/refitctl plan --refit mini --verify=bytes
+echo
+echo "== Live refit of dsv3-mini: coordinator, 2 refitd, synthetic ranks, UCX between nodes =="
+bin=$(mktemp -d /tmp/refit-demo-XXXXXX)
+trap 'rm -rf "$bin"' EXIT
+cp bazel-bin/daemon/refitd bazel-bin/daemon/refit-coordinator \
+  bazel-bin/client/refit-synthetic-ranks "$bin/"
+./tests/e2e/live_refit.sh "$bin" mini 3 reshard
+./tests/e2e/live_refit.sh "$bin" mini 2 gather_broadcast
+echo
+echo "== Data plane: the same plan between shared-memory segments =="
+./bazel-bin/transport/bench mini
