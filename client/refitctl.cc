@@ -4,13 +4,16 @@
 #include <string>
 #include <vector>
 
+#include "client/live_commands.h"
 #include "client/plan_command.h"
 
 int main(int argc, char** argv) {
   const std::string usage =
       "usage: refitctl <command> [flags]\n"
       "commands:\n"
-      "  plan    plan a refit offline and report its cost (refitctl plan --help)\n";
+      "  plan    plan a refit offline and report its cost (refitctl plan --help)\n"
+      "  status  the coordinator's view: daemons, current version, last epochs\n"
+      "  refit   run a refit epoch for a version and print its report\n";
   if (argc < 2) {
     std::cerr << usage;
     return refit::client::kExitInvalidInput;
@@ -18,6 +21,8 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "plan") return refit::client::RunPlanCommand(args, std::cout, std::cerr);
+  if (command == "status") return refit::client::RunStatusCommand(args, std::cout, std::cerr);
+  if (command == "refit") return refit::client::RunRefitCommand(args, std::cout, std::cerr);
   if (command == "--help" || command == "help") {
     std::cout << usage;
     return 0;

@@ -1,6 +1,7 @@
 // refit-coordinator: one per refit group. Registry of daemons and ranks, the planner, and
 // the epoch state machine behind the Coordinator gRPC API.
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 
 #include <string>
 
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   refit::daemon::Cluster cluster;
   refit::daemon::EpochRunner runner(&cluster, job);
   refit::daemon::CoordinatorService service(&cluster, &runner, deadline);
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string listen = absl::GetFlag(FLAGS_listen);

@@ -6,6 +6,7 @@
 #include "planner/layout.h"
 #include "planner/plan_proto.h"
 #include "planner/topology.h"
+#include "spdlog/spdlog.h"
 
 namespace refit::daemon {
 namespace {
@@ -150,13 +151,24 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
     message.mutable_abort()->set_reason(std::string(outcome.message()));
   }
   for (const auto& [index, channel] : snapshot->channels) channel->Send(message);
-  if (!outcome.ok()) return outcome;
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (!outcome.ok()) {
+    spdlog::warn("epoch {} version {} aborted after {:.3f} s: {}", epoch_id, version, seconds,
+                 std::string(outcome.message()));
+    return outcome;
+  }
+  spdlog::info(
+      "epoch {} version {} committed: {} bytes in {:.3f} s ({:.2f} GB/s), {} daemons, "
+      "plan {}",
+      epoch_id, version, (*plan)->stats.total_bytes, seconds,
+      (*plan)->stats.total_bytes / std::max(seconds, 1e-9) / 1e9, snapshot->channels.size(),
+      wire.digest());
 
   v1::RefitReport report;
   report.set_epoch_id(epoch_id);
   report.set_version(version);
   report.set_bytes((*plan)->stats.total_bytes);
-  report.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  report.set_seconds(seconds);
   for (auto [route, bytes] : {std::pair{v1::ROUTE_NETWORK, (*plan)->stats.network_bytes},
                               {v1::ROUTE_NVLINK, (*plan)->stats.nvlink_bytes},
                               {v1::ROUTE_LOCAL, (*plan)->stats.local_bytes}}) {

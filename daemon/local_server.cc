@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "grpcpp/health_check_service_interface.h"
 
 namespace refit::daemon {
 
@@ -26,6 +27,7 @@ absl::StatusOr<std::unique_ptr<LocalServer>> LocalServer::Start(const std::strin
     unlink(socket_path.c_str());
   }
   auto server = std::unique_ptr<LocalServer>(new LocalServer(socket_path, registry));
+  grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
   builder.RegisterService(&server->service_);

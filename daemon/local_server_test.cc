@@ -10,6 +10,7 @@
 
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
+#include "proto/health.grpc.pb.h"
 #include "transport/testing/backed_layouts.h"
 
 namespace refit::daemon {
@@ -124,6 +125,15 @@ TEST_F(LocalServerTest, BadRegistrationsAreRefused) {
   status = Register(outside);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("outside the global shape"), std::string::npos);
+}
+
+TEST_F(LocalServerTest, AnswersTheStandardHealthCheck) {
+  auto health = grpc::health::v1::Health::NewStub(
+      grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  grpc::health::v1::HealthCheckResponse response;
+  ASSERT_TRUE(health->Check(&context, grpc::health::v1::HealthCheckRequest(), &response).ok());
+  EXPECT_EQ(response.status(), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
 TEST_F(LocalServerTest, WaitForVersionEndsAtItsDeadlineOrOnCommit) {

@@ -25,7 +25,7 @@ echo "== Live refit of dsv3-mini: coordinator, 2 refitd, synthetic ranks, UCX be
 bin=$(mktemp -d /tmp/refit-demo-XXXXXX)
 trap 'rm -rf "$bin"' EXIT
 cp bazel-bin/daemon/refitd bazel-bin/daemon/refit-coordinator \
-  bazel-bin/client/refit-synthetic-ranks "$bin/"
+  bazel-bin/client/refit-synthetic-ranks bazel-bin/client/refitctl "$bin/"
 ./tests/e2e/live_refit.sh "$bin" mini 3 reshard
 ./tests/e2e/live_refit.sh "$bin" mini 2 gather_broadcast
 echo

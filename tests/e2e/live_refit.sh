@@ -62,6 +62,13 @@ if [[ $status -ne 0 ]]; then
 fi
 grep -q "^version $versions: 0 of" "$work/inference-ranks.log"
 
+# The coordinator's view, through refitctl: the last version is current, and asking for it
+# again returns the same epoch instead of running another.
+"$bin/refitctl" status --coordinator="$coordinator" | tee "$work/status.txt"
+grep -q "^current version  $versions$" "$work/status.txt"
+again=$("$bin/refitctl" refit --coordinator="$coordinator" --version="$versions")
+grep -q "^  $(echo "$again" | awk '{print $1}') " "$work/status.txt"
+
 # Orderly shutdown: every process ends by itself after SIGTERM.
 for pid in "${pids[@]}"; do kill -TERM "$pid"; done
 for pid in "${pids[@]}"; do
