@@ -22,8 +22,9 @@ class ControlPlaneTest : public ::testing::Test {
     job.set_source_ranks(2);
     job.set_destination_ranks(2);
     job.set_staging_budget_bytes(256);  // several batches
-    runner_ = std::make_unique<EpochRunner>(&cluster_, job);
-    service_ = std::make_unique<CoordinatorService>(&cluster_, runner_.get(), absl::Seconds(30));
+    runner_ = std::make_unique<EpochRunner>(&cluster_, job, &metrics_);
+    service_ = std::make_unique<CoordinatorService>(&cluster_, runner_.get(), absl::Seconds(30),
+                                                    &metrics_);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
@@ -93,6 +94,7 @@ class ControlPlaneTest : public ::testing::Test {
     return stub_->Refit(&context, request, report);
   }
 
+  CoordinatorMetrics metrics_{std::make_shared<prometheus::Registry>()};
   Cluster cluster_;
   std::unique_ptr<EpochRunner> runner_;
   std::unique_ptr<CoordinatorService> service_;
@@ -131,6 +133,10 @@ TEST_F(ControlPlaneTest, RefitMovesEveryByteAndCommitsTheVersion) {
   ASSERT_TRUE(stub_->Status(&context, v1::StatusRequest(), &cluster_status).ok());
   EXPECT_EQ(cluster_status.current_version(), 1);
   EXPECT_EQ(cluster_status.daemons_size(), 2);
+  // One committed epoch (the repeat did not run another), and the group in the gauges.
+  EXPECT_EQ(metrics_.committed.Value(), 1);
+  EXPECT_EQ(metrics_.current_version.Value(), 1);
+  EXPECT_EQ(metrics_.ranks.Add({{"role", "destination"}}).Value(), 2);
 }
 
 TEST_F(ControlPlaneTest, ARankThatLeftMakesTheNextRefitFailNamingTheGap) {
@@ -145,6 +151,7 @@ TEST_F(ControlPlaneTest, ARankThatLeftMakesTheNextRefitFailNamingTheGap) {
             "the refit group is incomplete: 1 of 2 source ranks and 2 of 2 destination ranks "
             "registered");
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(metrics_.ranks.Add({{"role", "source"}}).Value(), 1);
   EXPECT_EQ(inference_.WaitForVersion(0, 2, absl::Now() + absl::Milliseconds(50)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
 }

@@ -8,6 +8,10 @@ namespace refit::daemon {
 
 void CoordinatorLink::Start() {
   registry_->SetListener([this](const v1::RankRegistration& rank, bool registered) {
+    if (metrics_ != nullptr) {
+      const char* role = rank.role() == v1::ROLE_SOURCE ? "source" : "destination";
+      metrics_->ranks.Add({{"role", role}}).Increment(registered ? 1 : -1);
+    }
     v1::DaemonMessage message;
     if (registered) {
       *message.mutable_register_rank() = rank;
@@ -78,6 +82,9 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
       case v1::CoordinatorMessage::kExecute: {
         v1::DaemonMessage done;
         *done.mutable_done() = Execute(message.execute(), worker);
+        if (metrics_ != nullptr) {
+          metrics_->EpochDone(done.done().ok(), done.done().ok() ? last_bytes_by_route_ : nullptr);
+        }
         Write(done);
         break;
       }
@@ -134,6 +141,8 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
       executor.Run(slice_.plan(), execute.epoch_number(),
                    absl::Now() + absl::Milliseconds(std::max<int64_t>(1, execute.deadline_ms())));
   if (!stats.ok()) return fail(stats.status());
+  std::copy(std::begin(stats->bytes_by_route), std::end(stats->bytes_by_route),
+            last_bytes_by_route_);
   done.set_ok(true);
   return done;
 }

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
+#include "daemon/metrics.h"
 #include "daemon/rank_registry.h"
 #include "proto/refit.grpc.pb.h"
 #include "transport/ucx_worker.h"
@@ -22,8 +23,13 @@ namespace refit::daemon {
 
 class CoordinatorLink {
  public:
-  CoordinatorLink(std::string coordinator, std::string node, RankRegistry* registry)
-      : coordinator_(std::move(coordinator)), node_(std::move(node)), registry_(registry) {}
+  // `metrics` may be null.
+  CoordinatorLink(std::string coordinator, std::string node, RankRegistry* registry,
+                  DaemonMetrics* metrics = nullptr)
+      : coordinator_(std::move(coordinator)),
+        node_(std::move(node)),
+        registry_(registry),
+        metrics_(metrics) {}
   ~CoordinatorLink() { Stop(); }
 
   void Start();
@@ -42,6 +48,7 @@ class CoordinatorLink {
   const std::string coordinator_;
   const std::string node_;
   RankRegistry* registry_;
+  DaemonMetrics* metrics_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> connected_{false};
@@ -52,6 +59,7 @@ class CoordinatorLink {
 
   // Owned by the link's thread.
   v1::PlanSlice slice_;
+  int64_t last_bytes_by_route_[v1::Route_ARRAYSIZE] = {};
   std::map<int32_t, std::pair<std::string, std::unique_ptr<transport::UcxEndpoint>>> peers_;
 };
 

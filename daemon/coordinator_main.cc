@@ -9,11 +9,15 @@
 #include "absl/flags/parse.h"
 #include "client/json_files.h"
 #include "daemon/coordinator_service.h"
+#include "daemon/http_endpoints.h"
+#include "daemon/metrics.h"
 #include "daemon/shutdown_signal.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7700", "address to serve on, HOST:PORT (port 0: any)");
 ABSL_FLAG(std::string, job, "", "the refit group, a refit.v1.JobSpec JSON file");
+ABSL_FLAG(int, metrics_port, -1,
+          "HTTP port for /metrics, /healthz and /readyz (0: any free port; -1: none)");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -28,9 +32,11 @@ int main(int argc, char** argv) {
   }
   const absl::Duration deadline =
       absl::Milliseconds(job.epoch_deadline_ms() > 0 ? job.epoch_deadline_ms() : 60000);
+  auto registry = std::make_shared<prometheus::Registry>();
+  refit::daemon::CoordinatorMetrics metrics(registry);
   refit::daemon::Cluster cluster;
-  refit::daemon::EpochRunner runner(&cluster, job);
-  refit::daemon::CoordinatorService service(&cluster, &runner, deadline);
+  refit::daemon::EpochRunner runner(&cluster, job, &metrics);
+  refit::daemon::CoordinatorService service(&cluster, &runner, deadline, &metrics);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
@@ -46,8 +52,24 @@ int main(int argc, char** argv) {
   }
   const std::string host = listen.substr(0, listen.rfind(':'));
   spdlog::info("refit-coordinator job={} listening on {}:{}", job.name(), host, port);
+  std::unique_ptr<refit::daemon::HttpEndpoints> http;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    // Ready once every rank the job expects is registered.
+    auto started = refit::daemon::HttpEndpoints::Start(
+        host, absl::GetFlag(FLAGS_metrics_port), registry, [&cluster, &job]() {
+          return cluster.RankCount(refit::v1::ROLE_SOURCE) >= job.source_ranks() &&
+                 cluster.RankCount(refit::v1::ROLE_DESTINATION) >= job.destination_ranks();
+        });
+    if (!started.ok()) {
+      spdlog::error("refit-coordinator: {}", std::string(started.status().message()));
+      return 1;
+    }
+    http = std::move(*started);
+    spdlog::info("refit-coordinator metrics on http://{}:{}/metrics", host, http->port());
+  }
   const int signal = refit::daemon::WaitForShutdownSignal(signals);
   spdlog::info("refit-coordinator: signal {}, shutting down", signal);
+  http.reset();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }

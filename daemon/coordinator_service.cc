@@ -31,6 +31,12 @@ class StreamChannel : public DaemonChannel {
 
 }  // namespace
 
+void CoordinatorService::UpdateRankGauges() {
+  if (metrics_ == nullptr) return;
+  metrics_->ranks.Add({{"role", "source"}}).Set(cluster_->RankCount(v1::ROLE_SOURCE));
+  metrics_->ranks.Add({{"role", "destination"}}).Set(cluster_->RankCount(v1::ROLE_DESTINATION));
+}
+
 grpc::Status CoordinatorService::Control(
     grpc::ServerContext*,
     grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::DaemonMessage>* stream) {
@@ -46,10 +52,12 @@ grpc::Status CoordinatorService::Control(
       case v1::DaemonMessage::kRegisterRank:
         // A conflicting registration is left out of the group; the rank's Refit reports it.
         cluster_->AddRank(index, message.register_rank()).IgnoreError();
+        UpdateRankGauges();
         break;
       case v1::DaemonMessage::kDeregisterRank:
         cluster_->RemoveRank(index, message.deregister_rank().role(),
                              message.deregister_rank().rank());
+        UpdateRankGauges();
         break;
       case v1::DaemonMessage::kDone:
         runner_->OnDone(index, message.done());
@@ -60,6 +68,7 @@ grpc::Status CoordinatorService::Control(
   }
   channel->Close();
   cluster_->RemoveDaemon(index);
+  UpdateRankGauges();
   runner_->OnDaemonLost(index);
   return grpc::Status::OK;
 }

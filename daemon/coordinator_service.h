@@ -11,8 +11,13 @@ namespace refit::daemon {
 
 class CoordinatorService final : public v1::Coordinator::Service {
  public:
-  CoordinatorService(Cluster* cluster, EpochRunner* runner, absl::Duration default_deadline)
-      : cluster_(cluster), runner_(runner), default_deadline_(default_deadline) {}
+  // `metrics` may be null.
+  CoordinatorService(Cluster* cluster, EpochRunner* runner, absl::Duration default_deadline,
+                     CoordinatorMetrics* metrics = nullptr)
+      : cluster_(cluster),
+        runner_(runner),
+        default_deadline_(default_deadline),
+        metrics_(metrics) {}
 
   grpc::Status Control(
       grpc::ServerContext* context,
@@ -23,9 +28,12 @@ class CoordinatorService final : public v1::Coordinator::Service {
                       v1::StatusResponse* response) override;
 
  private:
+  void UpdateRankGauges();
+
   Cluster* cluster_;
   EpochRunner* runner_;
   const absl::Duration default_deadline_;
+  CoordinatorMetrics* metrics_;
 };
 
 }  // namespace refit::daemon

@@ -155,6 +155,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
   if (!outcome.ok()) {
     spdlog::warn("epoch {} version {} aborted after {:.3f} s: {}", epoch_id, version, seconds,
                  std::string(outcome.message()));
+    if (metrics_ != nullptr) metrics_->EpochAborted(seconds);
     return outcome;
   }
   spdlog::info(
@@ -163,6 +164,11 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
       epoch_id, version, (*plan)->stats.total_bytes, seconds,
       (*plan)->stats.total_bytes / std::max(seconds, 1e-9) / 1e9, snapshot->channels.size(),
       wire.digest());
+  if (metrics_ != nullptr) {
+    metrics_->EpochCommitted(seconds, (*plan)->stats.network_bytes, (*plan)->stats.nvlink_bytes,
+                             (*plan)->stats.local_bytes, version);
+    metrics_->plan_build_seconds.Set((*plan)->plan_seconds);
+  }
 
   v1::RefitReport report;
   report.set_epoch_id(epoch_id);

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/cluster.h"
+#include "daemon/metrics.h"
 #include "planner/planner.h"
 #include "proto/refit.pb.h"
 
@@ -22,7 +23,9 @@ namespace refit::daemon {
 
 class EpochRunner {
  public:
-  EpochRunner(Cluster* cluster, v1::JobSpec job) : cluster_(cluster), job_(std::move(job)) {}
+  // `metrics` may be null.
+  EpochRunner(Cluster* cluster, v1::JobSpec job, CoordinatorMetrics* metrics = nullptr)
+      : cluster_(cluster), job_(std::move(job)), metrics_(metrics) {}
 
   absl::StatusOr<v1::RefitReport> Refit(int64_t version, absl::Duration timeout);
 
@@ -40,6 +43,7 @@ class EpochRunner {
 
   Cluster* cluster_;
   const v1::JobSpec job_;
+  CoordinatorMetrics* metrics_;
   planner::PlanCache plans_;
   absl::Mutex run_mu_;  // one epoch at a time
 

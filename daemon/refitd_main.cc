@@ -6,7 +6,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "daemon/coordinator_link.h"
+#include "daemon/http_endpoints.h"
 #include "daemon/local_server.h"
+#include "daemon/metrics.h"
 #include "daemon/rank_registry.h"
 #include "daemon/shutdown_signal.h"
 #include "spdlog/spdlog.h"
@@ -14,6 +16,9 @@
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7700", "coordinator address, HOST:PORT");
 ABSL_FLAG(std::string, node, "", "this node's name (defaults to the host name)");
 ABSL_FLAG(std::string, socket, "/run/refit/refitd.sock", "unix socket for the local API");
+ABSL_FLAG(int, metrics_port, -1,
+          "HTTP port for /metrics, /healthz and /readyz (0: any free port; -1: none)");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "address the HTTP endpoints listen on");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -30,13 +35,30 @@ int main(int argc, char** argv) {
     spdlog::error("refitd {}: {}", node, server.status().ToString());
     return 1;
   }
-  refit::daemon::CoordinatorLink link(absl::GetFlag(FLAGS_coordinator), node, &registry);
+  auto metrics_registry = std::make_shared<prometheus::Registry>();
+  refit::daemon::DaemonMetrics metrics(metrics_registry);
+  refit::daemon::CoordinatorLink link(absl::GetFlag(FLAGS_coordinator), node, &registry, &metrics);
   link.Start();
+  std::unique_ptr<refit::daemon::HttpEndpoints> http;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    // Ready while connected to the coordinator.
+    auto started = refit::daemon::HttpEndpoints::Start(
+        absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port), metrics_registry,
+        [&link]() { return link.connected(); });
+    if (!started.ok()) {
+      spdlog::error("refitd {}: {}", node, std::string(started.status().message()));
+      return 1;
+    }
+    http = std::move(*started);
+    spdlog::info("refitd node={} metrics on http://{}:{}/metrics", node,
+                 absl::GetFlag(FLAGS_metrics_host), http->port());
+  }
   spdlog::info("refitd node={} socket={} coordinator={}", node, (*server)->socket_path(),
                absl::GetFlag(FLAGS_coordinator));
   std::fflush(stdout);
   const int signal = refit::daemon::WaitForShutdownSignal(signals);
   spdlog::info("refitd node={}: signal {}, shutting down", node, signal);
+  http.reset();
   link.Stop();
   server->reset();
   return 0;

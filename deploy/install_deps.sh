@@ -9,7 +9,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  libucx-dev
+  libucx-dev prometheus-cpp-dev libcpp-httplib-dev
 )
 
 missing=()

@@ -28,12 +28,25 @@ cat > "$work/job.json" <<JSON
  "epochDeadlineMs": 60000, "strategy": "$strategy"}
 JSON
 
-"$bin/refit-coordinator" --listen=127.0.0.1:0 --job="$work/job.json" > "$work/coordinator.log" 2>&1 &
+"$bin/refit-coordinator" --listen=127.0.0.1:0 --job="$work/job.json" --metrics_port=0 \
+  > "$work/coordinator.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do grep -q "listening on" "$work/coordinator.log" && break; sleep 0.1; done
 port=$(grep -o "listening on 127.0.0.1:[0-9]*" "$work/coordinator.log" | cut -d: -f2)
 [[ -n $port ]] || { cat "$work/coordinator.log"; echo "coordinator did not start" >&2; exit 1; }
 coordinator=127.0.0.1:$port
+for _ in $(seq 50); do grep -q "metrics on" "$work/coordinator.log" && break; sleep 0.1; done
+metrics_port=$(grep -o "metrics on http://127.0.0.1:[0-9]*" "$work/coordinator.log" | cut -d: -f3)
+
+# GET a path of the coordinator's HTTP endpoints (bash only: a fresh machine may lack curl).
+http_get() {
+  exec 3<>"/dev/tcp/127.0.0.1/$metrics_port"
+  printf 'GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n' "$1" >&3
+  cat <&3
+  exec 3<&-
+}
+http_get /healthz | grep -q "^ok"
+http_get /readyz | grep -q "503"  # no ranks registered yet
 
 for node in "$trainer" "$inference"; do
   "$bin/refitd" --coordinator="$coordinator" --node="$node" --socket="$work/$node.sock" \
@@ -68,6 +81,15 @@ grep -q "^version $versions: 0 of" "$work/inference-ranks.log"
 grep -q "^current version  $versions$" "$work/status.txt"
 again=$("$bin/refitctl" refit --coordinator="$coordinator" --version="$versions")
 grep -q "^  $(echo "$again" | awk '{print $1}') " "$work/status.txt"
+
+# Prometheus metrics: one committed epoch per version. (The synthetic ranks deregistered
+# when they finished, so the group is empty again and /readyz says 503.)
+http_get /metrics > "$work/metrics.txt"
+grep -q "^refit_epochs_total{result=\"committed\"} $versions$" "$work/metrics.txt" ||
+  { cat "$work/metrics.txt"; exit 1; }
+grep -q "^refit_current_version $versions$" "$work/metrics.txt"
+grep -q "^refit_registered_ranks{role=\"destination\"} 0$" "$work/metrics.txt"
+http_get /readyz | grep -q "503"
 
 # Orderly shutdown: every process ends by itself after SIGTERM.
 for pid in "${pids[@]}"; do kill -TERM "$pid"; done

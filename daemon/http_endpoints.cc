@@ -1,0 +1,46 @@
+#include "daemon/http_endpoints.h"
+
+#include <httplib.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "prometheus/text_serializer.h"
+
+namespace refit::daemon {
+
+absl::StatusOr<std::unique_ptr<HttpEndpoints>> HttpEndpoints::Start(
+    const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry,
+    std::function<bool()> ready) {
+  std::unique_ptr<HttpEndpoints> endpoints(new HttpEndpoints());
+  endpoints->server_ = std::make_unique<httplib::Server>();
+  httplib::Server& server = *endpoints->server_;
+  server.Get("/metrics", [registry](const httplib::Request&, httplib::Response& response) {
+    response.set_content(prometheus::TextSerializer().Serialize(registry->Collect()),
+                         "text/plain; version=0.0.4");
+  });
+  server.Get("/healthz", [](const httplib::Request&, httplib::Response& response) {
+    response.set_content("ok\n", "text/plain");
+  });
+  server.Get("/readyz", [ready](const httplib::Request&, httplib::Response& response) {
+    const bool is_ready = ready();
+    response.status = is_ready ? 200 : 503;
+    response.set_content(is_ready ? "ready\n" : "not ready\n", "text/plain");
+  });
+  if (port == 0) {
+    endpoints->port_ = server.bind_to_any_port(host);
+  } else {
+    endpoints->port_ = server.bind_to_port(host, port) ? port : -1;
+  }
+  if (endpoints->port_ <= 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen for HTTP on ", host, ":", port));
+  }
+  endpoints->thread_ = std::thread([&server]() { server.listen_after_bind(); });
+  return endpoints;
+}
+
+HttpEndpoints::~HttpEndpoints() {
+  server_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace refit::daemon

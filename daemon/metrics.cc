@@ -1,0 +1,95 @@
+#include "daemon/metrics.h"
+
+namespace refit::daemon {
+namespace {
+
+const char* RouteLabel(int route) {
+  switch (route) {
+    case v1::ROUTE_LOCAL:
+      return "local";
+    case v1::ROUTE_NVLINK:
+      return "nvlink";
+    case v1::ROUTE_NETWORK:
+      return "network";
+    default:
+      return "unspecified";
+  }
+}
+
+prometheus::Histogram::BucketBoundaries EpochBuckets() {
+  return {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60};
+}
+
+}  // namespace
+
+CoordinatorMetrics::CoordinatorMetrics(std::shared_ptr<prometheus::Registry> r)
+    : registry(r),
+      epochs(prometheus::BuildCounter()
+                 .Name("refit_epochs_total")
+                 .Help("Refit epochs by result")
+                 .Register(*r)),
+      committed(epochs.Add({{"result", "committed"}})),
+      aborted(epochs.Add({{"result", "aborted"}})),
+      epoch_seconds(prometheus::BuildHistogram()
+                        .Name("refit_epoch_duration_seconds")
+                        .Help("Wall time of refit epochs, from Refit to commit or abort")
+                        .Register(*r)
+                        .Add({}, EpochBuckets())),
+      bytes(prometheus::BuildCounter()
+                .Name("refit_bytes_total")
+                .Help("Bytes moved by committed epochs, by route")
+                .Register(*r)),
+      ranks(prometheus::BuildGauge()
+                .Name("refit_registered_ranks")
+                .Help("Ranks registered with the coordinator, by role")
+                .Register(*r)),
+      current_version(prometheus::BuildGauge()
+                          .Name("refit_current_version")
+                          .Help("The last committed version")
+                          .Register(*r)
+                          .Add({})),
+      plan_build_seconds(prometheus::BuildGauge()
+                             .Name("refit_plan_build_seconds")
+                             .Help("Time the current plan took to build")
+                             .Register(*r)
+                             .Add({})) {}
+
+void CoordinatorMetrics::EpochCommitted(double seconds, int64_t network_bytes, int64_t nvlink_bytes,
+                                        int64_t local_bytes, int64_t version) {
+  committed.Increment();
+  epoch_seconds.Observe(seconds);
+  bytes.Add({{"route", "network"}}).Increment(network_bytes);
+  bytes.Add({{"route", "nvlink"}}).Increment(nvlink_bytes);
+  bytes.Add({{"route", "local"}}).Increment(local_bytes);
+  current_version.Set(version);
+}
+
+void CoordinatorMetrics::EpochAborted(double seconds) {
+  aborted.Increment();
+  epoch_seconds.Observe(seconds);
+}
+
+DaemonMetrics::DaemonMetrics(std::shared_ptr<prometheus::Registry> r)
+    : registry(r),
+      epochs(prometheus::BuildCounter()
+                 .Name("refitd_epochs_total")
+                 .Help("Epochs this daemon ran, by result")
+                 .Register(*r)),
+      bytes(prometheus::BuildCounter()
+                .Name("refitd_bytes_total")
+                .Help("Bytes this daemon's data plane moved, by route")
+                .Register(*r)),
+      ranks(prometheus::BuildGauge()
+                .Name("refitd_registered_ranks")
+                .Help("Ranks registered with this daemon, by role")
+                .Register(*r)) {}
+
+void DaemonMetrics::EpochDone(bool ok, const int64_t* bytes_by_route) {
+  epochs.Add({{"result", ok ? "ok" : "failed"}}).Increment();
+  if (bytes_by_route == nullptr) return;
+  for (int route = v1::ROUTE_LOCAL; route <= v1::ROUTE_NETWORK; ++route) {
+    bytes.Add({{"route", RouteLabel(route)}}).Increment(bytes_by_route[route]);
+  }
+}
+
+}  // namespace refit::daemon
