@@ -1,5 +1,7 @@
 #include "daemon/cluster.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
@@ -52,6 +54,30 @@ void Cluster::RemoveRank(int32_t daemon, v1::Role role, int64_t rank) {
   absl::MutexLock lock(&mu_);
   auto it = ranks_.find({role, rank});
   if (it != ranks_.end() && it->second.daemon == daemon) ranks_.erase(it);
+}
+
+void Cluster::MarkPublished(int32_t daemon, int64_t source_rank, int64_t version) {
+  absl::MutexLock lock(&mu_);
+  auto it = ranks_.find({v1::ROLE_SOURCE, source_rank});
+  if (it != ranks_.end() && it->second.daemon == daemon) {
+    it->second.published = std::max(it->second.published, version);
+  }
+}
+
+std::vector<int64_t> Cluster::AwaitPublished(int64_t version, absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  auto all_published = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& [key, record] : ranks_) {
+      if (key.first == v1::ROLE_SOURCE && record.published < version) return false;
+    }
+    return true;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&all_published), deadline);
+  std::vector<int64_t> missing;
+  for (const auto& [key, record] : ranks_) {
+    if (key.first == v1::ROLE_SOURCE && record.published < version) missing.push_back(key.second);
+  }
+  return missing;
 }
 
 absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "proto/refit.pb.h"
 
 namespace refit::daemon {
@@ -40,6 +41,11 @@ class Cluster {
   void RemoveDaemon(int32_t daemon);
   absl::Status AddRank(int32_t daemon, const v1::RankRegistration& registration);
   void RemoveRank(int32_t daemon, v1::Role role, int64_t rank);
+  void MarkPublished(int32_t daemon, int64_t source_rank, int64_t version);
+
+  // Waits until every registered source rank has published `version` (or a later one);
+  // returns the ranks still missing at the deadline (empty: all published).
+  std::vector<int64_t> AwaitPublished(int64_t version, absl::Time deadline) const;
 
   // The registrations as layouts; errors when two daemons disagree about a tensor.
   absl::StatusOr<ClusterSnapshot> Snapshot() const;
@@ -55,6 +61,7 @@ class Cluster {
   struct RankRecord {
     int32_t daemon = 0;
     v1::RankRegistration registration;
+    int64_t published = -1;
   };
 
   mutable absl::Mutex mu_;

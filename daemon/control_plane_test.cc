@@ -5,6 +5,8 @@
 // same report; an incomplete group is refused, naming what is missing.
 #include <grpcpp/grpcpp.h>
 
+#include <thread>
+
 #include "daemon/coordinator_link.h"
 #include "daemon/coordinator_service.h"
 #include "gtest/gtest.h"
@@ -112,8 +114,15 @@ TEST_F(ControlPlaneTest, RefitMovesEveryByteAndCommitsTheVersion) {
   for (const v1::RankLayout& r : sources_.ranks()) {
     transport::testing::FillViews(trainer_.buffers(), v1::ROLE_SOURCE, r);
   }
+  // The trainers publish after the refit was asked for: Refit waits for them.
+  std::thread trainers([&]() {
+    absl::SleepFor(absl::Milliseconds(100));
+    for (const v1::RankLayout& r : sources_.ranks())
+      ASSERT_TRUE(trainer_.Publish(r.rank(), 1).ok());
+  });
   v1::RefitReport report;
   grpc::Status status = Refit(1, &report);
+  trainers.join();
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(report.version(), 1);
   EXPECT_EQ(report.bytes(), 16 * 12 * 4 + 2 * 12 * 4);
@@ -137,6 +146,22 @@ TEST_F(ControlPlaneTest, RefitMovesEveryByteAndCommitsTheVersion) {
   EXPECT_EQ(metrics_.committed.Value(), 1);
   EXPECT_EQ(metrics_.current_version.Value(), 1);
   EXPECT_EQ(metrics_.ranks.Add({{"role", "destination"}}).Value(), 2);
+}
+
+TEST_F(ControlPlaneTest, AnUnpublishedVersionFailsAtTheDeadlineNamingTheRanks) {
+  ASSERT_TRUE(GroupSeen(2, 2));
+  ASSERT_TRUE(trainer_.Publish(0, 4).ok());  // rank 1 never publishes
+  grpc::ClientContext context;
+  v1::RefitRequest request;
+  request.set_version(4);
+  request.set_deadline_ms(300);
+  v1::RefitReport report;
+  const absl::Time start = absl::Now();
+  grpc::Status status = stub_->Refit(&context, request, &report);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_EQ(status.error_message(),
+            "version 4 was not published before the deadline by source ranks 1");
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
 }
 
 TEST_F(ControlPlaneTest, ARankThatLeftMakesTheNextRefitFailNamingTheGap) {

@@ -7,17 +7,25 @@
 namespace refit::daemon {
 
 void CoordinatorLink::Start() {
-  registry_->SetListener([this](const v1::RankRegistration& rank, bool registered) {
-    if (metrics_ != nullptr) {
-      const char* role = rank.role() == v1::ROLE_SOURCE ? "source" : "destination";
+  registry_->SetListener([this](const RankRegistry::Event& event) {
+    const bool registered = event.kind == RankRegistry::Event::kRegistered;
+    if (metrics_ != nullptr && event.kind != RankRegistry::Event::kPublished) {
+      const char* role = event.rank.role() == v1::ROLE_SOURCE ? "source" : "destination";
       metrics_->ranks.Add({{"role", role}}).Increment(registered ? 1 : -1);
     }
     v1::DaemonMessage message;
-    if (registered) {
-      *message.mutable_register_rank() = rank;
-    } else {
-      message.mutable_deregister_rank()->set_role(rank.role());
-      message.mutable_deregister_rank()->set_rank(rank.layout().rank());
+    switch (event.kind) {
+      case RankRegistry::Event::kRegistered:
+        *message.mutable_register_rank() = event.rank;
+        break;
+      case RankRegistry::Event::kDeregistered:
+        message.mutable_deregister_rank()->set_role(event.rank.role());
+        message.mutable_deregister_rank()->set_rank(event.rank.layout().rank());
+        break;
+      case RankRegistry::Event::kPublished:
+        message.mutable_published()->set_rank(event.rank.layout().rank());
+        message.mutable_published()->set_version(event.version);
+        break;
     }
     Write(message);  // when not connected, the next session sends everything anyway
   });
@@ -71,6 +79,13 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
     v1::DaemonMessage message;
     *message.mutable_register_rank() = rank;
     ok = ok && Write(message);
+    const int64_t published = registry_->PublishedVersion(rank.layout().rank());
+    if (rank.role() == v1::ROLE_SOURCE && published >= 0) {
+      v1::DaemonMessage publish;
+      publish.mutable_published()->set_rank(rank.layout().rank());
+      publish.mutable_published()->set_version(published);
+      ok = ok && Write(publish);
+    }
   }
   connected_ = ok;
   v1::CoordinatorMessage message;

@@ -59,6 +59,9 @@ grpc::Status CoordinatorService::Control(
                              message.deregister_rank().rank());
         UpdateRankGauges();
         break;
+      case v1::DaemonMessage::kPublished:
+        cluster_->MarkPublished(index, message.published().rank(), message.published().version());
+        break;
       case v1::DaemonMessage::kDone:
         runner_->OnDone(index, message.done());
         break;

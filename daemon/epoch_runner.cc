@@ -96,6 +96,14 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
                      " source ranks and ", destinations, " of ", job_.destination_ranks(),
                      " destination ranks registered"));
   }
+  // Trainers may still be finishing the step: wait (within the deadline) for every source
+  // rank to publish this version, so no half-updated weights are sent.
+  const std::vector<int64_t> unpublished = cluster_->AwaitPublished(version, deadline);
+  if (!unpublished.empty()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("version ", version, " was not published before the deadline by source ranks ",
+                     absl::StrJoin(unpublished, ", ")));
+  }
   absl::StatusOr<planner::Layout> src = planner::CompileLayout(snapshot->sources, "source");
   if (!src.ok()) return src.status();
   absl::StatusOr<planner::Layout> dst =

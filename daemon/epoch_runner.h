@@ -1,4 +1,5 @@
-// Runs refit epochs for the coordinator: checks the group is complete, plans (once per
+// Runs refit epochs for the coordinator: checks the group is complete, waits until every
+// source rank has published the version, plans (once per
 // layout change, cached by digest), sends every daemon its plan slice and the execute
 // command, waits for every daemon's report until the epoch deadline, then commits the
 // version everywhere or aborts it everywhere. One epoch at a time; Refit of a version

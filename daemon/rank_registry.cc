@@ -23,13 +23,13 @@ void RankRegistry::SetListener(Listener listener) {
   listener_ = std::move(listener);
 }
 
-void RankRegistry::Notify(const v1::RankRegistration& rank, bool registered) {
+void RankRegistry::Notify(const Event& event) {
   Listener listener;
   {
     absl::MutexLock lock(&mu_);
     listener = listener_;
   }
-  if (listener) listener(rank, registered);
+  if (listener) listener(event);
 }
 
 absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest& request) {
@@ -72,7 +72,7 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
     ranks_[{request.role(), layout.rank()}].registration = registration;
     session = absl::StrCat(node_, "/", ++sessions_);
   }
-  Notify(registration, true);
+  Notify(Event{Event::kRegistered, registration});
   return session;
 }
 
@@ -89,23 +89,28 @@ absl::Status RankRegistry::Deregister(v1::Role role, int64_t rank) {
     ranks_.erase(it);
     buffers_.RemoveRank(role, rank);
   }
-  Notify(gone, false);
+  Notify(Event{Event::kDeregistered, gone});
   return absl::OkStatus();
 }
 
 absl::Status RankRegistry::Publish(int64_t rank, int64_t version) {
-  absl::MutexLock lock(&mu_);
-  auto it = ranks_.find({v1::ROLE_SOURCE, rank});
-  if (it == ranks_.end()) {
-    return absl::NotFoundError(
-        absl::StrCat(RankName(v1::ROLE_SOURCE, rank), " is not registered on ", node_));
+  v1::RankRegistration registration;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = ranks_.find({v1::ROLE_SOURCE, rank});
+    if (it == ranks_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat(RankName(v1::ROLE_SOURCE, rank), " is not registered on ", node_));
+    }
+    if (version <= it->second.version) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(RankName(v1::ROLE_SOURCE, rank), " already published version ",
+                       it->second.version, "; ", version, " is not newer"));
+    }
+    it->second.version = version;
+    registration = it->second.registration;
   }
-  if (version <= it->second.version) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(RankName(v1::ROLE_SOURCE, rank), " already published version ",
-                     it->second.version, "; ", version, " is not newer"));
-  }
-  it->second.version = version;
+  Notify(Event{Event::kPublished, registration, version});
   return absl::OkStatus();
 }
 

@@ -23,9 +23,16 @@ class RankRegistry {
  public:
   explicit RankRegistry(std::string node) : node_(std::move(node)) {}
 
-  // Called after every successful registration (`registered`) and deregistration
-  // (`registered` false), outside the registry's lock; the coordinator link forwards them.
-  using Listener = std::function<void(const v1::RankRegistration& rank, bool registered)>;
+  // What happened to a rank; the coordinator link forwards these to the coordinator.
+  struct Event {
+    enum Kind { kRegistered, kDeregistered, kPublished };
+    Kind kind;
+    v1::RankRegistration rank;
+    int64_t version = -1;  // kPublished
+  };
+  // Called after every successful registration, deregistration and publish, outside the
+  // registry's lock.
+  using Listener = std::function<void(const Event& event)>;
   void SetListener(Listener listener) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Validates the rank's layout (the planner's checks), maps its shared-memory buffers and
@@ -57,7 +64,7 @@ class RankRegistry {
     int64_t version = -1;  // published (sources) or committed (destinations)
   };
 
-  void Notify(const v1::RankRegistration& rank, bool registered) ABSL_LOCKS_EXCLUDED(mu_);
+  void Notify(const Event& event) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string node_;
   mutable absl::Mutex mu_;
