@@ -96,4 +96,13 @@ absl::StatusOr<v1::StatusResponse> CoordinatorClient::Status(absl::Duration time
   return response;
 }
 
+absl::StatusOr<v1::LayoutsResponse> CoordinatorClient::Layouts(absl::Duration timeout) {
+  grpc::ClientContext context;
+  SetDeadline(&context, timeout);
+  v1::LayoutsResponse response;
+  absl::Status status = FromGrpc(stub_->Layouts(&context, v1::LayoutsRequest(), &response));
+  if (!status.ok()) return status;
+  return response;
+}
+
 }  // namespace refit::client

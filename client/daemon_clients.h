@@ -36,6 +36,7 @@ class CoordinatorClient {
 
   absl::StatusOr<v1::RefitReport> Refit(int64_t version, absl::Duration timeout);
   absl::StatusOr<v1::StatusResponse> Status(absl::Duration timeout = absl::Seconds(10));
+  absl::StatusOr<v1::LayoutsResponse> Layouts(absl::Duration timeout = absl::Seconds(30));
 
  private:
   std::unique_ptr<v1::Coordinator::Stub> stub_;

@@ -1,5 +1,8 @@
 #include "client/live_commands.h"
 
+#include <map>
+#include <tuple>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "client/command_line.h"
@@ -72,6 +75,40 @@ int RunRefitCommand(const std::vector<std::string>& args, std::ostream& out, std
     return kExitVerifyFailed;
   }
   out << (line->Has("json") ? Json(*report) : ReportLine(*report) + "\n");
+  return kExitOk;
+}
+
+int RunLayoutsCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  absl::StatusOr<CommandLine> line = CommandLine::Parse(args, {"coordinator"}, {"json"});
+  if (!line.ok() || !line->Has("coordinator")) {
+    err << "usage: refitctl layouts --coordinator HOST:PORT [--json]\n";
+    return kExitInvalidInput;
+  }
+  absl::StatusOr<v1::LayoutsResponse> layouts =
+      CoordinatorClient(line->Get("coordinator")).Layouts();
+  if (!layouts.ok()) {
+    err << "refitctl layouts: " << layouts.status().message() << "\n";
+    return kExitVerifyFailed;
+  }
+  if (line->Has("json")) {
+    out << Json(*layouts);
+    return kExitOk;
+  }
+  std::map<int32_t, std::string> node_of;
+  for (const v1::DaemonPeer& d : layouts->daemons()) node_of[d.index()] = d.node();
+  std::map<std::pair<int, int64_t>, int32_t> daemon_of;
+  for (const v1::RankPlacement& p : layouts->placement())
+    daemon_of[{p.role(), p.rank()}] = p.daemon();
+  for (auto [spec, role, name] :
+       {std::make_tuple(&layouts->sources(), v1::ROLE_SOURCE, "sources"),
+        std::make_tuple(&layouts->destinations(), v1::ROLE_DESTINATION, "destinations")}) {
+    out << name << ": " << spec->ranks_size() << " ranks, " << spec->tensors_size() << " tensors\n";
+    for (const v1::RankLayout& rank : spec->ranks()) {
+      out << absl::StrFormat("  rank %-5d %-16s device %-3d %5d views  on %s\n", rank.rank(),
+                             rank.host(), rank.device(), rank.views_size(),
+                             node_of[daemon_of[{role, rank.rank()}]]);
+    }
+  }
   return kExitOk;
 }
 

@@ -14,6 +14,9 @@ int RunStatusCommand(const std::vector<std::string>& args, std::ostream& out, st
 // `refitctl refit --coordinator HOST:PORT --version N [--timeout-ms MS] [--json]`
 int RunRefitCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
+// `refitctl layouts --coordinator HOST:PORT [--json]`
+int RunLayoutsCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
+
 }  // namespace refit::client
 
 #endif  // REFIT_CLIENT_LIVE_COMMANDS_H_

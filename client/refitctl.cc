@@ -13,7 +13,8 @@ int main(int argc, char** argv) {
       "commands:\n"
       "  plan    plan a refit offline and report its cost (refitctl plan --help)\n"
       "  status  the coordinator's view: daemons, current version, last epochs\n"
-      "  refit   run a refit epoch for a version and print its report\n";
+      "  refit   run a refit epoch for a version and print its report\n"
+      "  layouts the layouts and placement the coordinator has registered\n";
   if (argc < 2) {
     std::cerr << usage;
     return refit::client::kExitInvalidInput;
@@ -23,6 +24,7 @@ int main(int argc, char** argv) {
   if (command == "plan") return refit::client::RunPlanCommand(args, std::cout, std::cerr);
   if (command == "status") return refit::client::RunStatusCommand(args, std::cout, std::cerr);
   if (command == "refit") return refit::client::RunRefitCommand(args, std::cout, std::cerr);
+  if (command == "layouts") return refit::client::RunLayoutsCommand(args, std::cout, std::cerr);
   if (command == "--help" || command == "help") {
     std::cout << usage;
     return 0;

@@ -12,6 +12,7 @@
 #include "daemon/http_endpoints.h"
 #include "daemon/metrics.h"
 #include "daemon/shutdown_signal.h"
+#include "planner/reference_refits.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7700", "address to serve on, HOST:PORT (port 0: any)");
@@ -29,6 +30,26 @@ int main(int argc, char** argv) {
       spdlog::error("refit-coordinator: {}", std::string(read.message()));
       return 2;
     }
+  }
+  if (!job.model().empty() && job.source_ranks() == 0 && job.destination_ranks() == 0) {
+    // Rank counts from the model and the parallel settings.
+    absl::StatusOr<refit::v1::ModelConfig> config = refit::planner::BuiltinModelConfig(job.model());
+    if (!config.ok()) {
+      config = refit::v1::ModelConfig();
+      absl::Status read = refit::client::ReadJsonFile(job.model(), &*config, true);
+      if (!read.ok()) {
+        spdlog::error("refit-coordinator: job model: {}", std::string(read.message()));
+        return 2;
+      }
+    }
+    absl::StatusOr<refit::planner::RefitScenario> scenario = refit::planner::ModelRefit(
+        *config, job.source_parallel(), job.destination_parallel(), 0, false);
+    if (!scenario.ok()) {
+      spdlog::error("refit-coordinator: job: {}", std::string(scenario.status().message()));
+      return 2;
+    }
+    job.set_source_ranks(scenario->sources.ranks_size());
+    job.set_destination_ranks(scenario->destinations.ranks_size());
   }
   const absl::Duration deadline =
       absl::Milliseconds(job.epoch_deadline_ms() > 0 ? job.epoch_deadline_ms() : 60000);
@@ -51,7 +72,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   const std::string host = listen.substr(0, listen.rfind(':'));
-  spdlog::info("refit-coordinator job={} listening on {}:{}", job.name(), host, port);
+  spdlog::info(
+      "refit-coordinator job={} ({} source ranks, {} destination ranks) listening on {}:{}",
+      job.name(), job.source_ranks(), job.destination_ranks(), host, port);
   std::unique_ptr<refit::daemon::HttpEndpoints> http;
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
     // Ready once every rank the job expects is registered.

@@ -93,3 +93,22 @@ grpc::Status CoordinatorService::Status(grpc::ServerContext*, const v1::StatusRe
 }
 
 }  // namespace refit::daemon
+
+namespace refit::daemon {
+
+grpc::Status CoordinatorService::Layouts(grpc::ServerContext*, const v1::LayoutsRequest*,
+                                         v1::LayoutsResponse* response) {
+  absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot();
+  if (!snapshot.ok()) return ToGrpc(snapshot.status());
+  *response->mutable_sources() = snapshot->sources;
+  *response->mutable_destinations() = snapshot->destinations;
+  for (const v1::RankPlacement& p : snapshot->placement) *response->add_placement() = p;
+  for (const v1::DaemonPeer& d : snapshot->daemons) {
+    v1::DaemonPeer* peer = response->add_daemons();
+    peer->set_index(d.index());
+    peer->set_node(d.node());
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace refit::daemon

@@ -26,6 +26,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
                      v1::RefitReport* response) override;
   grpc::Status Status(grpc::ServerContext* context, const v1::StatusRequest* request,
                       v1::StatusResponse* response) override;
+  grpc::Status Layouts(grpc::ServerContext* context, const v1::LayoutsRequest* request,
+                       v1::LayoutsResponse* response) override;
 
  private:
   void UpdateRankGauges();

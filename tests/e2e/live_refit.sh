@@ -20,11 +20,13 @@ cleanup() {
 trap cleanup EXIT
 
 case $refit in
-  mini) sources=4 destinations=4 trainer=train-node-0 inference=infer-node-0 ;;
+  mini) model=dsv3-mini src=pp=2,ep=2 dst=tp=2,dp=2 destinations=4 trainer=train-node-0
+        inference=infer-node-0 ;;
   *) echo "live_refit.sh: no live setup for refit $refit" >&2; exit 2 ;;
 esac
+# The job names the model and both parallel settings; the coordinator derives the ranks.
 cat > "$work/job.json" <<JSON
-{"name": "$refit", "sourceRanks": $sources, "destinationRanks": $destinations,
+{"name": "$refit", "model": "$model", "sourceParallel": "$src", "destinationParallel": "$dst",
  "epochDeadlineMs": 60000, "strategy": "$strategy"}
 JSON
 
@@ -62,6 +64,14 @@ done
   --socket="$work/$inference.sock" --versions="$versions" --ack_dir="$work" \
   > "$work/inference-ranks.log" 2>&1 &
 inference_ranks=$!
+# The coordinator sees the inference ranks, placed on the inference node's daemon.
+for _ in $(seq 300); do
+  "$bin/refitctl" layouts --coordinator="$coordinator" > "$work/layouts.txt" 2>/dev/null || true
+  grep -q "^destinations: $destinations ranks" "$work/layouts.txt" && break
+  sleep 0.1
+done
+grep -q "^destinations: $destinations ranks" "$work/layouts.txt" || { cat "$work/layouts.txt"; exit 1; }
+grep -q "on $inference$" "$work/layouts.txt"
 "$bin/refit-synthetic-ranks" --side=source --refit="$refit" --host="$trainer" \
   --socket="$work/$trainer.sock" --coordinator="$coordinator" --versions="$versions" \
   --ack_dir="$work"
