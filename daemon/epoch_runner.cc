@@ -7,6 +7,7 @@
 #include "planner/plan_proto.h"
 #include "planner/topology.h"
 #include "spdlog/spdlog.h"
+#include "transport/plan_executor.h"
 
 namespace refit::daemon {
 namespace {
@@ -14,13 +15,8 @@ namespace {
 // Keeps, batch by batch, the transfers that touch `daemon`.
 v1::Plan SliceFor(const v1::Plan& plan, const std::map<std::pair<int, int64_t>, int32_t>& where,
                   int32_t daemon) {
-  auto role_of = [](v1::EndpointKind kind) {
-    return kind == v1::ENDPOINT_SOURCE_VIEW || kind == v1::ENDPOINT_SOURCE_SCRATCH
-               ? v1::ROLE_SOURCE
-               : v1::ROLE_DESTINATION;
-  };
   auto on = [&](const v1::Endpoint& e) {
-    auto it = where.find({role_of(e.kind()), e.rank()});
+    auto it = where.find({transport::EndpointRole(e.kind()), e.rank()});
     return it != where.end() && it->second == daemon;
   };
   v1::Plan slice;

@@ -8,12 +8,6 @@
 namespace refit::transport {
 namespace {
 
-v1::Role RoleOf(v1::EndpointKind kind) {
-  return kind == v1::ENDPOINT_SOURCE_VIEW || kind == v1::ENDPOINT_SOURCE_SCRATCH
-             ? v1::ROLE_SOURCE
-             : v1::ROLE_DESTINATION;
-}
-
 // epoch (16 bits) | ordered (1) | batch or transfer ordinal (27) | sender daemon (20).
 uint64_t MessageTag(uint32_t epoch, bool ordered, int64_t index, int32_t sender) {
   return (uint64_t{epoch & 0xffffu} << 48) | (uint64_t{ordered} << 47) |
@@ -32,6 +26,12 @@ int64_t Volume(const Dims& extent) {
 
 }  // namespace
 
+v1::Role EndpointRole(v1::EndpointKind kind) {
+  return kind == v1::ENDPOINT_SOURCE_VIEW || kind == v1::ENDPOINT_SOURCE_SCRATCH
+             ? v1::ROLE_SOURCE
+             : v1::ROLE_DESTINATION;
+}
+
 absl::StatusOr<int32_t> RankPlacement::DaemonOf(v1::Role role, int64_t rank) const {
   auto it = daemons_.find({role, rank});
   if (it != daemons_.end()) return it->second;
@@ -46,7 +46,7 @@ UcxEndpoint* PlanExecutor::PeerOf(int32_t daemon) const {
 
 absl::StatusOr<StridedRef> PlanExecutor::Locate(const v1::Endpoint& endpoint, const v1::Transfer& t,
                                                 ScratchArena* scratch) const {
-  const v1::Role role = RoleOf(endpoint.kind());
+  const v1::Role role = EndpointRole(endpoint.kind());
   if (endpoint.kind() == v1::ENDPOINT_SOURCE_VIEW ||
       endpoint.kind() == v1::ENDPOINT_DESTINATION_VIEW) {
     return buffers_.Locate(role, endpoint.rank(), endpoint.view(), t.tensor(), OffsetOf(t),
@@ -227,8 +227,10 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
         return absl::InvalidArgumentError(
             absl::StrCat("batch ", b, ": unknown tensor ", t.tensor()));
       }
-      absl::StatusOr<int32_t> src = placement_.DaemonOf(RoleOf(t.src().kind()), t.src().rank());
-      absl::StatusOr<int32_t> dst = placement_.DaemonOf(RoleOf(t.dst().kind()), t.dst().rank());
+      absl::StatusOr<int32_t> src =
+          placement_.DaemonOf(EndpointRole(t.src().kind()), t.src().rank());
+      absl::StatusOr<int32_t> dst =
+          placement_.DaemonOf(EndpointRole(t.dst().kind()), t.dst().rank());
       if (!src.ok() || !dst.ok()) {
         return absl::Status(
             src.ok() ? dst.status().code() : src.status().code(),

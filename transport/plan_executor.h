@@ -21,6 +21,9 @@
 
 namespace refit::transport {
 
+// Whether an endpoint lives on a source rank or a destination rank.
+v1::Role EndpointRole(v1::EndpointKind kind);
+
 // Which daemon (by index) serves each rank of the refit group.
 class RankPlacement {
  public:
