@@ -5,8 +5,11 @@
 // same report; an incomplete group is refused, naming what is missing.
 #include <grpcpp/grpcpp.h>
 
+#include <map>
+#include <random>
 #include <thread>
 
+#include "client/synthetic_weights.h"
 #include "daemon/coordinator_link.h"
 #include "daemon/coordinator_service.h"
 #include "gtest/gtest.h"
@@ -15,6 +18,25 @@
 
 namespace refit::daemon {
 namespace {
+
+class CoordinatorClientForTest {
+ public:
+  explicit CoordinatorClientForTest(const std::string& address)
+      : stub_(v1::Coordinator::NewStub(
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+  grpc::Status Refit(int64_t version) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+    v1::RefitRequest request;
+    request.set_version(version);
+    request.set_deadline_ms(30000);
+    v1::RefitReport report;
+    return stub_->Refit(&context, request, &report);
+  }
+
+ private:
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+};
 
 class ControlPlaneTest : public ::testing::Test {
  protected:
@@ -179,6 +201,109 @@ TEST_F(ControlPlaneTest, ARankThatLeftMakesTheNextRefitFailNamingTheGap) {
   EXPECT_EQ(metrics_.ranks.Add({{"role", "source"}}).Value(), 1);
   EXPECT_EQ(inference_.WaitForVersion(0, 2, absl::Now() + absl::Milliseconds(50)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
+}
+
+}  // namespace
+}  // namespace refit::daemon
+
+namespace refit::daemon {
+namespace {
+
+// Four daemons, random layouts spread over them by host (fused and strided buffers,
+// uneven splits, replication), several epochs with both strategies: every destination
+// byte right after every epoch.
+TEST(ControlPlaneFourDaemonsTest, RandomLayoutsOverSeveralEpochs) {
+  std::mt19937_64 rng(77);
+  for (const char* strategy : {"reshard", "gather_broadcast"}) {
+    for (int trial = 0; trial < 3; ++trial) {
+      refit::testing::RandomLayoutOptions options;
+      options.max_ranks = 8;
+      refit::testing::LayoutPair pair = refit::testing::RandomLayoutPair(rng, options);
+      SCOPED_TRACE(::testing::Message()
+                   << strategy << " trial " << trial << ": " << pair.description);
+      // Hosts -> 4 nodes: trainers and inference ranks each spread over all four.
+      constexpr int kDaemons = 4;
+      auto node_of = [&](const std::string& host) {
+        return "node-" + std::to_string(std::hash<std::string>()(host) % kDaemons);
+      };
+      transport::testing::BackedLayouts backed;
+      const v1::LayoutSpec sources = backed.Back(pair.sources, "source");
+      const v1::LayoutSpec destinations = backed.Back(pair.destinations, "destination");
+
+      v1::JobSpec job;
+      job.set_name("four");
+      job.set_source_ranks(sources.ranks_size());
+      job.set_destination_ranks(destinations.ranks_size());
+      job.set_strategy(strategy);
+      job.set_staging_budget_bytes(1024);
+      Cluster cluster;
+      EpochRunner runner(&cluster, job);
+      CoordinatorService service(&cluster, &runner, absl::Seconds(30));
+      grpc::ServerBuilder builder;
+      int port = 0;
+      builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+      builder.RegisterService(&service);
+      std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+      ASSERT_NE(server, nullptr);
+      const std::string address = "127.0.0.1:" + std::to_string(port);
+
+      std::map<std::string, std::unique_ptr<RankRegistry>> registries;
+      std::map<std::string, std::unique_ptr<CoordinatorLink>> links;
+      for (int d = 0; d < kDaemons; ++d) {
+        const std::string node = "node-" + std::to_string(d);
+        registries[node] = std::make_unique<RankRegistry>(node);
+        links[node] = std::make_unique<CoordinatorLink>(address, node, registries[node].get());
+        links[node]->Start();
+      }
+      for (auto [spec, role] : {std::make_pair(&sources, v1::ROLE_SOURCE),
+                                std::make_pair(&destinations, v1::ROLE_DESTINATION)}) {
+        for (const v1::RankLayout& r : spec->ranks()) {
+          v1::RegisterRankRequest request;
+          request.set_role(role);
+          *request.mutable_layout() = r;
+          *request.mutable_tensors() = spec->tensors();
+          ASSERT_TRUE(registries[node_of(r.host())]->Register(request).ok());
+        }
+      }
+      for (int i = 0;
+           i < 250 && (cluster.RankCount(v1::ROLE_SOURCE) < sources.ranks_size() ||
+                       cluster.RankCount(v1::ROLE_DESTINATION) < destinations.ranks_size());
+           ++i) {
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+      CoordinatorClientForTest client(address);
+      for (int64_t version = 1; version <= 2; ++version) {
+        for (const v1::RankLayout& r : sources.ranks()) {
+          RankRegistry& registry = *registries[node_of(r.host())];
+          transport::testing::FillViews(registry.buffers(), v1::ROLE_SOURCE, r);
+          ASSERT_TRUE(registry.Publish(r.rank(), version).ok());
+        }
+        grpc::Status status = client.Refit(version);
+        ASSERT_TRUE(status.ok()) << status.error_message();
+        for (const v1::RankLayout& r : destinations.ranks()) {
+          RankRegistry& registry = *registries[node_of(r.host())];
+          ASSERT_TRUE(
+              registry.WaitForVersion(r.rank(), version, absl::Now() + absl::Seconds(5)).ok());
+          ASSERT_EQ(transport::testing::WrongBytes(registry.buffers(), v1::ROLE_DESTINATION, r), 0)
+              << "destination rank " << r.rank() << ", version " << version;
+          // Scramble the destination so the next epoch must write every byte anew.
+          for (int v = 0; v < r.views_size(); ++v) {
+            const v1::ShardView& view = r.views(v);
+            const transport::Dims offset(view.offset().begin(), view.offset().end());
+            const transport::Dims extent(view.extent().begin(), view.extent().end());
+            auto memory = registry.buffers().Locate(v1::ROLE_DESTINATION, r.rank(), v,
+                                                    view.tensor(), offset, extent);
+            ASSERT_TRUE(memory.ok());
+            const transport::TensorShape& shape = registry.buffers().tensors().at(view.tensor());
+            client::FillBox(view.tensor(), shape.shape, shape.element_bytes, offset, extent,
+                            *memory, /*version=*/-1);
+          }
+        }
+      }
+      links.clear();
+      server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    }
+  }
 }
 
 }  // namespace

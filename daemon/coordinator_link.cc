@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "spdlog/spdlog.h"
 #include "transport/plan_executor.h"
 
 namespace refit::daemon {
@@ -123,9 +124,12 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
                                        transport::UcxWorker* worker) {
   v1::EpochDone done;
   done.set_epoch_id(execute.epoch_id());
+  const absl::Time start = absl::Now();
   auto fail = [&](const absl::Status& status) {
     done.set_ok(false);
     done.set_error(absl::StrCat(node_, ": ", status.message()));
+    spdlog::warn("refitd {}: epoch {} failed after {:.3f} s: {}", node_, execute.epoch_id(),
+                 absl::ToDoubleSeconds(absl::Now() - start), std::string(status.message()));
     return done;
   };
   if (slice_.digest() != execute.plan_digest()) {
@@ -158,6 +162,9 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
   if (!stats.ok()) return fail(stats.status());
   std::copy(std::begin(stats->bytes_by_route), std::end(stats->bytes_by_route),
             last_bytes_by_route_);
+  spdlog::debug("refitd {}: epoch {} done: {} transfers, {} bytes in {:.3f} s", node_,
+                execute.epoch_id(), stats->transfers, stats->bytes,
+                absl::ToDoubleSeconds(absl::Now() - start));
   done.set_ok(true);
   return done;
 }

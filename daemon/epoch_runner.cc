@@ -116,18 +116,22 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
 
   std::string epoch_id;
   {
+    // Every daemon is awaited before any is asked: a fast daemon's report may arrive
+    // before Launch returns.
     absl::MutexLock lock(&mu_);
     epoch_id = absl::StrCat(job_.name().empty() ? "refit" : job_.name(), "-", next_epoch_);
     running_epoch_ = epoch_id;
     failure_.clear();
+    waiting_for_.clear();
+    for (const auto& [index, channel] : snapshot->channels) waiting_for_.insert(index);
   }
   absl::StatusOr<std::set<int32_t>> asked = Launch(*snapshot, wire, epoch_id, version, deadline);
+  absl::Status outcome = asked.status();
   {
     absl::MutexLock lock(&mu_);
     ++next_epoch_;
-    if (asked.ok()) waiting_for_ = *asked;
+    if (!outcome.ok()) running_epoch_.clear();
   }
-  absl::Status outcome = asked.status();
   if (outcome.ok()) {
     absl::MutexLock lock(&mu_);
     auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

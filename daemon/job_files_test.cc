@@ -17,8 +17,8 @@ TEST(JobFilesTest, EveryShippedJobParsesAndExpands) {
     EXPECT_FALSE(job.name().empty());
     absl::StatusOr<v1::ModelConfig> config = planner::BuiltinModelConfig(job.model());
     ASSERT_TRUE(config.ok()) << config.status();
-    absl::StatusOr<planner::RefitScenario> scenario = planner::ModelRefit(
-        *config, job.source_parallel(), job.destination_parallel(), 0, false);
+    absl::StatusOr<planner::RefitScenario> scenario =
+        planner::ModelRefit(*config, job.source_parallel(), job.destination_parallel(), 0, false);
     ASSERT_TRUE(scenario.ok()) << scenario.status();
     EXPECT_GT(scenario->sources.ranks_size(), 0);
     ++checked;
