@@ -105,4 +105,16 @@ absl::StatusOr<v1::LayoutsResponse> CoordinatorClient::Layouts(absl::Duration ti
   return response;
 }
 
+absl::Status CoordinatorClient::WatchNextEpoch(
+    const std::function<void(const v1::EpochProgress&)>& on_progress, absl::Duration timeout,
+    grpc::ClientContext* context) {
+  SetDeadline(context, timeout + absl::Seconds(5));
+  v1::WatchEpochRequest request;
+  request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  auto reader = stub_->WatchEpoch(context, request);
+  v1::EpochProgress progress;
+  while (reader->Read(&progress)) on_progress(progress);
+  return FromGrpc(reader->Finish());
+}
+
 }  // namespace refit::client

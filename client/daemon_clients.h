@@ -4,11 +4,13 @@
 #ifndef REFIT_CLIENT_DAEMON_CLIENTS_H_
 #define REFIT_CLIENT_DAEMON_CLIENTS_H_
 
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "grpcpp/client_context.h"
 #include "proto/refit.grpc.pb.h"
 
 namespace refit::client {
@@ -37,6 +39,11 @@ class CoordinatorClient {
   absl::StatusOr<v1::RefitReport> Refit(int64_t version, absl::Duration timeout);
   absl::StatusOr<v1::StatusResponse> Status(absl::Duration timeout = absl::Seconds(10));
   absl::StatusOr<v1::LayoutsResponse> Layouts(absl::Duration timeout = absl::Seconds(30));
+
+  // Streams the progress of the running (or next) epoch to `on_progress` until it
+  // finishes, `timeout` passes, or `context` is cancelled from another thread.
+  absl::Status WatchNextEpoch(const std::function<void(const v1::EpochProgress&)>& on_progress,
+                              absl::Duration timeout, grpc::ClientContext* context);
 
  private:
   std::unique_ptr<v1::Coordinator::Stub> stub_;

@@ -1,6 +1,8 @@
 #include "client/live_commands.h"
 
+#include <atomic>
 #include <map>
+#include <thread>
 #include <tuple>
 
 #include "absl/strings/numbers.h"
@@ -68,8 +70,38 @@ int RunRefitCommand(const std::vector<std::string>& args, std::ostream& out, std
            "[--json]\n";
     return kExitInvalidInput;
   }
+  CoordinatorClient coordinator(line->Get("coordinator"));
+  // A progress bar on stderr while the epoch runs (stdout keeps only the report).
+  grpc::ClientContext watch_context;
+  std::atomic<bool> watching{false}, watch_done{false};
+  std::thread watcher([&]() {
+    coordinator
+        .WatchNextEpoch(
+            [&](const v1::EpochProgress& p) {
+              watching = true;
+              const double fraction =
+                  p.bytes_total() > 0 ? static_cast<double>(p.bytes_done()) / p.bytes_total() : 0;
+              const int filled = static_cast<int>(fraction * 30);
+              err << absl::StrFormat("\r%s [%s%s] %3.0f%%  %s / %s", p.epoch_id(),
+                                     std::string(filled, '#'), std::string(30 - filled, '.'),
+                                     100 * fraction, HumanBytes(p.bytes_done()),
+                                     HumanBytes(p.bytes_total()))
+                  << (p.finished() ? (p.committed() ? "  committed\n" : "  aborted\n") : "")
+                  << std::flush;
+            },
+            absl::Milliseconds(timeout_ms), &watch_context)
+        .IgnoreError();  // the report below says what happened
+    watch_done = true;
+  });
   absl::StatusOr<v1::RefitReport> report =
-      CoordinatorClient(line->Get("coordinator")).Refit(version, absl::Milliseconds(timeout_ms));
+      coordinator.Refit(version, absl::Milliseconds(timeout_ms));
+  // Let the bar show the end of the epoch it watched; a refit that ran no epoch (refused,
+  // or a repeat of a committed version) leaves the watcher waiting: cancel it.
+  for (int i = 0; i < 200 && report.ok() && watching && !watch_done; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  watch_context.TryCancel();
+  watcher.join();
   if (!report.ok()) {
     err << "refitctl refit: " << report.status().message() << "\n";
     return kExitVerifyFailed;

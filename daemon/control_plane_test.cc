@@ -142,9 +142,30 @@ TEST_F(ControlPlaneTest, RefitMovesEveryByteAndCommitsTheVersion) {
     for (const v1::RankLayout& r : sources_.ranks())
       ASSERT_TRUE(trainer_.Publish(r.rank(), 1).ok());
   });
+  // A watcher started before the epoch sees it through to the commit.
+  std::vector<v1::EpochProgress> seen;
+  std::thread watcher([&]() {
+    grpc::ClientContext context;
+    v1::WatchEpochRequest request;
+    request.set_timeout_ms(10000);
+    auto reader = stub_->WatchEpoch(&context, request);
+    v1::EpochProgress progress;
+    while (reader->Read(&progress)) seen.push_back(progress);
+    EXPECT_TRUE(reader->Finish().ok());
+  });
   v1::RefitReport report;
   grpc::Status status = Refit(1, &report);
   trainers.join();
+  watcher.join();
+  ASSERT_FALSE(seen.empty());
+  EXPECT_TRUE(seen.back().finished());
+  EXPECT_TRUE(seen.back().committed());
+  EXPECT_EQ(seen.back().epoch_id(), report.epoch_id());
+  EXPECT_EQ(seen.back().bytes_done(), seen.back().bytes_total());
+  EXPECT_EQ(seen.back().bytes_total(), 16 * 12 * 4 + 2 * 12 * 4);
+  for (size_t i = 1; i < seen.size(); ++i) {
+    EXPECT_GE(seen[i].bytes_done(), seen[i - 1].bytes_done());
+  }
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(report.version(), 1);
   EXPECT_EQ(report.bytes(), 16 * 12 * 4 + 2 * 12 * 4);

@@ -156,6 +156,12 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
   }
   transport::PlanExecutor executor(registry_->buffers(), placement, slice_.daemon_index(), worker,
                                    peers);
+  executor.OnProgress([&](int64_t delivered) {
+    v1::DaemonMessage progress;
+    progress.mutable_progress()->set_epoch_id(execute.epoch_id());
+    progress.mutable_progress()->set_bytes_done(delivered);
+    Write(progress);
+  });
   absl::StatusOr<transport::ExecutionStats> stats =
       executor.Run(slice_.plan(), execute.epoch_number(),
                    absl::Now() + absl::Milliseconds(std::max<int64_t>(1, execute.deadline_ms())));

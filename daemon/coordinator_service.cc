@@ -62,6 +62,9 @@ grpc::Status CoordinatorService::Control(
       case v1::DaemonMessage::kPublished:
         cluster_->MarkPublished(index, message.published().rank(), message.published().version());
         break;
+      case v1::DaemonMessage::kProgress:
+        runner_->OnProgress(index, message.progress());
+        break;
       case v1::DaemonMessage::kDone:
         runner_->OnDone(index, message.done());
         break;
@@ -107,6 +110,29 @@ grpc::Status CoordinatorService::Layouts(grpc::ServerContext*, const v1::Layouts
     v1::DaemonPeer* peer = response->add_daemons();
     peer->set_index(d.index());
     peer->set_node(d.node());
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace refit::daemon
+
+namespace refit::daemon {
+
+grpc::Status CoordinatorService::WatchEpoch(grpc::ServerContext* context,
+                                            const v1::WatchEpochRequest* request,
+                                            grpc::ServerWriter<v1::EpochProgress>* writer) {
+  const absl::Duration timeout =
+      request->timeout_ms() > 0 ? absl::Milliseconds(request->timeout_ms()) : default_deadline_;
+  const bool found = runner_->Watch(
+      request->epoch_id(), absl::Now() + timeout,
+      [&](const v1::EpochProgress& progress) {
+        return !context->IsCancelled() && writer->Write(progress);
+      },
+      [&]() { return context->IsCancelled(); });
+  if (!found) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, request->epoch_id().empty()
+                                                         ? "no epoch started in time"
+                                                         : "no such epoch: " + request->epoch_id());
   }
   return grpc::Status::OK;
 }

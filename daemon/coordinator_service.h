@@ -28,6 +28,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
                       v1::StatusResponse* response) override;
   grpc::Status Layouts(grpc::ServerContext* context, const v1::LayoutsRequest* request,
                        v1::LayoutsResponse* response) override;
+  grpc::Status WatchEpoch(grpc::ServerContext* context, const v1::WatchEpochRequest* request,
+                          grpc::ServerWriter<v1::EpochProgress>* writer) override;
 
  private:
   void UpdateRankGauges();

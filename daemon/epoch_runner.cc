@@ -122,6 +122,14 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
     epoch_id = absl::StrCat(job_.name().empty() ? "refit" : job_.name(), "-", next_epoch_);
     running_epoch_ = epoch_id;
     failure_.clear();
+    delivered_.clear();
+    bytes_total_ = 0;  // what lands in destination views (progress counts the same)
+    for (const v1::Batch& batch : wire.batches()) {
+      for (const v1::Transfer& t : batch.transfers()) {
+        if (t.dst().kind() == v1::ENDPOINT_DESTINATION_VIEW) bytes_total_ += t.bytes();
+      }
+    }
+    ++progress_events_;
     waiting_for_.clear();
     for (const auto& [index, channel] : snapshot->channels) waiting_for_.insert(index);
   }
@@ -148,6 +156,9 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
                                                          " did not finish before the deadline"));
     }
     running_epoch_.clear();
+    last_epoch_ = epoch_id;
+    last_committed_ = outcome.ok();
+    ++progress_events_;
   }
   // Commit or abort everywhere.
   v1::CoordinatorMessage message;
@@ -203,6 +214,47 @@ void EpochRunner::OnDone(int32_t daemon, const v1::EpochDone& done) {
   waiting_for_.erase(daemon);
   if (!done.ok() && failure_.empty()) {
     failure_ = absl::StrCat("daemon ", daemon, " failed: ", done.error());
+  }
+}
+
+void EpochRunner::OnProgress(int32_t daemon, const v1::EpochProgress& progress) {
+  absl::MutexLock lock(&mu_);
+  if (progress.epoch_id() != running_epoch_) return;
+  delivered_[daemon] = progress.bytes_done();
+  ++progress_events_;
+}
+
+bool EpochRunner::Watch(const std::string& epoch_id, absl::Time deadline,
+                        const std::function<bool(const v1::EpochProgress&)>& emit,
+                        const std::function<bool()>& cancelled) {
+  absl::MutexLock lock(&mu_);
+  std::string watched = epoch_id;
+  int64_t seen = -1;
+  while (true) {
+    if (watched.empty() && !running_epoch_.empty()) watched = running_epoch_;
+    if (!watched.empty() && watched != running_epoch_ && watched != last_epoch_) return false;
+    if (!watched.empty() && seen != progress_events_) {
+      seen = progress_events_;
+      v1::EpochProgress progress;
+      progress.set_epoch_id(watched);
+      const bool finished = watched != running_epoch_;
+      progress.set_finished(finished);
+      progress.set_committed(finished && last_committed_);
+      progress.set_bytes_total(bytes_total_);
+      int64_t done = 0;
+      for (const auto& [daemon, bytes] : delivered_) done += bytes;
+      progress.set_bytes_done(finished && last_committed_ ? bytes_total_ : done);
+      mu_.Unlock();
+      const bool more = emit(progress);
+      mu_.Lock();
+      if (!more || finished) return true;
+    }
+    const int64_t before = progress_events_;
+    auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return progress_events_ != before; };
+    mu_.AwaitWithDeadline(absl::Condition(&changed),
+                          std::min(deadline, absl::Now() + absl::Milliseconds(100)));
+    if (cancelled()) return true;
+    if (progress_events_ == before && absl::Now() >= deadline) return !watched.empty();
   }
 }
 

@@ -8,6 +8,7 @@
 #define REFIT_DAEMON_EPOCH_RUNNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <set>
 #include <string>
@@ -32,6 +33,14 @@ class EpochRunner {
 
   // From the control streams.
   void OnDone(int32_t daemon, const v1::EpochDone& done);
+  void OnProgress(int32_t daemon, const v1::EpochProgress& progress);
+
+  // Calls `emit` with the progress of `epoch_id` (empty: the running or next epoch) each
+  // time it changes, until the epoch finishes, `deadline` passes or `cancelled()` says so
+  // (checked every 100 ms); false if no such epoch started.
+  bool Watch(const std::string& epoch_id, absl::Time deadline,
+             const std::function<bool(const v1::EpochProgress&)>& emit,
+             const std::function<bool()>& cancelled);
   void OnDaemonLost(int32_t daemon);
 
   v1::StatusResponse Status() const;
@@ -53,6 +62,11 @@ class EpochRunner {
   std::string running_epoch_ ABSL_GUARDED_BY(mu_);
   std::set<int32_t> waiting_for_ ABSL_GUARDED_BY(mu_);
   std::string failure_ ABSL_GUARDED_BY(mu_);
+  std::map<int32_t, int64_t> delivered_ ABSL_GUARDED_BY(mu_);  // per daemon, running epoch
+  int64_t bytes_total_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string last_epoch_ ABSL_GUARDED_BY(mu_);
+  bool last_committed_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t progress_events_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t current_version_ ABSL_GUARDED_BY(mu_) = -1;
   std::string plan_digest_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, v1::RefitReport> reports_ ABSL_GUARDED_BY(mu_);

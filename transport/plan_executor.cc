@@ -222,6 +222,7 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
   for (int b = 0; b < plan.batches_size(); ++b) {
     const v1::Batch& batch = plan.batches(b);
     resolved.clear();
+    int64_t batch_delivered = 0;
     for (const v1::Transfer& t : batch.transfers()) {
       if (!buffers_.tensors().contains(t.tensor())) {
         return absl::InvalidArgumentError(
@@ -238,6 +239,9 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
                          src.ok() ? dst.status().message() : src.status().message()));
       }
       resolved.push_back(Resolved{&t, *src, *dst});
+      if (*dst == self_ && t.dst().kind() == v1::ENDPOINT_DESTINATION_VIEW) {
+        batch_delivered += t.bytes();
+      }
       if (*src == self_ || *dst == self_) {
         ++stats.transfers;
         stats.bytes += t.bytes();
@@ -250,6 +254,8 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrCat("epoch ", epoch, ": ", status.message()));
     }
+    stats.delivered_bytes += batch_delivered;
+    if (progress_ && batch_delivered > 0) progress_(stats.delivered_bytes);
   }
   return stats;
 }

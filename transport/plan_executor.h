@@ -7,6 +7,7 @@
 #define REFIT_TRANSPORT_PLAN_EXECUTOR_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <utility>
 #include <vector>
@@ -53,6 +54,12 @@ class PlanExecutor {
   // apart. Errors name the batch, the tensor and the peer.
   absl::StatusOr<ExecutionStats> Run(const v1::Plan& plan, uint32_t epoch, absl::Time deadline);
 
+  // Called after each batch with the bytes written into this daemon's destination views
+  // so far (a progress report; summed over daemons it reaches the plan's final bytes).
+  void OnProgress(std::function<void(int64_t delivered_bytes)> progress) {
+    progress_ = std::move(progress);
+  }
+
  private:
   struct Resolved {
     const v1::Transfer* transfer;
@@ -74,6 +81,7 @@ class PlanExecutor {
   const int32_t self_;
   UcxWorker* worker_;
   std::vector<UcxEndpoint*> peers_;
+  std::function<void(int64_t)> progress_;
 };
 
 }  // namespace refit::transport

@@ -101,6 +101,15 @@ grep -q "^refit_current_version $versions$" "$work/metrics.txt"
 grep -q "^refit_registered_ranks{role=\"destination\"} 0$" "$work/metrics.txt"
 http_get /readyz | grep -q "503"
 
+# A refit through refitctl once the ranks have left: refused, saying what is missing.
+if "$bin/refitctl" refit --coordinator="$coordinator" --version=$((versions + 1)) \
+    --timeout-ms=300 2> "$work/refit-error.txt"; then
+  echo "a refit of an unpublished version succeeded" >&2
+  exit 1
+fi
+grep -q "the refit group is incomplete: 0 of" "$work/refit-error.txt" ||
+  { cat "$work/refit-error.txt"; exit 1; }
+
 # Orderly shutdown: every process ends by itself after SIGTERM.
 for pid in "${pids[@]}"; do kill -TERM "$pid"; done
 for pid in "${pids[@]}"; do
