@@ -3,8 +3,6 @@
 // per daemon holding one element each, so a refit moves almost nothing and its latency is
 // the control plane's: publish -> Refit -> plan slices and execute to every daemon ->
 // reports -> commit. Prints p50 and p99 over many epochs.
-#include <grpcpp/grpcpp.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,8 +12,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/daemon_clients.h"
 #include "daemon/coordinator_link.h"
-#include "daemon/coordinator_service.h"
+#include "daemon/coordinator_server.h"
 #include "spdlog/spdlog.h"
 #include "transport/shared_memory.h"
 
@@ -51,16 +50,14 @@ int Run(int daemons, int epochs) {
   job.set_name("bench");
   job.set_source_ranks(daemons);
   job.set_destination_ranks(daemons);
-  Cluster cluster;
-  EpochRunner runner(&cluster, job);
-  CoordinatorService service(&cluster, &runner, absl::Seconds(30));
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS, 4);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  const std::string address = absl::StrCat("127.0.0.1:", port);
+  absl::StatusOr<std::unique_ptr<CoordinatorServer>> coordinator =
+      CoordinatorServer::Start("127.0.0.1:0", job, absl::Seconds(30));
+  if (!coordinator.ok()) {
+    std::fprintf(stderr, "%s\n", coordinator.status().ToString().c_str());
+    return 1;
+  }
+  const std::string address = (*coordinator)->address();
+  Cluster& cluster = (*coordinator)->cluster();
 
   std::vector<std::unique_ptr<transport::SharedMemorySegment>> segments;
   std::vector<std::unique_ptr<RankRegistry>> registries;
@@ -86,22 +83,16 @@ int Run(int daemons, int epochs) {
   for (int i = 0; i < 1000 && cluster.RankCount(v1::ROLE_DESTINATION) < daemons; ++i) {
     absl::SleepFor(absl::Milliseconds(10));
   }
-  auto stub =
-      v1::Coordinator::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+  client::CoordinatorClient coordinator_client(address);
   std::vector<double> latencies_ms;
   for (int version = 1; version <= epochs + 1; ++version) {
     for (int d = 0; d < daemons; ++d) registries[d]->Publish(d, version).IgnoreError();
     const auto start = std::chrono::steady_clock::now();
-    grpc::ClientContext context;
-    v1::RefitRequest request;
-    request.set_version(version);
-    request.set_deadline_ms(30000);
-    v1::RefitReport report;
-    grpc::Status status = stub->Refit(&context, request, &report);
+    absl::StatusOr<v1::RefitReport> report = coordinator_client.Refit(version, absl::Seconds(30));
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    if (!status.ok()) {
-      std::fprintf(stderr, "epoch %d: %s\n", version, status.error_message().c_str());
+    if (!report.ok()) {
+      std::fprintf(stderr, "epoch %d: %s\n", version, report.status().ToString().c_str());
       return 1;
     }
     if (version > 1) latencies_ms.push_back(ms);  // the first epoch also plans and connects
@@ -115,7 +106,6 @@ int Run(int daemons, int epochs) {
       "(target p50 under 20 ms)\n",
       daemons, epochs, at(0.5), at(0.99), latencies_ms.back());
   links.clear();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   return 0;
 }
 

@@ -9,34 +9,16 @@
 #include <random>
 #include <thread>
 
+#include "client/daemon_clients.h"
 #include "client/synthetic_weights.h"
 #include "daemon/coordinator_link.h"
-#include "daemon/coordinator_service.h"
+#include "daemon/coordinator_server.h"
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
 #include "transport/testing/backed_layouts.h"
 
 namespace refit::daemon {
 namespace {
-
-class CoordinatorClientForTest {
- public:
-  explicit CoordinatorClientForTest(const std::string& address)
-      : stub_(v1::Coordinator::NewStub(
-            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
-  grpc::Status Refit(int64_t version) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-    v1::RefitRequest request;
-    request.set_version(version);
-    request.set_deadline_ms(30000);
-    v1::RefitReport report;
-    return stub_->Refit(&context, request, &report);
-  }
-
- private:
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
-};
 
 class ControlPlaneTest : public ::testing::Test {
  protected:
@@ -46,16 +28,10 @@ class ControlPlaneTest : public ::testing::Test {
     job.set_source_ranks(2);
     job.set_destination_ranks(2);
     job.set_staging_budget_bytes(256);  // several batches
-    runner_ = std::make_unique<EpochRunner>(&cluster_, job, &metrics_);
-    service_ = std::make_unique<CoordinatorService>(&cluster_, runner_.get(), absl::Seconds(30),
-                                                    &metrics_);
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-    builder.RegisterService(service_.get());
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
-    address_ = "127.0.0.1:" + std::to_string(port);
+    auto server = CoordinatorServer::Start("127.0.0.1:0", job, absl::Seconds(30), &metrics_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    coordinator_ = std::move(*server);
+    address_ = coordinator_->address();
     stub_ =
         v1::Coordinator::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
 
@@ -85,7 +61,7 @@ class ControlPlaneTest : public ::testing::Test {
   void TearDown() override {
     trainer_link_.reset();
     inference_link_.reset();
-    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    coordinator_.reset();
   }
 
   void Register(RankRegistry* registry, v1::Role role, const v1::RankLayout& rank,
@@ -100,8 +76,8 @@ class ControlPlaneTest : public ::testing::Test {
   // Waits (bounded) until the coordinator sees the expected ranks.
   bool GroupSeen(int64_t sources, int64_t destinations) {
     for (int i = 0; i < 200; ++i) {
-      if (cluster_.RankCount(v1::ROLE_SOURCE) == sources &&
-          cluster_.RankCount(v1::ROLE_DESTINATION) == destinations) {
+      if (coordinator_->cluster().RankCount(v1::ROLE_SOURCE) == sources &&
+          coordinator_->cluster().RankCount(v1::ROLE_DESTINATION) == destinations) {
         return true;
       }
       absl::SleepFor(absl::Milliseconds(20));
@@ -119,10 +95,7 @@ class ControlPlaneTest : public ::testing::Test {
   }
 
   CoordinatorMetrics metrics_{std::make_shared<prometheus::Registry>()};
-  Cluster cluster_;
-  std::unique_ptr<EpochRunner> runner_;
-  std::unique_ptr<CoordinatorService> service_;
-  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<CoordinatorServer> coordinator_;
   std::string address_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   transport::testing::BackedLayouts backed_;
@@ -257,16 +230,10 @@ TEST(ControlPlaneFourDaemonsTest, RandomLayoutsOverSeveralEpochs) {
       job.set_destination_ranks(destinations.ranks_size());
       job.set_strategy(strategy);
       job.set_staging_budget_bytes(1024);
-      Cluster cluster;
-      EpochRunner runner(&cluster, job);
-      CoordinatorService service(&cluster, &runner, absl::Seconds(30));
-      grpc::ServerBuilder builder;
-      int port = 0;
-      builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-      builder.RegisterService(&service);
-      std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-      ASSERT_NE(server, nullptr);
-      const std::string address = "127.0.0.1:" + std::to_string(port);
+      auto coordinator = CoordinatorServer::Start("127.0.0.1:0", job, absl::Seconds(30));
+      ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+      const std::string address = (*coordinator)->address();
+      Cluster& cluster = (*coordinator)->cluster();
 
       std::map<std::string, std::unique_ptr<RankRegistry>> registries;
       std::map<std::string, std::unique_ptr<CoordinatorLink>> links;
@@ -292,15 +259,16 @@ TEST(ControlPlaneFourDaemonsTest, RandomLayoutsOverSeveralEpochs) {
            ++i) {
         absl::SleepFor(absl::Milliseconds(20));
       }
-      CoordinatorClientForTest client(address);
+      client::CoordinatorClient coordinator_client(address);
       for (int64_t version = 1; version <= 2; ++version) {
         for (const v1::RankLayout& r : sources.ranks()) {
           RankRegistry& registry = *registries[node_of(r.host())];
           transport::testing::FillViews(registry.buffers(), v1::ROLE_SOURCE, r);
           ASSERT_TRUE(registry.Publish(r.rank(), version).ok());
         }
-        grpc::Status status = client.Refit(version);
-        ASSERT_TRUE(status.ok()) << status.error_message();
+        absl::StatusOr<v1::RefitReport> report =
+            coordinator_client.Refit(version, absl::Seconds(30));
+        ASSERT_TRUE(report.ok()) << report.status();
         for (const v1::RankLayout& r : destinations.ranks()) {
           RankRegistry& registry = *registries[node_of(r.host())];
           ASSERT_TRUE(
@@ -322,7 +290,6 @@ TEST(ControlPlaneFourDaemonsTest, RandomLayoutsOverSeveralEpochs) {
         }
       }
       links.clear();
-      server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
     }
   }
 }

@@ -1,14 +1,12 @@
 // refit-coordinator: one per refit group. Registry of daemons and ranks, the planner, and
 // the epoch state machine behind the Coordinator gRPC API.
-#include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "client/json_files.h"
-#include "daemon/coordinator_service.h"
+#include "daemon/coordinator_server.h"
 #include "daemon/http_endpoints.h"
 #include "daemon/metrics.h"
 #include "daemon/shutdown_signal.h"
@@ -55,26 +53,17 @@ int main(int argc, char** argv) {
       absl::Milliseconds(job.epoch_deadline_ms() > 0 ? job.epoch_deadline_ms() : 60000);
   auto registry = std::make_shared<prometheus::Registry>();
   refit::daemon::CoordinatorMetrics metrics(registry);
-  refit::daemon::Cluster cluster;
-  refit::daemon::EpochRunner runner(&cluster, job, &metrics);
-  refit::daemon::CoordinatorService service(&cluster, &runner, deadline, &metrics);
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  int port = 0;
   const std::string listen = absl::GetFlag(FLAGS_listen);
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&service);
-  builder.SetMaxReceiveMessageSize(256 << 20);
-  builder.SetMaxSendMessageSize(256 << 20);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || port == 0) {
-    spdlog::error("refit-coordinator: cannot listen on {}", listen);
+  absl::StatusOr<std::unique_ptr<refit::daemon::CoordinatorServer>> server =
+      refit::daemon::CoordinatorServer::Start(listen, job, deadline, &metrics);
+  if (!server.ok()) {
+    spdlog::error("refit-coordinator: {}", std::string(server.status().message()));
     return 1;
   }
+  refit::daemon::Cluster& cluster = (*server)->cluster();
   const std::string host = listen.substr(0, listen.rfind(':'));
-  spdlog::info(
-      "refit-coordinator job={} ({} source ranks, {} destination ranks) listening on {}:{}",
-      job.name(), job.source_ranks(), job.destination_ranks(), host, port);
+  spdlog::info("refit-coordinator job={} ({} source ranks, {} destination ranks) listening on {}",
+               job.name(), job.source_ranks(), job.destination_ranks(), (*server)->address());
   std::unique_ptr<refit::daemon::HttpEndpoints> http;
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
     // Ready once every rank the job expects is registered.
@@ -93,6 +82,6 @@ int main(int argc, char** argv) {
   const int signal = refit::daemon::WaitForShutdownSignal(signals);
   spdlog::info("refit-coordinator: signal {}, shutting down", signal);
   http.reset();
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  server->reset();
   return 0;
 }

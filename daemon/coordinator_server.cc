@@ -1,0 +1,34 @@
+#include "daemon/coordinator_server.h"
+
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace refit::daemon {
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
+    const std::string& listen, v1::JobSpec job, absl::Duration default_deadline,
+    CoordinatorMetrics* metrics) {
+  std::unique_ptr<CoordinatorServer> server(
+      new CoordinatorServer(std::move(job), default_deadline, metrics));
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&server->service_);
+  builder.SetMaxReceiveMessageSize(256 << 20);
+  builder.SetMaxSendMessageSize(256 << 20);
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+  }
+  server->address_ = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+  return server;
+}
+
+CoordinatorServer::~CoordinatorServer() {
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+}
+
+}  // namespace refit::daemon

@@ -1,0 +1,47 @@
+// A running coordinator: the registry, the epoch runner and the gRPC service behind one
+// listening address (with grpc.health.v1). refit-coordinator, the control-plane benchmark
+// and the control-plane tests all start it the same way.
+#ifndef REFIT_DAEMON_COORDINATOR_SERVER_H_
+#define REFIT_DAEMON_COORDINATOR_SERVER_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/cluster.h"
+#include "daemon/coordinator_service.h"
+#include "daemon/epoch_runner.h"
+#include "daemon/metrics.h"
+
+namespace refit::daemon {
+
+class CoordinatorServer {
+ public:
+  // Listens on `listen` (HOST:PORT; port 0 picks a free one). `metrics` may be null.
+  static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
+      const std::string& listen, v1::JobSpec job, absl::Duration default_deadline,
+      CoordinatorMetrics* metrics = nullptr);
+  ~CoordinatorServer();
+
+  // HOST:PORT with the port actually bound.
+  const std::string& address() const { return address_; }
+  Cluster& cluster() { return cluster_; }
+
+ private:
+  CoordinatorServer(v1::JobSpec job, absl::Duration default_deadline, CoordinatorMetrics* metrics)
+      : runner_(&cluster_, std::move(job), metrics),
+        service_(&cluster_, &runner_, default_deadline, metrics) {}
+
+  Cluster cluster_;
+  EpochRunner runner_;
+  CoordinatorService service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+}  // namespace refit::daemon
+
+#endif  // REFIT_DAEMON_COORDINATOR_SERVER_H_
