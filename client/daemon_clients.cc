@@ -2,6 +2,9 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
+#include <thread>
+
 #include "absl/status/status.h"
 
 namespace refit::client {
@@ -35,6 +38,41 @@ absl::StatusOr<std::string> LocalDaemonClient::Register(
   absl::Status status = FromGrpc(stub_->RegisterRank(&context, request, &response));
   if (!status.ok()) return status;
   return response.session();
+}
+
+RegistrationHold::~RegistrationHold() {
+  context_.TryCancel();
+  if (reader_ != nullptr) reader_->Finish().IgnoreError();
+}
+
+absl::StatusOr<std::unique_ptr<RegistrationHold>> LocalDaemonClient::Hold(
+    const std::string& session, absl::Duration timeout) {
+  auto hold = std::unique_ptr<RegistrationHold>(new RegistrationHold());
+  v1::HoldRegistrationRequest request;
+  request.set_session(session);
+  hold->reader_ = stub_->HoldRegistration(&hold->context_, request);
+  // The stream itself has no deadline (it lasts as long as the rank); the first message
+  // must come within `timeout`.
+  std::atomic<bool> answered{false};
+  std::thread watchdog([&]() {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (!answered && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+    if (!answered) hold->context_.TryCancel();
+  });
+  v1::RegistrationHeld held;
+  const bool ok = hold->reader_->Read(&held);
+  answered = true;
+  watchdog.join();
+  if (!ok) {
+    absl::Status status = FromGrpc(hold->reader_->Finish());
+    hold->reader_.reset();
+    if (status.ok() || status.code() == absl::StatusCode::kCancelled) {
+      return absl::DeadlineExceededError(
+          "refitd did not confirm the hold of registration " + session + " in time");
+    }
+    return status;
+  }
+  return hold;
 }
 
 absl::Status LocalDaemonClient::Deregister(v1::Role role, int64_t rank, absl::Duration timeout) {

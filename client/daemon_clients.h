@@ -15,6 +15,22 @@
 
 namespace refit::client {
 
+// Holds a rank's registration open (LocalDaemon.HoldRegistration): while this object
+// lives, refitd keeps the rank; when it is destroyed, or the process dies and its
+// connection closes, refitd deregisters the rank.
+class RegistrationHold {
+ public:
+  ~RegistrationHold();
+  RegistrationHold(const RegistrationHold&) = delete;
+  RegistrationHold& operator=(const RegistrationHold&) = delete;
+
+ private:
+  friend class LocalDaemonClient;
+  RegistrationHold() = default;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReader<v1::RegistrationHeld>> reader_;
+};
+
 class LocalDaemonClient {
  public:
   // `socket` is refitd's unix socket path.
@@ -24,6 +40,9 @@ class LocalDaemonClient {
       v1::Role role, const v1::RankLayout& layout,
       const google::protobuf::RepeatedPtrField<v1::TensorSpec>& tensors,
       absl::Duration timeout = absl::Seconds(30));
+  // Ties the registration `session` to this process's lifetime; returns once refitd holds it.
+  absl::StatusOr<std::unique_ptr<RegistrationHold>> Hold(const std::string& session,
+                                                         absl::Duration timeout = absl::Seconds(10));
   absl::Status Deregister(v1::Role role, int64_t rank, absl::Duration timeout = absl::Seconds(10));
   absl::Status Publish(int64_t rank, int64_t version, absl::Duration timeout = absl::Seconds(10));
   absl::StatusOr<int64_t> WaitForVersion(int64_t rank, int64_t version, absl::Duration timeout);

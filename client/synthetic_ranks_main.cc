@@ -26,6 +26,7 @@ ABSL_FLAG(std::string, side, "source", "source (trainer) or destination (inferen
 ABSL_FLAG(std::string, refit, "mini", "reference refit whose layouts to hold");
 ABSL_FLAG(std::string, host, "", "hold the ranks whose host is this (default: all)");
 ABSL_FLAG(int64_t, versions, 3, "number of versions (epochs) to run");
+ABSL_FLAG(int64_t, first_version, 1, "the first version to publish or wait for");
 ABSL_FLAG(int64_t, timeout_ms, 60000, "deadline of each wait");
 ABSL_FLAG(std::string, ack_dir, "",
           "hand-off folder standing in for the orchestrator: destinations write verified-N "
@@ -61,6 +62,7 @@ int Run() {
   LocalDaemonClient daemon(absl::GetFlag(FLAGS_socket));
   std::vector<HeldView> views;
   std::vector<int64_t> ranks;
+  std::vector<std::unique_ptr<RegistrationHold>> holds;
   int64_t held_bytes = 0;
   for (const v1::RankLayout& layout : spec.ranks()) {
     if (!absl::GetFlag(FLAGS_host).empty() && layout.host() != absl::GetFlag(FLAGS_host)) continue;
@@ -91,6 +93,10 @@ int Run() {
     }
     absl::StatusOr<std::string> session = daemon.Register(role, registered, spec.tensors());
     if (!session.ok()) return Fail(absl::StrCat("register rank ", layout.rank()), session.status());
+    // If this process dies, refitd deregisters the rank when the hold's connection closes.
+    absl::StatusOr<std::unique_ptr<RegistrationHold>> hold = daemon.Hold(*session);
+    if (!hold.ok()) return Fail(absl::StrCat("hold rank ", layout.rank()), hold.status());
+    holds.push_back(std::move(*hold));
     ranks.push_back(layout.rank());
   }
   std::printf("%s ranks registered: %zu ranks, %zu views, %.1f MB\n",
@@ -103,10 +109,11 @@ int Run() {
   }
   const std::string ack_dir = absl::GetFlag(FLAGS_ack_dir);
   auto ack_path = [&](int64_t version) { return absl::StrCat(ack_dir, "/verified-", version); };
-  for (int64_t version = 1; version <= absl::GetFlag(FLAGS_versions); ++version) {
+  const int64_t first = absl::GetFlag(FLAGS_first_version);
+  for (int64_t version = first; version < first + absl::GetFlag(FLAGS_versions); ++version) {
     if (source) {
       // The inference side must be done reading the previous version before it is replaced.
-      if (!ack_dir.empty() && version > 1) {
+      if (!ack_dir.empty() && version > first) {
         const absl::Time give_up = absl::Now() + timeout;
         while (access(ack_path(version - 1).c_str(), F_OK) != 0) {
           if (absl::Now() > give_up) {

@@ -32,6 +32,21 @@ v1::Plan SliceFor(const v1::Plan& plan, const std::map<std::pair<int, int64_t>, 
   return slice;
 }
 
+// "; missing source ranks 3, 5" (at most 16 named), or "" when none is missing.
+std::string MissingRanks(const v1::LayoutSpec& registered, int64_t expected, const char* side) {
+  std::set<int64_t> present;
+  for (const v1::RankLayout& rank : registered.ranks()) present.insert(rank.rank());
+  std::vector<int64_t> missing;
+  for (int64_t rank = 0; rank < expected; ++rank) {
+    if (!present.count(rank)) missing.push_back(rank);
+  }
+  if (missing.empty()) return "";
+  const size_t named = std::min<size_t>(missing.size(), 16);
+  return absl::StrCat("; missing ", side, " ranks ",
+                      absl::StrJoin(missing.begin(), missing.begin() + named, ", "),
+                      named < missing.size() ? ", ..." : "");
+}
+
 }  // namespace
 
 absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& snapshot,
@@ -87,10 +102,11 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
   const int sources = snapshot->sources.ranks_size();
   const int destinations = snapshot->destinations.ranks_size();
   if (sources < job_.source_ranks() || destinations < job_.destination_ranks()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the refit group is incomplete: ", sources, " of ", job_.source_ranks(),
-                     " source ranks and ", destinations, " of ", job_.destination_ranks(),
-                     " destination ranks registered"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the refit group is incomplete: ", sources, " of ", job_.source_ranks(),
+        " source ranks and ", destinations, " of ", job_.destination_ranks(),
+        " destination ranks registered", MissingRanks(snapshot->sources, job_.source_ranks(), "source"),
+        MissingRanks(snapshot->destinations, job_.destination_ranks(), "destination")));
   }
   // Trainers may still be finishing the step: wait (within the deadline) for every source
   // rank to publish this version, so no half-updated weights are sent.

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "client/daemon_clients.h"
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
 #include "proto/health.grpc.pb.h"
@@ -125,6 +126,51 @@ TEST_F(LocalServerTest, BadRegistrationsAreRefused) {
   status = Register(outside);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("outside the global shape"), std::string::npos);
+}
+
+// Polls until `rank` of `role` is registered (or not), for at most `limit`.
+bool AwaitRegistered(const RankRegistry& registry, v1::Role role, int64_t rank, bool registered,
+                     absl::Duration limit) {
+  const absl::Time give_up = absl::Now() + limit;
+  while (true) {
+    bool found = false;
+    for (const v1::RankRegistration& r : registry.Registrations()) {
+      found = found || (r.role() == role && r.layout().rank() == rank);
+    }
+    if (found == registered) return true;
+    if (absl::Now() > give_up) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+TEST_F(LocalServerTest, ARankWhoseHoldEndsIsDeregistered) {
+  client::LocalDaemonClient client(socket_);
+  const v1::RegisterRankRequest request = Request(v1::ROLE_DESTINATION, 2);
+  absl::StatusOr<std::string> session =
+      client.Register(request.role(), request.layout(), request.tensors());
+  ASSERT_TRUE(session.ok()) << session.status();
+  absl::StatusOr<std::unique_ptr<client::RegistrationHold>> hold = client.Hold(*session);
+  ASSERT_TRUE(hold.ok()) << hold.status();
+  // The hold keeps the rank while it lives...
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_TRUE(AwaitRegistered(registry_, v1::ROLE_DESTINATION, 2, true, absl::ZeroDuration()));
+  // ...and its end (a closed connection looks the same to refitd) deregisters it.
+  hold->reset();
+  EXPECT_TRUE(AwaitRegistered(registry_, v1::ROLE_DESTINATION, 2, false, absl::Seconds(5)));
+
+  // The rank can register again; an explicit Deregister ends the hold from the daemon's side.
+  session = client.Register(request.role(), request.layout(), request.tensors());
+  ASSERT_TRUE(session.ok()) << session.status();
+  hold = client.Hold(*session);
+  ASSERT_TRUE(hold.ok()) << hold.status();
+  ASSERT_TRUE(client.Deregister(v1::ROLE_DESTINATION, 2).ok());
+  const absl::Time start = absl::Now();
+  hold->reset();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  // A hold of an ended session, and of one that never existed, is refused.
+  EXPECT_EQ(client.Hold(*session).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(client.Hold("node-a/999").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client.Hold("elsewhere/1").status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST_F(LocalServerTest, AnswersTheStandardHealthCheck) {

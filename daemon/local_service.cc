@@ -33,6 +33,34 @@ grpc::Status LocalService::RegisterRank(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
+grpc::Status LocalService::HoldRegistration(grpc::ServerContext* context,
+                                            const v1::HoldRegistrationRequest* request,
+                                            grpc::ServerWriter<v1::RegistrationHeld>* writer) {
+  // Checks the session exists before promising anything.
+  absl::StatusOr<bool> ended = registry_->AwaitSessionEnd(request->session(), absl::Now());
+  if (!ended.ok()) return ToGrpc(ended.status());
+  if (*ended) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "registration session " + request->session() + " has already ended");
+  }
+  v1::RegistrationHeld held;
+  held.set_session(request->session());
+  if (!writer->Write(held)) {
+    registry_->DeregisterSession(request->session());
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the rank went away");
+  }
+  // A closed connection shows up as cancellation; look every 100 ms.
+  while (true) {
+    ended = registry_->AwaitSessionEnd(request->session(),
+                                       absl::Now() + absl::Milliseconds(100));
+    if (ended.ok() && *ended) return grpc::Status::OK;
+    if (context->IsCancelled()) {
+      registry_->DeregisterSession(request->session());
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the rank went away");
+    }
+  }
+}
+
 grpc::Status LocalService::DeregisterRank(grpc::ServerContext*,
                                           const v1::DeregisterRankRequest* request,
                                           v1::DeregisterRankResponse*) {

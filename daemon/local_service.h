@@ -14,6 +14,9 @@ class LocalService final : public v1::LocalDaemon::Service {
 
   grpc::Status RegisterRank(grpc::ServerContext* context, const v1::RegisterRankRequest* request,
                             v1::RegisterRankResponse* response) override;
+  grpc::Status HoldRegistration(grpc::ServerContext* context,
+                                const v1::HoldRegistrationRequest* request,
+                                grpc::ServerWriter<v1::RegistrationHeld>* writer) override;
   grpc::Status DeregisterRank(grpc::ServerContext* context,
                               const v1::DeregisterRankRequest* request,
                               v1::DeregisterRankResponse* response) override;

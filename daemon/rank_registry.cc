@@ -1,6 +1,7 @@
 #include "daemon/rank_registry.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "planner/dtype.h"
 #include "planner/layout.h"
@@ -69,8 +70,10 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
     }
     absl::Status added = buffers_.AddRank(request.role(), layout);
     if (!added.ok()) return added;
-    ranks_[{request.role(), layout.rank()}].registration = registration;
     session = absl::StrCat(node_, "/", ++sessions_);
+    Entry& entry = ranks_[{request.role(), layout.rank()}];
+    entry.registration = registration;
+    entry.session = session;
   }
   Notify(Event{Event::kRegistered, registration});
   return session;
@@ -91,6 +94,44 @@ absl::Status RankRegistry::Deregister(v1::Role role, int64_t rank) {
   }
   Notify(Event{Event::kDeregistered, gone});
   return absl::OkStatus();
+}
+
+std::map<std::pair<int, int64_t>, RankRegistry::Entry>::iterator RankRegistry::FindSession(
+    const std::string& session) {
+  for (auto it = ranks_.begin(); it != ranks_.end(); ++it) {
+    if (it->second.session == session) return it;
+  }
+  return ranks_.end();
+}
+
+void RankRegistry::DeregisterSession(const std::string& session) {
+  std::pair<int, int64_t> key;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = FindSession(session);
+    if (it == ranks_.end()) return;
+    key = it->first;
+  }
+  // A concurrent Deregister of the same rank makes this one NOT_FOUND, which is fine.
+  Deregister(static_cast<v1::Role>(key.first), key.second).IgnoreError();
+}
+
+absl::StatusOr<bool> RankRegistry::AwaitSessionEnd(const std::string& session,
+                                                   absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  const int64_t number = [&]() -> int64_t {
+    const std::string prefix = absl::StrCat(node_, "/");
+    int64_t n = -1;
+    if (session.rfind(prefix, 0) != 0 || !absl::SimpleAtoi(session.substr(prefix.size()), &n)) {
+      return -1;
+    }
+    return n;
+  }();
+  if (number <= 0 || number > sessions_) {
+    return absl::NotFoundError(absl::StrCat("no registration session ", session, " on ", node_));
+  }
+  auto gone = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return FindSession(session) == ranks_.end(); };
+  return mu_.AwaitWithDeadline(absl::Condition(&gone), deadline);
 }
 
 absl::Status RankRegistry::Publish(int64_t rank, int64_t version) {

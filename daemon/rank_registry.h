@@ -39,6 +39,11 @@ class RankRegistry {
   // bounds-checks every view. Returns a session id. Errors name the rank and the cause.
   absl::StatusOr<std::string> Register(const v1::RegisterRankRequest& request);
   absl::Status Deregister(v1::Role role, int64_t rank);
+  // Deregisters the rank registered under `session`, if it is still registered.
+  void DeregisterSession(const std::string& session);
+  // Waits until the rank of `session` is deregistered (true) or `deadline` passes (false).
+  // NOT_FOUND for a session that never existed here.
+  absl::StatusOr<bool> AwaitSessionEnd(const std::string& session, absl::Time deadline);
 
   // A source rank's weights for `version` are final.
   absl::Status Publish(int64_t rank, int64_t version);
@@ -62,7 +67,11 @@ class RankRegistry {
   struct Entry {
     v1::RankRegistration registration;
     int64_t version = -1;  // published (sources) or committed (destinations)
+    std::string session;
   };
+  // The rank registered under `session`, or ranks_.end().
+  std::map<std::pair<int, int64_t>, Entry>::iterator FindSession(const std::string& session)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   void Notify(const Event& event) ABSL_LOCKS_EXCLUDED(mu_);
 

@@ -101,13 +101,33 @@ grep -q "^refit_current_version $versions$" "$work/metrics.txt"
 grep -q "^refit_registered_ranks{role=\"destination\"} 0$" "$work/metrics.txt"
 http_get /readyz | grep -q "503"
 
-# A refit through refitctl once the ranks have left: refused, saying what is missing.
+# Inference ranks that die without deregistering (kill -9): their daemon notices the closed
+# connection and deregisters them, and the coordinator forgets them.
+"$bin/refit-synthetic-ranks" --side=destination --refit="$refit" --host="$inference" \
+  --socket="$work/$inference.sock" --first_version=$((versions + 1)) --versions=1 \
+  > "$work/doomed-ranks.log" 2>&1 &
+doomed=$!
+destinations_seen() {
+  "$bin/refitctl" layouts --coordinator="$coordinator" 2>/dev/null |
+    grep -q "^destinations: $1 ranks"
+}
+for _ in $(seq 300); do destinations_seen "$destinations" && break; sleep 0.1; done
+destinations_seen "$destinations" || { cat "$work/doomed-ranks.log"; exit 1; }
+kill -KILL "$doomed"
+wait "$doomed" 2>/dev/null || true
+rm -f /dev/shm/refit-"$doomed"-*  # the dead process could not unlink its segments
+for _ in $(seq 50); do destinations_seen 0 && break; sleep 0.1; done
+destinations_seen 0 || { echo "killed ranks were not deregistered" >&2; exit 1; }
+
+# A refit through refitctl once the ranks have left: refused at once, naming what is missing.
 if "$bin/refitctl" refit --coordinator="$coordinator" --version=$((versions + 1)) \
     --timeout-ms=300 2> "$work/refit-error.txt"; then
   echo "a refit of an unpublished version succeeded" >&2
   exit 1
 fi
 grep -q "the refit group is incomplete: 0 of" "$work/refit-error.txt" ||
+  { cat "$work/refit-error.txt"; exit 1; }
+grep -q "missing destination ranks 0, 1, 2, 3" "$work/refit-error.txt" ||
   { cat "$work/refit-error.txt"; exit 1; }
 
 # Orderly shutdown: every process ends by itself after SIGTERM.
