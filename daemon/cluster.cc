@@ -125,6 +125,12 @@ std::vector<std::string> Cluster::DaemonNames() const {
   return names;
 }
 
+std::string Cluster::NodeOf(int32_t daemon) const {
+  absl::MutexLock lock(&mu_);
+  auto it = daemons_.find(daemon);
+  return it == daemons_.end() ? absl::StrCat("daemon ", daemon) : it->second.peer.node();
+}
+
 int64_t Cluster::RankCount(v1::Role role) const {
   absl::MutexLock lock(&mu_);
   int64_t count = 0;

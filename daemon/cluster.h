@@ -50,6 +50,8 @@ class Cluster {
   // The registrations as layouts; errors when two daemons disagree about a tensor.
   absl::StatusOr<ClusterSnapshot> Snapshot() const;
   std::vector<std::string> DaemonNames() const;
+  // The node of daemon `daemon` ("daemon N" if unknown), for messages.
+  std::string NodeOf(int32_t daemon) const;
   int64_t RankCount(v1::Role role) const;
 
  private:

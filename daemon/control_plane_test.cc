@@ -190,7 +190,7 @@ TEST_F(ControlPlaneTest, ARankThatLeftMakesTheNextRefitFailNamingTheGap) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_EQ(status.error_message(),
             "the refit group is incomplete: 1 of 2 source ranks and 2 of 2 destination ranks "
-            "registered");
+            "registered; missing source ranks 1");
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
   EXPECT_EQ(metrics_.ranks.Add({{"role", "source"}}).Value(), 1);
   EXPECT_EQ(inference_.WaitForVersion(0, 2, absl::Now() + absl::Milliseconds(50)).status().code(),

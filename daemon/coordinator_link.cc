@@ -36,6 +36,10 @@ void CoordinatorLink::Start() {
 void CoordinatorLink::Stop() {
   if (!thread_.joinable()) return;
   stopping_ = true;
+  // A running epoch stops at once and reports its interruption while the stream is up.
+  interrupt_ = true;
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  while (epoch_running_ && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
   {
     absl::MutexLock lock(&mu_);
     if (context_ != nullptr) context_->TryCancel();
@@ -53,6 +57,7 @@ void CoordinatorLink::Run() {
   absl::StatusOr<std::unique_ptr<transport::UcxWorker>> worker =
       transport::UcxWorker::Create(node_);
   if (!worker.ok()) return;  // no data plane: nothing this daemon could do
+  (*worker)->SetInterrupt(&interrupt_);
   while (!stopping_) {
     Session(worker->get());
     connected_ = false;
@@ -93,15 +98,29 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
   while (ok && stream->Read(&message)) {
     switch (message.body_case()) {
       case v1::CoordinatorMessage::kPlan:
-        slice_ = message.plan();
+        slice_ = std::make_shared<const v1::PlanSlice>(std::move(*message.mutable_plan()));
         break;
-      case v1::CoordinatorMessage::kExecute: {
-        v1::DaemonMessage done;
-        *done.mutable_done() = Execute(message.execute(), worker);
-        if (metrics_ != nullptr) {
-          metrics_->EpochDone(done.done().ok(), done.done().ok() ? last_bytes_by_route_ : nullptr);
+      case v1::CoordinatorMessage::kExecute:
+        // The coordinator runs one epoch at a time; one still running here was aborted
+        // there, so it is interrupted (if the abort has not done so already).
+        FinishEpoch();
+        interrupt_ = stopping_.load();
+        epoch_running_ = true;
+        {
+          absl::MutexLock lock(&mu_);
+          running_epoch_ = message.execute().epoch_id();
         }
-        Write(done);
+        epoch_thread_ = std::thread(&CoordinatorLink::RunEpoch, this, message.execute(), slice_,
+                                    worker);
+        if (stopping_) interrupt_ = true;  // Stop may have raced with the reset above
+        break;
+      case v1::CoordinatorMessage::kAbort: {
+        absl::MutexLock lock(&mu_);
+        if (message.abort().epoch_id() == running_epoch_) {
+          spdlog::warn("refitd {}: coordinator aborted epoch {}: {}", node_, running_epoch_,
+                       message.abort().reason());
+          interrupt_ = true;
+        }
         break;
       }
       case v1::CoordinatorMessage::kCommit:
@@ -111,6 +130,7 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
         break;
     }
   }
+  FinishEpoch();  // the coordinator is gone: so is its epoch
   {
     absl::MutexLock lock(&mu_);
     context_ = nullptr;
@@ -120,32 +140,59 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
   stream->Finish().IgnoreError();
 }
 
+void CoordinatorLink::FinishEpoch() {
+  if (!epoch_thread_.joinable()) return;
+  interrupt_ = true;
+  epoch_thread_.join();
+}
+
+void CoordinatorLink::RunEpoch(v1::ExecuteEpoch execute,
+                               std::shared_ptr<const v1::PlanSlice> slice,
+                               transport::UcxWorker* worker) {
+  v1::DaemonMessage done;
+  *done.mutable_done() = Execute(execute, slice.get(), worker);
+  if (metrics_ != nullptr) metrics_->EpochDone(done.done().ok());
+  {
+    absl::MutexLock lock(&mu_);
+    running_epoch_.clear();
+  }
+  Write(done);
+  epoch_running_ = false;
+}
+
 v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
+                                       const v1::PlanSlice* slice_or_null,
                                        transport::UcxWorker* worker) {
   v1::EpochDone done;
   done.set_epoch_id(execute.epoch_id());
   const absl::Time start = absl::Now();
   auto fail = [&](const absl::Status& status) {
     done.set_ok(false);
-    done.set_error(absl::StrCat(node_, ": ", status.message()));
+    done.set_error(absl::StrCat(
+        stopping_ ? "refitd is shutting down; the epoch was interrupted: " : "", status.message()));
     spdlog::warn("refitd {}: epoch {} failed after {:.3f} s: {}", node_, execute.epoch_id(),
                  absl::ToDoubleSeconds(absl::Now() - start), std::string(status.message()));
     return done;
   };
-  if (slice_.digest() != execute.plan_digest()) {
+  if (slice_or_null == nullptr || slice_or_null->digest() != execute.plan_digest()) {
     return fail(absl::FailedPreconditionError("no plan slice for this epoch's plan"));
   }
+  const v1::PlanSlice& slice = *slice_or_null;
+  int64_t transfers = 0;
+  for (const v1::Batch& batch : slice.plan().batches()) transfers += batch.transfers_size();
+  spdlog::info("refitd {}: epoch {} (version {}) started: {} transfers in {} batches", node_,
+               execute.epoch_id(), execute.version(), transfers, slice.plan().batches_size());
   transport::RankPlacement placement;
-  for (const v1::RankPlacement& p : slice_.placement())
+  for (const v1::RankPlacement& p : slice.placement())
     placement.Place(p.role(), p.rank(), p.daemon());
   std::vector<transport::UcxEndpoint*> peers;
-  for (const v1::DaemonPeer& peer : slice_.daemons()) {
+  for (const v1::DaemonPeer& peer : slice.daemons()) {
     if (peer.index() < 0 || peer.index() > 1 << 20)
       return fail(absl::InvalidArgumentError("bad daemon index"));
     if (peers.size() <= static_cast<size_t>(peer.index())) peers.resize(peer.index() + 1, nullptr);
-    if (peer.index() == slice_.daemon_index()) continue;
+    if (peer.index() == slice.daemon_index()) continue;
     auto& [address, endpoint] = peers_[peer.index()];
-    if (endpoint == nullptr || address != peer.data_plane_address()) {
+    if (endpoint == nullptr || endpoint->broken() || address != peer.data_plane_address()) {
       absl::StatusOr<std::unique_ptr<transport::UcxEndpoint>> connected =
           worker->Connect(peer.data_plane_address());
       if (!connected.ok()) return fail(connected.status());
@@ -154,8 +201,9 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
     }
     peers[peer.index()] = endpoint.get();
   }
-  transport::PlanExecutor executor(registry_->buffers(), placement, slice_.daemon_index(), worker,
+  transport::PlanExecutor executor(registry_->buffers(), placement, slice.daemon_index(), worker,
                                    peers);
+  executor.SetInterrupt(&interrupt_);
   executor.OnProgress([&](int64_t delivered) {
     v1::DaemonMessage progress;
     progress.mutable_progress()->set_epoch_id(execute.epoch_id());
@@ -163,11 +211,18 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
     Write(progress);
   });
   absl::StatusOr<transport::ExecutionStats> stats =
-      executor.Run(slice_.plan(), execute.epoch_number(),
+      executor.Run(slice.plan(), execute.epoch_number(),
                    absl::Now() + absl::Milliseconds(std::max<int64_t>(1, execute.deadline_ms())));
   if (!stats.ok()) return fail(stats.status());
-  std::copy(std::begin(stats->bytes_by_route), std::end(stats->bytes_by_route),
-            last_bytes_by_route_);
+  if (metrics_ != nullptr) {
+    metrics_->AddBytes(stats->bytes_by_route);
+    for (const v1::DaemonPeer& peer : slice.daemons()) {
+      auto sent = stats->bytes_sent_to.find(peer.index());
+      auto received = stats->bytes_received_from.find(peer.index());
+      metrics_->PeerBytes(peer.node(), sent == stats->bytes_sent_to.end() ? 0 : sent->second,
+                          received == stats->bytes_received_from.end() ? 0 : received->second);
+    }
+  }
   spdlog::debug("refitd {}: epoch {} done: {} transfers, {} bytes in {:.3f} s", node_,
                 execute.epoch_id(), stats->transfers, stats->bytes,
                 absl::ToDoubleSeconds(absl::Now() - start));

@@ -1,7 +1,9 @@
 // refitd's side of the control plane: one control stream to the coordinator, reconnected
 // after failures. It introduces the daemon (node, UCX worker address), forwards rank
-// registrations, and on the coordinator's word runs epochs on the data plane (its own
-// thread owns the UCX worker) and commits versions into the registry.
+// registrations, and on the coordinator's word runs epochs on the data plane and commits
+// versions into the registry. Each epoch runs on its own thread while the control stream
+// keeps reading, so the coordinator's abort (or SIGTERM) interrupts it mid-flight; the
+// interrupted epoch is still reported to the coordinator.
 #ifndef REFIT_DAEMON_COORDINATOR_LINK_H_
 #define REFIT_DAEMON_COORDINATOR_LINK_H_
 
@@ -43,7 +45,13 @@ class CoordinatorLink {
   // One control-stream session; returns when the stream ends.
   void Session(transport::UcxWorker* worker);
   bool Write(const v1::DaemonMessage& message);
-  v1::EpochDone Execute(const v1::ExecuteEpoch& execute, transport::UcxWorker* worker);
+  // Interrupts the running epoch (if any) and waits for its thread.
+  void FinishEpoch();
+  // Runs on the epoch thread: executes, records metrics, reports to the coordinator.
+  void RunEpoch(v1::ExecuteEpoch execute, std::shared_ptr<const v1::PlanSlice> slice,
+                transport::UcxWorker* worker);
+  v1::EpochDone Execute(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
+                        transport::UcxWorker* worker);
 
   const std::string coordinator_;
   const std::string node_;
@@ -52,14 +60,20 @@ class CoordinatorLink {
   std::thread thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<bool> connected_{false};
+  // Set to stop the running epoch; the UCX worker and the executor both watch it.
+  std::atomic<bool> interrupt_{false};
+  std::atomic<bool> epoch_running_{false};
+  std::thread epoch_thread_;  // started and joined by the link's thread
 
   absl::Mutex mu_;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
   Stream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;
 
+  std::string running_epoch_ ABSL_GUARDED_BY(mu_);
+
   // Owned by the link's thread.
-  v1::PlanSlice slice_;
-  int64_t last_bytes_by_route_[v1::Route_ARRAYSIZE] = {};
+  std::shared_ptr<const v1::PlanSlice> slice_;
+  // Owned by the epoch thread (one at a time).
   std::map<int32_t, std::pair<std::string, std::unique_ptr<transport::UcxEndpoint>>> peers_;
 };
 

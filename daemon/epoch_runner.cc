@@ -166,10 +166,10 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
       outcome = absl::AbortedError(absl::StrCat("epoch ", epoch_id, ": ", failure_));
     } else if (!waiting_for_.empty()) {
       std::vector<std::string> late;
-      for (int32_t d : waiting_for_) late.push_back(absl::StrCat(d));
-      outcome = absl::DeadlineExceededError(absl::StrCat("epoch ", epoch_id, ": daemons ",
-                                                         absl::StrJoin(late, ", "),
-                                                         " did not finish before the deadline"));
+      for (int32_t d : waiting_for_) late.push_back(cluster_->NodeOf(d));
+      outcome = absl::DeadlineExceededError(
+          absl::StrCat("epoch ", epoch_id, ": refitd on ", absl::StrJoin(late, ", "),
+                       " did not finish before the deadline"));
     }
     running_epoch_.clear();
     last_epoch_ = epoch_id;
@@ -225,11 +225,12 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
 }
 
 void EpochRunner::OnDone(int32_t daemon, const v1::EpochDone& done) {
+  const std::string node = cluster_->NodeOf(daemon);
   absl::MutexLock lock(&mu_);
   if (done.epoch_id() != running_epoch_) return;  // a stale report
   waiting_for_.erase(daemon);
   if (!done.ok() && failure_.empty()) {
-    failure_ = absl::StrCat("daemon ", daemon, " failed: ", done.error());
+    failure_ = absl::StrCat("refitd on ", node, " failed: ", done.error());
   }
 }
 
@@ -275,9 +276,10 @@ bool EpochRunner::Watch(const std::string& epoch_id, absl::Time deadline,
 }
 
 void EpochRunner::OnDaemonLost(int32_t daemon) {
+  const std::string node = cluster_->NodeOf(daemon);
   absl::MutexLock lock(&mu_);
   if (!running_epoch_.empty() && waiting_for_.count(daemon) && failure_.empty()) {
-    failure_ = absl::StrCat("daemon ", daemon, " disconnected during the epoch");
+    failure_ = absl::StrCat("refitd on ", node, " disconnected during the epoch");
   }
 }
 

@@ -79,16 +79,29 @@ DaemonMetrics::DaemonMetrics(std::shared_ptr<prometheus::Registry> r)
                 .Name("refitd_bytes_total")
                 .Help("Bytes this daemon's data plane moved, by route")
                 .Register(*r)),
+      peer_bytes(prometheus::BuildCounter()
+                     .Name("refitd_peer_bytes_total")
+                     .Help("Bytes exchanged with other daemons, by peer node and direction")
+                     .Register(*r)),
       ranks(prometheus::BuildGauge()
                 .Name("refitd_registered_ranks")
                 .Help("Ranks registered with this daemon, by role")
                 .Register(*r)) {}
 
-void DaemonMetrics::EpochDone(bool ok, const int64_t* bytes_by_route) {
+void DaemonMetrics::EpochDone(bool ok) {
   epochs.Add({{"result", ok ? "ok" : "failed"}}).Increment();
-  if (bytes_by_route == nullptr) return;
+}
+
+void DaemonMetrics::AddBytes(const int64_t (&bytes_by_route)[v1::Route_ARRAYSIZE]) {
   for (int route = v1::ROUTE_LOCAL; route <= v1::ROUTE_NETWORK; ++route) {
     bytes.Add({{"route", RouteLabel(route)}}).Increment(bytes_by_route[route]);
+  }
+}
+
+void DaemonMetrics::PeerBytes(const std::string& peer, int64_t sent, int64_t received) {
+  if (sent > 0) peer_bytes.Add({{"peer", peer}, {"direction", "sent"}}).Increment(sent);
+  if (received > 0) {
+    peer_bytes.Add({{"peer", peer}, {"direction", "received"}}).Increment(received);
   }
 }
 

@@ -5,6 +5,7 @@
 #define REFIT_DAEMON_METRICS_H_
 
 #include <memory>
+#include <string>
 
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
@@ -36,11 +37,15 @@ struct CoordinatorMetrics {
 struct DaemonMetrics {
   explicit DaemonMetrics(std::shared_ptr<prometheus::Registry> registry);
 
-  void EpochDone(bool ok, const int64_t* bytes_by_route);
+  void EpochDone(bool ok);
+  void AddBytes(const int64_t (&bytes_by_route)[v1::Route_ARRAYSIZE]);
+  // Bytes one epoch exchanged with the daemon of node `peer`.
+  void PeerBytes(const std::string& peer, int64_t sent, int64_t received);
 
   std::shared_ptr<prometheus::Registry> registry;
   prometheus::Family<prometheus::Counter>& epochs;
   prometheus::Family<prometheus::Counter>& bytes;
+  prometheus::Family<prometheus::Counter>& peer_bytes;
   prometheus::Family<prometheus::Gauge>& ranks;
 };
 

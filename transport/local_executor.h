@@ -6,6 +6,7 @@
 #define REFIT_TRANSPORT_LOCAL_EXECUTOR_H_
 
 #include <cstdint>
+#include <map>
 
 #include "absl/status/statusor.h"
 #include "proto/refit.pb.h"
@@ -19,6 +20,9 @@ struct ExecutionStats {
   int64_t runs = 0;  // contiguous memcpy runs issued
   int64_t delivered_bytes = 0;  // written into this daemon's destination views
   int64_t bytes_by_route[v1::Route_ARRAYSIZE] = {};
+  // Bytes this daemon sent to / received from each other daemon (by index).
+  std::map<int32_t, int64_t> bytes_sent_to;
+  std::map<int32_t, int64_t> bytes_received_from;
 };
 
 // Executes `plan`. Fails, naming the transfer, when an endpoint is not registered here or

@@ -134,6 +134,7 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
         endpoint->PostSend(MessageTag(epoch, false, batch, self_), staging.data(), staging.size());
     if (!posted.ok()) return fail(posted.status());
     operations.push_back(*posted);
+    stats->bytes_sent_to[peer] += staging.size();
   }
   for (const v1::Transfer* t : local) {
     absl::Status copied = CopyLocal(*t, scratch, stats);
@@ -153,6 +154,7 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
                                               operations[op - 1].length, " bytes, expected ",
                                               staging.size()));
     }
+    stats->bytes_received_from[peer] += staging.size();
     const uint8_t* cursor = staging.data();
     for (const v1::Transfer* t : list) {
       absl::StatusOr<StridedRef> to = Locate(t->dst(), *t, scratch);
@@ -182,6 +184,9 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
       continue;
     }
     if (r.src_daemon != self_ && r.dst_daemon != self_) continue;
+    if (interrupt_ != nullptr && *interrupt_) {
+      return absl::CancelledError(absl::StrCat("interrupted before transfer ", ordinal));
+    }
     if (worker_ == nullptr) {
       return absl::FailedPreconditionError(
           "the plan crosses daemons but this one has no UCX worker");
@@ -202,10 +207,12 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
       absl::Status sent = endpoint->Send(MessageTag(epoch, true, ordinal, self_), staging.data(),
                                          staging.size(), deadline);
       if (!sent.ok()) return sent;
+      stats->bytes_sent_to[r.dst_daemon] += staging.size();
     } else {
       absl::StatusOr<size_t> got = worker_->Receive(MessageTag(epoch, true, ordinal, r.src_daemon),
                                                     staging.data(), staging.size(), deadline);
       if (!got.ok()) return got.status();
+      stats->bytes_received_from[r.src_daemon] += *got;
       absl::StatusOr<StridedRef> to = Locate(t.dst(), t, scratch);
       if (!to.ok()) return to.status();
       CopyBox(extent, element_bytes, dense, *to);
@@ -247,6 +254,10 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
         stats.bytes += t.bytes();
         stats.bytes_by_route[t.route()] += t.bytes();
       }
+    }
+    if (interrupt_ != nullptr && *interrupt_) {
+      return absl::CancelledError(
+          absl::StrCat("epoch ", epoch, ": interrupted before batch ", b));
     }
     absl::Status status = plan.ordered_batches()
                               ? RunOrdered(resolved, epoch, deadline, &scratch, &stats)

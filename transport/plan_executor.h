@@ -6,6 +6,7 @@
 #ifndef REFIT_TRANSPORT_PLAN_EXECUTOR_H_
 #define REFIT_TRANSPORT_PLAN_EXECUTOR_H_
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -60,6 +61,10 @@ class PlanExecutor {
     progress_ = std::move(progress);
   }
 
+  // Once `*interrupt` is true the run stops at the next batch or transfer boundary with
+  // CANCELLED (UCX waits end at once when the worker shares the flag).
+  void SetInterrupt(const std::atomic<bool>* interrupt) { interrupt_ = interrupt; }
+
  private:
   struct Resolved {
     const v1::Transfer* transfer;
@@ -82,6 +87,7 @@ class PlanExecutor {
   UcxWorker* worker_;
   std::vector<UcxEndpoint*> peers_;
   std::function<void(int64_t)> progress_;
+  const std::atomic<bool>* interrupt_ = nullptr;
 };
 
 }  // namespace refit::transport

@@ -44,12 +44,13 @@ struct Daemon {
 std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
     const v1::Plan& plan, const v1::LayoutSpec& sources, const v1::LayoutSpec& destinations,
     const RankPlacement& placement, int32_t count, uint32_t epoch, absl::Duration timeout,
-    int32_t missing_daemon = -1) {
+    int32_t missing_daemon = -1, const std::atomic<bool>* interrupt = nullptr) {
   std::vector<Daemon> daemons(count);
   for (int32_t d = 0; d < count; ++d) {
     auto worker = UcxWorker::Create("daemon-" + std::to_string(d));
     EXPECT_TRUE(worker.ok()) << worker.status();
     daemons[d].worker = std::move(*worker);
+    daemons[d].worker->SetInterrupt(interrupt);
     daemons[d].buffers = std::make_unique<BufferMap>(testing::TensorsOf(sources));
     for (auto [spec, role] : {std::make_pair(&sources, v1::ROLE_SOURCE),
                               std::make_pair(&destinations, v1::ROLE_DESTINATION)}) {
@@ -74,6 +75,7 @@ std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
         peers[p] = endpoints[p].get();
       }
       PlanExecutor executor(*daemons[d].buffers, placement, d, daemons[d].worker.get(), peers);
+      executor.SetInterrupt(interrupt);
       daemons[d].result = executor.Run(plan, epoch, absl::Now() + timeout);
     });
   }
@@ -115,6 +117,16 @@ TEST(PlanExecutorTest, RandomLayoutsAcrossDaemonsArriveByteForByte) {
       for (int32_t d = 0; d < count; ++d) {
         ASSERT_TRUE(results[d].ok()) << strategy << ", daemon " << d << ": " << results[d].status();
       }
+      // What each daemon says it sent to a peer, the peer says it received.
+      for (int32_t from = 0; from < count; ++from) {
+        for (int32_t to = 0; to < count; ++to) {
+          auto sent = results[from]->bytes_sent_to.find(to);
+          auto received = results[to]->bytes_received_from.find(from);
+          EXPECT_EQ(sent == results[from]->bytes_sent_to.end() ? 0 : sent->second,
+                    received == results[to]->bytes_received_from.end() ? 0 : received->second)
+              << strategy << ": daemon " << from << " to " << to;
+        }
+      }
       for (const v1::RankLayout& r : destinations.ranks()) {
         ASSERT_EQ(testing::WrongBytes(everything, v1::ROLE_DESTINATION, r), 0)
             << strategy << ": destination rank " << r.rank();
@@ -142,6 +154,33 @@ TEST(PlanExecutorTest, AMissingPeerEndsTheEpochAtItsDeadline) {
   EXPECT_EQ(results[1].status().code(), absl::StatusCode::kDeadlineExceeded) << results[1].status();
   EXPECT_NE(results[1].status().message().find("epoch 7: batch 0"), std::string::npos)
       << results[1].status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(PlanExecutorTest, AnInterruptEndsTheEpochAtOnce) {
+  refit::testing::LayoutBuilder src_builder, dst_builder;
+  src_builder.Tensor("w", {64, 64}).Rank(0, "trainer", 0).Replicated("w", {0});
+  dst_builder.Tensor("w", {64, 64}).Rank(0, "inference", 0).Replicated("w", {0});
+  testing::BackedLayouts backed;
+  const v1::LayoutSpec sources = backed.Back(src_builder.spec(), "source");
+  const v1::LayoutSpec destinations = backed.Back(dst_builder.spec(), "destination");
+  const planner::Layout src = *planner::CompileLayout(src_builder.spec(), "source");
+  const planner::Layout dst = *planner::CompileLayout(dst_builder.spec(), "destination");
+  auto plan = planner::BuildPlan(src, dst, planner::DgxH100Topology(), planner::PlanOptions());
+  ASSERT_TRUE(plan.ok());
+  const RankPlacement placement = PlaceByHost(sources, destinations, 2);
+  // The inference daemon waits for a peer that never sends, with a minute to spare; the
+  // interrupt (what the coordinator's abort or SIGTERM sets) must end the wait at once.
+  std::atomic<bool> interrupt{false};
+  std::thread aborter([&]() {
+    absl::SleepFor(absl::Milliseconds(200));
+    interrupt = true;
+  });
+  const absl::Time start = absl::Now();
+  const auto results = RunOnDaemons(planner::PlanToProto(**plan, src, dst), sources, destinations,
+                                    placement, 2, 9, absl::Seconds(60), /*missing=*/0, &interrupt);
+  aborter.join();
+  EXPECT_EQ(results[1].status().code(), absl::StatusCode::kCancelled) << results[1].status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 

@@ -2,6 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace refit::transport {
 
@@ -89,6 +90,10 @@ absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl:
       --pending;
       if (result.ok()) result = UcxStatus(status, op.what.c_str());
     }
+    if (pending > 0 && result.ok() && interrupt_ != nullptr && *interrupt_) {
+      result = absl::CancelledError(
+          absl::StrCat("interrupted with ", pending, " UCX operations unfinished"));
+    }
     if (pending > 0 && (!result.ok() || absl::Now() > deadline)) {
       if (result.ok()) {
         result = absl::DeadlineExceededError(
@@ -127,13 +132,26 @@ absl::StatusOr<PendingOperation> UcxWorker::PostReceive(uint64_t tag, void* buff
 absl::StatusOr<std::unique_ptr<UcxEndpoint>> UcxWorker::Connect(const std::string& peer_address) {
   if (peer_address.empty()) return absl::InvalidArgumentError("empty UCX worker address");
   ucp_ep_params_t params = {};
-  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  auto endpoint = std::unique_ptr<UcxEndpoint>(new UcxEndpoint(this));
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
   params.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
   params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
-  ucp_ep_h endpoint = nullptr;
-  absl::Status status = UcxStatus(ucp_ep_create(worker_, &params, &endpoint), "ucp_ep_create");
-  if (!status.ok()) return status;
-  return std::unique_ptr<UcxEndpoint>(new UcxEndpoint(this, endpoint));
+  params.err_handler.cb = &UcxEndpoint::OnError;
+  params.err_handler.arg = endpoint.get();
+  absl::Status status =
+      UcxStatus(ucp_ep_create(worker_, &params, &endpoint->endpoint_), "ucp_ep_create");
+  if (!status.ok()) {
+    endpoint->endpoint_ = nullptr;
+    return status;
+  }
+  return endpoint;
+}
+
+void UcxEndpoint::OnError(void* self, ucp_ep_h, ucs_status_t status) {
+  auto* endpoint = static_cast<UcxEndpoint*>(self);
+  endpoint->broken_ = true;
+  spdlog::debug("UCX endpoint to a peer broke: {}", ucs_status_string(status));
 }
 
 absl::StatusOr<size_t> UcxWorker::Receive(uint64_t tag, void* buffer, size_t capacity,
@@ -147,6 +165,7 @@ absl::StatusOr<size_t> UcxWorker::Receive(uint64_t tag, void* buffer, size_t cap
 }
 
 UcxEndpoint::~UcxEndpoint() {
+  if (endpoint_ == nullptr) return;
   ucp_request_param_t params = {};
   params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   params.flags = UCP_EP_CLOSE_FLAG_FORCE;

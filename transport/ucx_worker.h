@@ -7,6 +7,7 @@
 
 #include <ucp/api/ucp.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -51,8 +52,13 @@ class UcxWorker {
   absl::StatusOr<PendingOperation> PostReceive(uint64_t tag, void* buffer, size_t capacity);
 
   // Progresses until every operation completes, or cancels what is left at the deadline
-  // (or at the first failure). Every request is freed either way.
+  // (or at the first failure, or once the interrupt flag is set: CANCELLED). Every
+  // request is freed either way.
   absl::Status WaitAll(std::vector<PendingOperation>* operations, absl::Time deadline);
+
+  // While `*interrupt` is true, every wait ends at once (CANCELLED). Another thread may set
+  // it to abort an epoch; null: never interrupted. The flag must outlive the worker's use.
+  void SetInterrupt(const std::atomic<bool>* interrupt) { interrupt_ = interrupt; }
 
  private:
   UcxWorker(ucp_context_h context, ucp_worker_h worker, std::string address)
@@ -61,6 +67,7 @@ class UcxWorker {
   ucp_context_h context_;
   ucp_worker_h worker_;
   std::string address_;
+  const std::atomic<bool>* interrupt_ = nullptr;
 };
 
 class UcxEndpoint {
@@ -75,12 +82,18 @@ class UcxEndpoint {
   // Posts a send; `data` must stay valid until WaitAll finishes it.
   absl::StatusOr<PendingOperation> PostSend(uint64_t tag, const void* data, size_t bytes);
 
+  // True once UCX reported the connection broken (peer gone, timeout); a broken endpoint
+  // is replaced by a new Connect.
+  bool broken() const { return broken_; }
+
  private:
   friend class UcxWorker;
-  UcxEndpoint(UcxWorker* worker, ucp_ep_h endpoint) : worker_(worker), endpoint_(endpoint) {}
+  explicit UcxEndpoint(UcxWorker* worker) : worker_(worker) {}
+  static void OnError(void* self, ucp_ep_h endpoint, ucs_status_t status);
 
   UcxWorker* worker_;
-  ucp_ep_h endpoint_;
+  ucp_ep_h endpoint_ = nullptr;
+  bool broken_ = false;  // set by UCX's error callback, on the worker's thread
 };
 
 }  // namespace refit::transport

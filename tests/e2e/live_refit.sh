@@ -12,11 +12,7 @@ versions=${3:-3}
 strategy=${4:-reshard}
 work=$(mktemp -d /tmp/refit-live-XXXXXX)
 pids=()
-cleanup() {
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
-  rm -rf "$work"
-}
+source "$(dirname "$0")/cluster.sh"
 trap cleanup EXIT
 
 case $refit in
@@ -30,35 +26,11 @@ cat > "$work/job.json" <<JSON
  "epochDeadlineMs": 60000, "strategy": "$strategy"}
 JSON
 
-"$bin/refit-coordinator" --listen=127.0.0.1:0 --job="$work/job.json" --metrics_port=0 \
-  > "$work/coordinator.log" 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do grep -q "listening on" "$work/coordinator.log" && break; sleep 0.1; done
-port=$(grep -o "listening on 127.0.0.1:[0-9]*" "$work/coordinator.log" | cut -d: -f2)
-[[ -n $port ]] || { cat "$work/coordinator.log"; echo "coordinator did not start" >&2; exit 1; }
-coordinator=127.0.0.1:$port
-for _ in $(seq 50); do grep -q "metrics on" "$work/coordinator.log" && break; sleep 0.1; done
-metrics_port=$(grep -o "metrics on http://127.0.0.1:[0-9]*" "$work/coordinator.log" | cut -d: -f3)
-
-# GET a path of the coordinator's HTTP endpoints (bash only: a fresh machine may lack curl).
-http_get() {
-  exec 3<>"/dev/tcp/127.0.0.1/$metrics_port"
-  printf 'GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n' "$1" >&3
-  cat <&3
-  exec 3<&-
-}
+start_coordinator "$work/job.json"
 http_get /healthz | grep -q "^ok"
 http_get /readyz | grep -q "503"  # no ranks registered yet
 
-for node in "$trainer" "$inference"; do
-  "$bin/refitd" --coordinator="$coordinator" --node="$node" --socket="$work/$node.sock" \
-    > "$work/$node.log" 2>&1 &
-  pids+=($!)
-done
-for node in "$trainer" "$inference"; do
-  for _ in $(seq 100); do [[ -S $work/$node.sock ]] && break; sleep 0.1; done
-  [[ -S $work/$node.sock ]] || { cat "$work/$node.log"; echo "refitd $node did not start" >&2; exit 1; }
-done
+start_daemons "$trainer" "$inference"
 
 "$bin/refit-synthetic-ranks" --side=destination --refit="$refit" --host="$inference" \
   --socket="$work/$inference.sock" --versions="$versions" --ack_dir="$work" \
@@ -100,6 +72,11 @@ grep -q "^refit_epochs_total{result=\"committed\"} $versions$" "$work/metrics.tx
 grep -q "^refit_current_version $versions$" "$work/metrics.txt"
 grep -q "^refit_registered_ranks{role=\"destination\"} 0$" "$work/metrics.txt"
 http_get /readyz | grep -q "503"
+# Each daemon counts what it exchanged with the other, by peer node.
+http_get /metrics "${daemon_metrics_port[$trainer]}" |
+  grep -q "^refitd_peer_bytes_total{direction=\"sent\",peer=\"$inference\"} [1-9]"
+http_get /metrics "${daemon_metrics_port[$inference]}" |
+  grep -q "^refitd_peer_bytes_total{direction=\"received\",peer=\"$trainer\"} [1-9]"
 
 # Inference ranks that die without deregistering (kill -9): their daemon notices the closed
 # connection and deregisters them, and the coordinator forgets them.
@@ -107,10 +84,6 @@ http_get /readyz | grep -q "503"
   --socket="$work/$inference.sock" --first_version=$((versions + 1)) --versions=1 \
   > "$work/doomed-ranks.log" 2>&1 &
 doomed=$!
-destinations_seen() {
-  "$bin/refitctl" layouts --coordinator="$coordinator" 2>/dev/null |
-    grep -q "^destinations: $1 ranks"
-}
 for _ in $(seq 300); do destinations_seen "$destinations" && break; sleep 0.1; done
 destinations_seen "$destinations" || { cat "$work/doomed-ranks.log"; exit 1; }
 kill -KILL "$doomed"
@@ -131,10 +104,5 @@ grep -q "missing destination ranks 0, 1, 2, 3" "$work/refit-error.txt" ||
   { cat "$work/refit-error.txt"; exit 1; }
 
 # Orderly shutdown: every process ends by itself after SIGTERM.
-for pid in "${pids[@]}"; do kill -TERM "$pid"; done
-for pid in "${pids[@]}"; do
-  for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$pid" 2>/dev/null; then echo "process $pid ignored SIGTERM" >&2; exit 1; fi
-done
-pids=()
+stop_all
 echo "live refit: $versions versions of $refit ($strategy) verified byte for byte"

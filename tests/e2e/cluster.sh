@@ -1,0 +1,73 @@
+# Helpers for the end-to-end scripts (sourced): start a coordinator and refitd daemons as
+# real processes under $work, talk to their HTTP endpoints, stop them. Callers set `bin`
+# (the folder with the binaries) and `work` (a scratch folder), and append to `pids`.
+
+# start_coordinator JOB_FILE: sets `coordinator` (HOST:PORT) and `metrics_port`.
+start_coordinator() {
+  "$bin/refit-coordinator" --listen=127.0.0.1:0 --job="$1" --metrics_port=0 \
+    > "$work/coordinator.log" 2>&1 &
+  pids+=($!)
+  coordinator_pid=$!
+  for _ in $(seq 100); do grep -q "listening on" "$work/coordinator.log" && break; sleep 0.1; done
+  local port
+  port=$(grep -o "listening on 127.0.0.1:[0-9]*" "$work/coordinator.log" | cut -d: -f2)
+  [[ -n $port ]] || { cat "$work/coordinator.log"; echo "coordinator did not start" >&2; exit 1; }
+  coordinator=127.0.0.1:$port
+  for _ in $(seq 50); do grep -q "metrics on" "$work/coordinator.log" && break; sleep 0.1; done
+  metrics_port=$(grep -o "metrics on http://127.0.0.1:[0-9]*" "$work/coordinator.log" | cut -d: -f3)
+}
+
+# start_daemons NODE...: one refitd per node, socket $work/NODE.sock, log $work/NODE.log;
+# sets daemon_pid[NODE] and daemon_metrics_port[NODE].
+declare -A daemon_pid daemon_metrics_port
+start_daemons() {
+  local node
+  for node in "$@"; do
+    "$bin/refitd" --coordinator="$coordinator" --node="$node" --socket="$work/$node.sock" \
+      --metrics_port=0 > "$work/$node.log" 2>&1 &
+    pids+=($!)
+    daemon_pid[$node]=$!
+  done
+  for node in "$@"; do
+    for _ in $(seq 100); do [[ -S $work/$node.sock ]] && break; sleep 0.1; done
+    [[ -S $work/$node.sock ]] || { cat "$work/$node.log"; echo "refitd $node did not start" >&2; exit 1; }
+    for _ in $(seq 50); do grep -q "metrics on" "$work/$node.log" && break; sleep 0.1; done
+    daemon_metrics_port[$node]=$(grep -o "metrics on http://127.0.0.1:[0-9]*" "$work/$node.log" | cut -d: -f3)
+  done
+}
+
+# http_get PATH [PORT]: GET a path of the HTTP endpoints on PORT (default: the
+# coordinator's), in bash only: a fresh machine may lack curl.
+http_get() {
+  exec 3<>"/dev/tcp/127.0.0.1/${2:-$metrics_port}"
+  printf 'GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n' "$1" >&3
+  cat <&3
+  exec 3<&-
+}
+
+# destinations_seen N: the coordinator knows exactly N destination ranks.
+destinations_seen() {
+  "$bin/refitctl" layouts --coordinator="$coordinator" 2>/dev/null |
+    grep -q "^destinations: $1 ranks"
+}
+
+# await_exit PID SECONDS: fails unless the process ends within SECONDS.
+await_exit() {
+  for _ in $(seq $(($2 * 10))); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done
+  echo "process $1 still running after $2 s" >&2
+  return 1
+}
+
+# stop_all: SIGTERM to every process; each must end by itself.
+stop_all() {
+  local pid
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do await_exit "$pid" 10 || exit 1; done
+  pids=()
+}
+
+cleanup() {
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  [[ -n ${KEEP_WORK:-} ]] || rm -rf "$work"
+}
