@@ -13,6 +13,7 @@
 #include "client/synthetic_weights.h"
 #include "daemon/coordinator_link.h"
 #include "daemon/coordinator_server.h"
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
 #include "transport/testing/backed_layouts.h"
@@ -269,6 +270,10 @@ TEST(ControlPlaneFourDaemonsTest, RandomLayoutsOverSeveralEpochs) {
         absl::StatusOr<v1::RefitReport> report =
             coordinator_client.Refit(version, absl::Seconds(30));
         ASSERT_TRUE(report.ok()) << report.status();
+        // The report names the daemon that finished last and the last destination rank.
+        EXPECT_TRUE(absl::StartsWith(report->slowest_node(), "node-")) << report->slowest_node();
+        EXPECT_GE(report->slowest_rank(), 0);
+        EXPECT_LE(report->slowest_rank_seconds(), report->seconds());
         for (const v1::RankLayout& r : destinations.ranks()) {
           RankRegistry& registry = *registries[node_of(r.host())];
           ASSERT_TRUE(

@@ -3,6 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "spdlog/spdlog.h"
+#include "daemon/view_checksums.h"
 #include "transport/plan_executor.h"
 
 namespace refit::daemon {
@@ -223,9 +224,20 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
                           received == stats->bytes_received_from.end() ? 0 : received->second);
     }
   }
+  for (const auto& [rank, seconds] : stats->destination_finish_seconds) {
+    v1::RankFinish* finish = done.add_finished();
+    finish->set_rank(rank);
+    finish->set_seconds(seconds);
+  }
+  if (execute.checksums()) {
+    absl::StatusOr<std::vector<v1::ViewChecksum>> checksums =
+        ChecksumViews(registry_->Registrations(), registry_->buffers());
+    if (!checksums.ok()) return fail(checksums.status());
+    for (v1::ViewChecksum& c : *checksums) *done.add_checksums() = std::move(c);
+  }
+  done.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
   spdlog::debug("refitd {}: epoch {} done: {} transfers, {} bytes in {:.3f} s", node_,
-                execute.epoch_id(), stats->transfers, stats->bytes,
-                absl::ToDoubleSeconds(absl::Now() - start));
+                execute.epoch_id(), stats->transfers, stats->bytes, done.seconds());
   done.set_ok(true);
   return done;
 }

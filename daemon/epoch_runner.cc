@@ -1,5 +1,7 @@
 #include "daemon/epoch_runner.h"
 
+#include "daemon/view_checksums.h"
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -76,6 +78,7 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
     execute->set_plan_digest(plan.digest());
     execute->set_deadline_ms(absl::ToInt64Milliseconds(deadline - absl::Now()));
     execute->set_epoch_number(number);
+    execute->set_checksums(!job_.skip_checksums());
     if (!channel->Send(slice_message) || !channel->Send(execute_message)) {
       return absl::UnavailableError(absl::StrCat("daemon ", index, " is unreachable"));
     }
@@ -139,6 +142,9 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
     running_epoch_ = epoch_id;
     failure_.clear();
     delivered_.clear();
+    checksums_.clear();
+    daemon_seconds_.clear();
+    rank_finish_seconds_.clear();
     bytes_total_ = 0;  // what lands in destination views (progress counts the same)
     for (const v1::Batch& batch : wire.batches()) {
       for (const v1::Transfer& t : batch.transfers()) {
@@ -151,6 +157,11 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
   }
   absl::StatusOr<std::set<int32_t>> asked = Launch(*snapshot, wire, epoch_id, version, deadline);
   absl::Status outcome = asked.status();
+  int64_t views_checksummed = 0;
+  int32_t slowest_node = -1;
+  double slowest_node_seconds = 0;
+  int64_t slowest_rank = -1;
+  double slowest_rank_seconds = 0;
   {
     absl::MutexLock lock(&mu_);
     ++next_epoch_;
@@ -170,6 +181,22 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
       outcome = absl::DeadlineExceededError(
           absl::StrCat("epoch ", epoch_id, ": refitd on ", absl::StrJoin(late, ", "),
                        " did not finish before the deadline"));
+    }
+    if (outcome.ok() && !job_.skip_checksums()) {
+      absl::StatusOr<int64_t> compared =
+          CompareViewChecksums(snapshot->sources, snapshot->destinations, checksums_);
+      if (!compared.ok()) {
+        outcome = absl::DataLossError(absl::StrCat("epoch ", epoch_id, ": ",
+                                                   compared.status().message()));
+      } else {
+        views_checksummed = *compared;
+      }
+    }
+    for (const auto& [daemon, seconds] : daemon_seconds_) {
+      if (seconds >= slowest_node_seconds) slowest_node = daemon, slowest_node_seconds = seconds;
+    }
+    for (const auto& [rank, seconds] : rank_finish_seconds_) {
+      if (seconds >= slowest_rank_seconds) slowest_rank = rank, slowest_rank_seconds = seconds;
     }
     running_epoch_.clear();
     last_epoch_ = epoch_id;
@@ -195,10 +222,11 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
   }
   spdlog::info(
       "epoch {} version {} committed: {} bytes in {:.3f} s ({:.2f} GB/s), {} daemons, "
-      "plan {}",
+      "slowest {} ({:.3f} s), {} views checksummed, plan {}",
       epoch_id, version, (*plan)->stats.total_bytes, seconds,
       (*plan)->stats.total_bytes / std::max(seconds, 1e-9) / 1e9, snapshot->channels.size(),
-      wire.digest());
+      slowest_node >= 0 ? cluster_->NodeOf(slowest_node) : "-", slowest_node_seconds,
+      views_checksummed, wire.digest());
   if (metrics_ != nullptr) {
     metrics_->EpochCommitted(seconds, (*plan)->stats.network_bytes, (*plan)->stats.nvlink_bytes,
                              (*plan)->stats.local_bytes, version);
@@ -210,6 +238,11 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
   report.set_version(version);
   report.set_bytes((*plan)->stats.total_bytes);
   report.set_seconds(seconds);
+  report.set_views_checksummed(views_checksummed);
+  report.set_slowest_rank(slowest_rank);
+  report.set_slowest_rank_seconds(slowest_rank_seconds);
+  if (slowest_node >= 0) report.set_slowest_node(cluster_->NodeOf(slowest_node));
+  report.set_slowest_node_seconds(slowest_node_seconds);
   for (auto [route, bytes] : {std::pair{v1::ROUTE_NETWORK, (*plan)->stats.network_bytes},
                               {v1::ROUTE_NVLINK, (*plan)->stats.nvlink_bytes},
                               {v1::ROUTE_LOCAL, (*plan)->stats.local_bytes}}) {
@@ -231,6 +264,12 @@ void EpochRunner::OnDone(int32_t daemon, const v1::EpochDone& done) {
   waiting_for_.erase(daemon);
   if (!done.ok() && failure_.empty()) {
     failure_ = absl::StrCat("refitd on ", node, " failed: ", done.error());
+  }
+  if (!done.ok()) return;
+  checksums_.insert(checksums_.end(), done.checksums().begin(), done.checksums().end());
+  daemon_seconds_[daemon] = done.seconds();
+  for (const v1::RankFinish& finish : done.finished()) {
+    rank_finish_seconds_[finish.rank()] = finish.seconds();
   }
 }
 

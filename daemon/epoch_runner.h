@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -63,6 +64,10 @@ class EpochRunner {
   std::set<int32_t> waiting_for_ ABSL_GUARDED_BY(mu_);
   std::string failure_ ABSL_GUARDED_BY(mu_);
   std::map<int32_t, int64_t> delivered_ ABSL_GUARDED_BY(mu_);  // per daemon, running epoch
+  // From the daemons' reports of the running epoch.
+  std::vector<v1::ViewChecksum> checksums_ ABSL_GUARDED_BY(mu_);
+  std::map<int32_t, double> daemon_seconds_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, double> rank_finish_seconds_ ABSL_GUARDED_BY(mu_);
   int64_t bytes_total_ ABSL_GUARDED_BY(mu_) = 0;
   std::string last_epoch_ ABSL_GUARDED_BY(mu_);
   bool last_committed_ ABSL_GUARDED_BY(mu_) = false;

@@ -1,9 +1,11 @@
 #include "transport/plan_executor.h"
 
+#include <set>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace refit::transport {
 namespace {
@@ -225,10 +227,13 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
                                                  absl::Time deadline) {
   ScratchArena scratch(buffers_.tensors());
   ExecutionStats stats;
+  const absl::Time start = absl::Now();
   std::vector<Resolved> resolved;
+  std::set<int64_t> receivers;  // destination ranks here written in this batch
   for (int b = 0; b < plan.batches_size(); ++b) {
     const v1::Batch& batch = plan.batches(b);
     resolved.clear();
+    receivers.clear();
     int64_t batch_delivered = 0;
     for (const v1::Transfer& t : batch.transfers()) {
       if (!buffers_.tensors().contains(t.tensor())) {
@@ -248,6 +253,7 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
       resolved.push_back(Resolved{&t, *src, *dst});
       if (*dst == self_ && t.dst().kind() == v1::ENDPOINT_DESTINATION_VIEW) {
         batch_delivered += t.bytes();
+        receivers.insert(t.dst().rank());
       }
       if (*src == self_ || *dst == self_) {
         ++stats.transfers;
@@ -266,6 +272,8 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
       return absl::Status(status.code(), absl::StrCat("epoch ", epoch, ": ", status.message()));
     }
     stats.delivered_bytes += batch_delivered;
+    const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
+    for (int64_t rank : receivers) stats.destination_finish_seconds[rank] = elapsed;
     if (progress_ && batch_delivered > 0) progress_(stats.delivered_bytes);
   }
   return stats;

@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "xxhash.h"
+
 namespace refit::transport {
 namespace {
 
@@ -118,6 +120,48 @@ void CopyBox(const Dims& extent, int element_bytes, const StridedRef& src, const
       index[d] = 0;
     }
   }
+}
+
+void ForEachRun(const Dims& extent, int element_bytes, const StridedRef& box,
+                const std::function<void(const uint8_t* data, int64_t bytes)>& visit) {
+  for (int64_t e : extent) {
+    if (e <= 0) return;
+  }
+  // Against a dense row-major twin, runs are contiguous in memory and in logical order.
+  const Collapsed c = Collapse(extent, box.strides, RowMajorStrides(extent));
+  const size_t inner = c.extent.size() - 1;
+  const bool contiguous = c.src[inner] == 1;
+  Dims index(c.extent.size(), 0);
+  while (true) {
+    int64_t offset = 0;
+    for (size_t d = 0; d < inner; ++d) offset += index[d] * c.src[d];
+    const uint8_t* run = box.base + offset * element_bytes;
+    if (contiguous) {
+      visit(run, c.extent[inner] * element_bytes);
+    } else {
+      for (int64_t i = 0; i < c.extent[inner]; ++i) {
+        visit(run + i * c.src[inner] * element_bytes, element_bytes);
+      }
+    }
+    size_t d = inner;
+    while (true) {
+      if (d == 0) return;
+      --d;
+      if (++index[d] < c.extent[d]) break;
+      index[d] = 0;
+    }
+  }
+}
+
+uint64_t HashBox(const Dims& extent, int element_bytes, const StridedRef& box) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_64bits_reset(state);
+  ForEachRun(extent, element_bytes, box, [&](const uint8_t* data, int64_t bytes) {
+    XXH3_64bits_update(state, data, bytes);
+  });
+  const uint64_t hash = XXH3_64bits_digest(state);
+  XXH3_freeState(state);
+  return hash;
 }
 
 }  // namespace refit::transport

@@ -6,6 +6,7 @@
 #define REFIT_TRANSPORT_STRIDED_COPY_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/container/inlined_vector.h"
 
@@ -27,6 +28,15 @@ void CopyBox(const Dims& extent, int element_bytes, const StridedRef& src, const
 
 // Number of contiguous runs CopyBox issues for these strides (1 for dense boxes).
 int64_t CountRuns(const Dims& extent, const Dims& src_strides, const Dims& dst_strides);
+
+// Calls `visit(data, bytes)` for the box's elements in row-major order, as few contiguous
+// runs as its strides allow.
+void ForEachRun(const Dims& extent, int element_bytes, const StridedRef& box,
+                const std::function<void(const uint8_t* data, int64_t bytes)>& visit);
+
+// XXH3-64 of the box's elements in row-major order: equal boxes hash equal whatever their
+// memory layout.
+uint64_t HashBox(const Dims& extent, int element_bytes, const StridedRef& box);
 
 }  // namespace refit::transport
 

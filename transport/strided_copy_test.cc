@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "xxhash.h"
 
 namespace refit::transport {
 namespace {
@@ -88,6 +89,29 @@ TEST(StridedCopyTest, DenseBoxesAreOneRunAndColumnsAreMany) {
   EXPECT_EQ(CountRuns({4, 8}, {32, 1}, {8, 1}), 4);
   // A column-major source: every element on its own.
   EXPECT_EQ(CountRuns({4, 8}, {1, 4}, {8, 1}), 32);
+}
+
+// Copies of one box in random memory layouts hash equal, and the hash is XXH3 of the dense
+// row-major bytes; one changed byte changes it.
+TEST(StridedCopyTest, HashBoxDependsOnContentsNotLayout) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int rank = 1 + trial % 4;
+    Dims extent(rank);
+    for (int64_t& e : extent) e = 1 + rng() % 6;
+    const int eb = 1 << (rng() % 3);
+    const Dims dense_strides = RowMajorStrides(extent);
+    std::vector<uint8_t> dense(Span(extent, dense_strides) * eb);
+    for (uint8_t& b : dense) b = rng();
+    const Dims strides = RandomStrides(rng, extent);
+    std::vector<uint8_t> strided(Span(extent, strides) * eb, 0xEE);
+    ReferenceCopy(extent, eb, dense.data(), dense_strides, strided.data(), strides);
+    const uint64_t expected = XXH3_64bits(dense.data(), dense.size());
+    EXPECT_EQ(HashBox(extent, eb, StridedRef{dense.data(), dense_strides}), expected);
+    EXPECT_EQ(HashBox(extent, eb, StridedRef{strided.data(), strides}), expected) << trial;
+    dense[rng() % dense.size()] ^= 0x40;
+    EXPECT_NE(HashBox(extent, eb, StridedRef{dense.data(), dense_strides}), expected);
+  }
 }
 
 }  // namespace

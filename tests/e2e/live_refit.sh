@@ -62,7 +62,10 @@ grep -q "^version $versions: 0 of" "$work/inference-ranks.log"
 "$bin/refitctl" status --coordinator="$coordinator" | tee "$work/status.txt"
 grep -q "^current version  $versions$" "$work/status.txt"
 again=$("$bin/refitctl" refit --coordinator="$coordinator" --version="$versions")
-grep -q "^  $(echo "$again" | awk '{print $1}') " "$work/status.txt"
+grep -q "^  $(echo "$again" | head -1 | awk '{print $1}') " "$work/status.txt"
+# Replicas and copies of one box were checksummed and agreed; the slowest node is named.
+echo "$again" | grep -q "slowest node \($inference\|$trainer\) .* [1-9][0-9]* views checksummed$" ||
+  { echo "$again"; exit 1; }
 
 # Prometheus metrics: one committed epoch per version. (The synthetic ranks deregistered
 # when they finished, so the group is empty again and /readyz says 503.)

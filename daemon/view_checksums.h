@@ -1,0 +1,31 @@
+// End-to-end integrity of an epoch. After executing, every daemon hashes each view of its
+// ranks (XXH3-64 of the view's elements in row-major order, so the memory layout does not
+// matter). The coordinator then compares views that hold the same box of a tensor: data-
+// parallel replicas on either side, and a source view against a destination view of the
+// same box. Any disagreement names the views and fails the epoch.
+#ifndef REFIT_DAEMON_VIEW_CHECKSUMS_H_
+#define REFIT_DAEMON_VIEW_CHECKSUMS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/refit.pb.h"
+#include "transport/buffer_map.h"
+
+namespace refit::daemon {
+
+// Checksums of every view of `registrations`, read through `buffers`.
+absl::StatusOr<std::vector<v1::ViewChecksum>> ChecksumViews(
+    const std::vector<v1::RankRegistration>& registrations, const transport::BufferMap& buffers);
+
+// Compares the checksums of views with the same (tensor, offset, extent). Returns how
+// many views were compared with at least one other copy, or DATA_LOSS naming the views
+// that disagree with the source side (or with the majority when no source holds the box).
+absl::StatusOr<int64_t> CompareViewChecksums(const v1::LayoutSpec& sources,
+                                             const v1::LayoutSpec& destinations,
+                                             const std::vector<v1::ViewChecksum>& checksums);
+
+}  // namespace refit::daemon
+
+#endif  // REFIT_DAEMON_VIEW_CHECKSUMS_H_
