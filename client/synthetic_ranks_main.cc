@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/daemon_clients.h"
+#include "client/model_files.h"
 #include "client/synthetic_weights.h"
 #include "planner/dtype.h"
 #include "planner/reference_refits.h"
@@ -24,6 +25,11 @@ ABSL_FLAG(std::string, socket, "/run/refit/refitd.sock", "the node's refitd sock
 ABSL_FLAG(std::string, coordinator, "", "coordinator address (sources: trigger refits)");
 ABSL_FLAG(std::string, side, "source", "source (trainer) or destination (inference)");
 ABSL_FLAG(std::string, refit, "mini", "reference refit whose layouts to hold");
+ABSL_FLAG(std::string, model, "",
+          "instead of --refit: a builtin model or a model config JSON, with the parallel "
+          "settings below");
+ABSL_FLAG(std::string, source_parallel, "pp=2,ep=2", "with --model: the trainers' setting");
+ABSL_FLAG(std::string, destination_parallel, "tp=2,dp=2", "with --model: the inference setting");
 ABSL_FLAG(std::string, host, "", "hold the ranks whose host is this (default: all)");
 ABSL_FLAG(int64_t, versions, 3, "number of versions (epochs) to run");
 ABSL_FLAG(int64_t, first_version, 1, "the first version to publish or wait for");
@@ -53,7 +59,10 @@ int Run() {
   const v1::Role role = source ? v1::ROLE_SOURCE : v1::ROLE_DESTINATION;
   const absl::Duration timeout = absl::Milliseconds(absl::GetFlag(FLAGS_timeout_ms));
   absl::StatusOr<planner::RefitScenario> scenario =
-      planner::ReferenceRefit(absl::GetFlag(FLAGS_refit));
+      absl::GetFlag(FLAGS_model).empty()
+          ? planner::ReferenceRefit(absl::GetFlag(FLAGS_refit))
+          : LoadModelRefit(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_source_parallel),
+                           absl::GetFlag(FLAGS_destination_parallel));
   if (!scenario.ok()) return Fail("refit", scenario.status());
   const v1::LayoutSpec& spec = source ? scenario->sources : scenario->destinations;
   std::map<std::string, const v1::TensorSpec*> tensors;

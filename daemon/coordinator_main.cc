@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "client/json_files.h"
+#include "client/model_files.h"
 #include "daemon/coordinator_server.h"
 #include "daemon/http_endpoints.h"
 #include "daemon/metrics.h"
@@ -31,17 +32,8 @@ int main(int argc, char** argv) {
   }
   if (!job.model().empty() && job.source_ranks() == 0 && job.destination_ranks() == 0) {
     // Rank counts from the model and the parallel settings.
-    absl::StatusOr<refit::v1::ModelConfig> config = refit::planner::BuiltinModelConfig(job.model());
-    if (!config.ok()) {
-      config = refit::v1::ModelConfig();
-      absl::Status read = refit::client::ReadJsonFile(job.model(), &*config, true);
-      if (!read.ok()) {
-        spdlog::error("refit-coordinator: job model: {}", std::string(read.message()));
-        return 2;
-      }
-    }
-    absl::StatusOr<refit::planner::RefitScenario> scenario = refit::planner::ModelRefit(
-        *config, job.source_parallel(), job.destination_parallel(), 0, false);
+    absl::StatusOr<refit::planner::RefitScenario> scenario = refit::client::LoadModelRefit(
+        job.model(), job.source_parallel(), job.destination_parallel());
     if (!scenario.ok()) {
       spdlog::error("refit-coordinator: job: {}", std::string(scenario.status().message()));
       return 2;

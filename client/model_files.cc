@@ -1,0 +1,24 @@
+#include "client/model_files.h"
+
+#include "client/json_files.h"
+
+namespace refit::client {
+
+absl::StatusOr<v1::ModelConfig> LoadModelConfig(const std::string& name_or_path) {
+  absl::StatusOr<v1::ModelConfig> config = planner::BuiltinModelConfig(name_or_path);
+  if (config.ok()) return config;
+  config = v1::ModelConfig();
+  absl::Status read = ReadJsonFile(name_or_path, &*config, /*ignore_unknown_fields=*/true);
+  if (!read.ok()) return read;
+  return config;
+}
+
+absl::StatusOr<planner::RefitScenario> LoadModelRefit(const std::string& name_or_path,
+                                                      const std::string& source_parallel,
+                                                      const std::string& destination_parallel) {
+  absl::StatusOr<v1::ModelConfig> config = LoadModelConfig(name_or_path);
+  if (!config.ok()) return config.status();
+  return planner::ModelRefit(*config, source_parallel, destination_parallel, 0, false);
+}
+
+}  // namespace refit::client

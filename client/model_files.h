@@ -1,0 +1,24 @@
+// Model configs by builtin name ("dsv3-mini") or by path to a config JSON, as job files
+// and the synthetic ranks name them.
+#ifndef REFIT_CLIENT_MODEL_FILES_H_
+#define REFIT_CLIENT_MODEL_FILES_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "planner/reference_refits.h"
+#include "proto/refit.pb.h"
+
+namespace refit::client {
+
+// The builtin config of that name, else the JSON file at that path.
+absl::StatusOr<v1::ModelConfig> LoadModelConfig(const std::string& name_or_path);
+
+// Layouts of the model under both parallel settings (hosts train-node-N / infer-node-N).
+absl::StatusOr<planner::RefitScenario> LoadModelRefit(const std::string& name_or_path,
+                                                      const std::string& source_parallel,
+                                                      const std::string& destination_parallel);
+
+}  // namespace refit::client
+
+#endif  // REFIT_CLIENT_MODEL_FILES_H_
