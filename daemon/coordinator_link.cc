@@ -39,8 +39,13 @@ void CoordinatorLink::Stop() {
   stopping_ = true;
   // A running epoch stops at once and reports its interruption while the stream is up.
   interrupt_ = true;
-  const absl::Time give_up = absl::Now() + absl::Seconds(5);
-  while (epoch_running_ && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(5));
+  {
+    absl::MutexLock lock(&epoch_mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(epoch_mu_) {
+      return !epoch_busy_ && !queued_epoch_.has_value();
+    };
+    epoch_mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(5));
+  }
   {
     absl::MutexLock lock(&mu_);
     if (context_ != nullptr) context_->TryCancel();
@@ -59,11 +64,17 @@ void CoordinatorLink::Run() {
       transport::UcxWorker::Create(node_);
   if (!worker.ok()) return;  // no data plane: nothing this daemon could do
   (*worker)->SetInterrupt(&interrupt_);
+  epoch_thread_ = std::thread(&CoordinatorLink::EpochLoop, this, worker->get());
   while (!stopping_) {
     Session(worker->get());
     connected_ = false;
     for (int i = 0; i < 10 && !stopping_; ++i) absl::SleepFor(absl::Milliseconds(50));
   }
+  {
+    absl::MutexLock lock(&epoch_mu_);
+    epoch_loop_exit_ = true;
+  }
+  epoch_thread_.join();
   peers_.clear();  // endpoints before their worker
 }
 
@@ -106,13 +117,14 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
         // there, so it is interrupted (if the abort has not done so already).
         FinishEpoch();
         interrupt_ = stopping_.load();
-        epoch_running_ = true;
         {
           absl::MutexLock lock(&mu_);
           running_epoch_ = message.execute().epoch_id();
         }
-        epoch_thread_ = std::thread(&CoordinatorLink::RunEpoch, this, message.execute(), slice_,
-                                    worker);
+        {
+          absl::MutexLock lock(&epoch_mu_);
+          queued_epoch_ = EpochJob{message.execute(), slice_};
+        }
         if (stopping_) interrupt_ = true;  // Stop may have raced with the reset above
         break;
       case v1::CoordinatorMessage::kAbort: {
@@ -142,23 +154,45 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
 }
 
 void CoordinatorLink::FinishEpoch() {
-  if (!epoch_thread_.joinable()) return;
+  absl::MutexLock lock(&epoch_mu_);
+  if (!epoch_busy_ && !queued_epoch_.has_value()) return;
   interrupt_ = true;
-  epoch_thread_.join();
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(epoch_mu_) {
+    return !epoch_busy_ && !queued_epoch_.has_value();
+  };
+  epoch_mu_.Await(absl::Condition(&idle));
 }
 
-void CoordinatorLink::RunEpoch(v1::ExecuteEpoch execute,
-                               std::shared_ptr<const v1::PlanSlice> slice,
+void CoordinatorLink::EpochLoop(transport::UcxWorker* worker) {
+  while (true) {
+    EpochJob job;
+    {
+      absl::MutexLock lock(&epoch_mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(epoch_mu_) {
+        return queued_epoch_.has_value() || epoch_loop_exit_;
+      };
+      epoch_mu_.Await(absl::Condition(&ready));
+      if (!queued_epoch_.has_value()) return;
+      job = std::move(*queued_epoch_);
+      queued_epoch_.reset();
+      epoch_busy_ = true;
+    }
+    RunEpoch(job.execute, job.slice.get(), worker);
+    absl::MutexLock lock(&epoch_mu_);
+    epoch_busy_ = false;
+  }
+}
+
+void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
                                transport::UcxWorker* worker) {
   v1::DaemonMessage done;
-  *done.mutable_done() = Execute(execute, slice.get(), worker);
+  *done.mutable_done() = Execute(execute, slice, worker);
   if (metrics_ != nullptr) metrics_->EpochDone(done.done().ok());
   {
     absl::MutexLock lock(&mu_);
     running_epoch_.clear();
   }
   Write(done);
-  epoch_running_ = false;
 }
 
 v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,

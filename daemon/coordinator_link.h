@@ -12,6 +12,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -45,10 +46,12 @@ class CoordinatorLink {
   // One control-stream session; returns when the stream ends.
   void Session(transport::UcxWorker* worker);
   bool Write(const v1::DaemonMessage& message);
-  // Interrupts the running epoch (if any) and waits for its thread.
+  // Interrupts the running or queued epoch (if any) and waits until it has reported.
   void FinishEpoch();
-  // Runs on the epoch thread: executes, records metrics, reports to the coordinator.
-  void RunEpoch(v1::ExecuteEpoch execute, std::shared_ptr<const v1::PlanSlice> slice,
+  // The epoch thread: runs each epoch handed to it, one at a time, until told to exit.
+  void EpochLoop(transport::UcxWorker* worker);
+  // Executes, records metrics, reports to the coordinator.
+  void RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
                 transport::UcxWorker* worker);
   v1::EpochDone Execute(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
                         transport::UcxWorker* worker);
@@ -62,8 +65,16 @@ class CoordinatorLink {
   std::atomic<bool> connected_{false};
   // Set to stop the running epoch; the UCX worker and the executor both watch it.
   std::atomic<bool> interrupt_{false};
-  std::atomic<bool> epoch_running_{false};
   std::thread epoch_thread_;  // started and joined by the link's thread
+
+  struct EpochJob {
+    v1::ExecuteEpoch execute;
+    std::shared_ptr<const v1::PlanSlice> slice;
+  };
+  absl::Mutex epoch_mu_;
+  std::optional<EpochJob> queued_epoch_ ABSL_GUARDED_BY(epoch_mu_);
+  bool epoch_busy_ ABSL_GUARDED_BY(epoch_mu_) = false;
+  bool epoch_loop_exit_ ABSL_GUARDED_BY(epoch_mu_) = false;
 
   absl::Mutex mu_;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
