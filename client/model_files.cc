@@ -15,10 +15,12 @@ absl::StatusOr<v1::ModelConfig> LoadModelConfig(const std::string& name_or_path)
 
 absl::StatusOr<planner::RefitScenario> LoadModelRefit(const std::string& name_or_path,
                                                       const std::string& source_parallel,
-                                                      const std::string& destination_parallel) {
+                                                      const std::string& destination_parallel,
+                                                      int32_t gpus_per_node) {
   absl::StatusOr<v1::ModelConfig> config = LoadModelConfig(name_or_path);
   if (!config.ok()) return config.status();
-  return planner::ModelRefit(*config, source_parallel, destination_parallel, 0, false);
+  return planner::ModelRefit(*config, source_parallel, destination_parallel, gpus_per_node,
+                             false);
 }
 
 }  // namespace refit::client

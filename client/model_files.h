@@ -17,7 +17,8 @@ absl::StatusOr<v1::ModelConfig> LoadModelConfig(const std::string& name_or_path)
 // Layouts of the model under both parallel settings (hosts train-node-N / infer-node-N).
 absl::StatusOr<planner::RefitScenario> LoadModelRefit(const std::string& name_or_path,
                                                       const std::string& source_parallel,
-                                                      const std::string& destination_parallel);
+                                                      const std::string& destination_parallel,
+                                                      int32_t gpus_per_node = 8);
 
 }  // namespace refit::client
 

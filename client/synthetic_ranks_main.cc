@@ -3,6 +3,7 @@
 // shared memory and registers them with the node's refitd. As sources, for each version it
 // writes that version's weights, publishes, and asks the coordinator to refit; as
 // destinations, it waits for each version and checks every byte it received.
+#include <dirent.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -35,8 +36,11 @@ ABSL_FLAG(int64_t, versions, 3, "number of versions (epochs) to run");
 ABSL_FLAG(int64_t, first_version, 1, "the first version to publish or wait for");
 ABSL_FLAG(int64_t, timeout_ms, 60000, "deadline of each wait");
 ABSL_FLAG(std::string, ack_dir, "",
-          "hand-off folder standing in for the orchestrator: destinations write verified-N "
-          "there once version N is checked; sources wait for it before refitting N+1");
+          "hand-off folder standing in for the orchestrator: destinations write "
+          "verified-N-HOST there once version N is checked; sources wait for --ack_from of "
+          "them before refitting N+1");
+ABSL_FLAG(int32_t, ack_from, 1, "how many destination processes acknowledge each version");
+ABSL_FLAG(int32_t, gpus_per_node, 8, "with --model: GPUs per node (hosts of the ranks)");
 
 namespace refit::client {
 namespace {
@@ -62,7 +66,8 @@ int Run() {
       absl::GetFlag(FLAGS_model).empty()
           ? planner::ReferenceRefit(absl::GetFlag(FLAGS_refit))
           : LoadModelRefit(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_source_parallel),
-                           absl::GetFlag(FLAGS_destination_parallel));
+                           absl::GetFlag(FLAGS_destination_parallel),
+                           absl::GetFlag(FLAGS_gpus_per_node));
   if (!scenario.ok()) return Fail("refit", scenario.status());
   const v1::LayoutSpec& spec = source ? scenario->sources : scenario->destinations;
   std::map<std::string, const v1::TensorSpec*> tensors;
@@ -117,17 +122,31 @@ int Run() {
     coordinator = std::make_unique<CoordinatorClient>(absl::GetFlag(FLAGS_coordinator));
   }
   const std::string ack_dir = absl::GetFlag(FLAGS_ack_dir);
-  auto ack_path = [&](int64_t version) { return absl::StrCat(ack_dir, "/verified-", version); };
+  const std::string host = absl::GetFlag(FLAGS_host).empty() ? "all" : absl::GetFlag(FLAGS_host);
+  auto ack_path = [&](int64_t version) {
+    return absl::StrCat(ack_dir, "/verified-", version, "-", host);
+  };
+  // How many destination processes have acknowledged `version`.
+  auto acks = [&](int64_t version) {
+    const std::string prefix = absl::StrCat("verified-", version, "-");
+    int count = 0;
+    if (DIR* dir = opendir(ack_dir.c_str())) {
+      while (const dirent* entry = readdir(dir)) count += absl::StartsWith(entry->d_name, prefix);
+      closedir(dir);
+    }
+    return count;
+  };
   const int64_t first = absl::GetFlag(FLAGS_first_version);
   for (int64_t version = first; version < first + absl::GetFlag(FLAGS_versions); ++version) {
     if (source) {
       // The inference side must be done reading the previous version before it is replaced.
       if (!ack_dir.empty() && version > first) {
         const absl::Time give_up = absl::Now() + timeout;
-        while (access(ack_path(version - 1).c_str(), F_OK) != 0) {
+        while (acks(version - 1) < absl::GetFlag(FLAGS_ack_from)) {
           if (absl::Now() > give_up) {
-            return Fail("hand-off", absl::DeadlineExceededError(
-                                        absl::StrCat("no ", ack_path(version - 1), " in time")));
+            return Fail("hand-off", absl::DeadlineExceededError(absl::StrCat(
+                                        "version ", version - 1, " was not acknowledged by ",
+                                        absl::GetFlag(FLAGS_ack_from), " processes in time")));
           }
           absl::SleepFor(absl::Milliseconds(20));
         }

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# A live refit on one machine with real processes: a coordinator, two refitd daemons (a
-# trainer node and an inference node, UCX between them), synthetic trainer ranks holding
-# a reference refit's sources in shared memory and synthetic inference ranks holding its
-# destinations. Runs VERSIONS epochs; the inference ranks check every byte of every
-# version. Everything is shut down with SIGTERM at the end.
-#   live_refit.sh BIN_DIR [REFIT] [VERSIONS] [STRATEGY]
+# A live refit on one machine with real processes: a coordinator, one refitd per node
+# (trainer nodes and inference nodes, UCX between them), synthetic trainer ranks holding
+# the sources in shared memory (one process per node) and synthetic inference ranks
+# holding the destinations. Runs VERSIONS epochs; the inference ranks check every byte of
+# every version. Everything is shut down with SIGTERM at the end.
+#   live_refit.sh BIN_DIR [SETUP] [VERSIONS] [STRATEGY]
+# SETUP: mini (dsv3-mini, 8 GPUs per node: one trainer node, one inference node) or mini4
+# (the same ranks at 2 GPUs per node: two trainer nodes, two inference nodes).
 set -euo pipefail
 bin=$1
 refit=${2:-mini}
@@ -15,11 +17,16 @@ pids=()
 source "$(dirname "$0")/cluster.sh"
 trap cleanup EXIT
 
+model=dsv3-mini src=pp=2,ep=2 dst=tp=2,dp=2 destinations=4
 case $refit in
-  mini) model=dsv3-mini src=pp=2,ep=2 dst=tp=2,dp=2 destinations=4 trainer=train-node-0
-        inference=infer-node-0 ;;
-  *) echo "live_refit.sh: no live setup for refit $refit" >&2; exit 2 ;;
+  mini) gpus=8 trainers=(train-node-0) inferences=(infer-node-0) ;;
+  mini4) gpus=2 trainers=(train-node-0 train-node-1) inferences=(infer-node-0 infer-node-1) ;;
+  *) echo "live_refit.sh: no live setup $refit" >&2; exit 2 ;;
 esac
+trainer=${trainers[0]}
+inference=${inferences[0]}
+ranks=("$bin/refit-synthetic-ranks" --model="$model" --source_parallel="$src"
+       --destination_parallel="$dst" --gpus_per_node="$gpus")
 # The job names the model and both parallel settings; the coordinator derives the ranks.
 cat > "$work/job.json" <<JSON
 {"name": "$refit", "model": "$model", "sourceParallel": "$src", "destinationParallel": "$dst",
@@ -30,12 +37,14 @@ start_coordinator "$work/job.json"
 http_get /healthz | grep -q "^ok"
 http_get /readyz | grep -q "503"  # no ranks registered yet
 
-start_daemons "$trainer" "$inference"
+start_daemons "${trainers[@]}" "${inferences[@]}"
 
-"$bin/refit-synthetic-ranks" --side=destination --refit="$refit" --host="$inference" \
-  --socket="$work/$inference.sock" --versions="$versions" --ack_dir="$work" \
-  > "$work/inference-ranks.log" 2>&1 &
-inference_ranks=$!
+inference_ranks=()
+for node in "${inferences[@]}"; do
+  "${ranks[@]}" --side=destination --host="$node" --socket="$work/$node.sock" \
+    --versions="$versions" --ack_dir="$work" > "$work/inference-ranks-$node.log" 2>&1 &
+  inference_ranks+=($!)
+done
 # The coordinator sees the inference ranks, placed on the inference node's daemon.
 for _ in $(seq 300); do
   "$bin/refitctl" layouts --coordinator="$coordinator" > "$work/layouts.txt" 2>/dev/null || true
@@ -44,18 +53,26 @@ for _ in $(seq 300); do
 done
 grep -q "^destinations: $destinations ranks" "$work/layouts.txt" || { cat "$work/layouts.txt"; exit 1; }
 grep -q "on $inference$" "$work/layouts.txt"
-"$bin/refit-synthetic-ranks" --side=source --refit="$refit" --host="$trainer" \
-  --socket="$work/$trainer.sock" --coordinator="$coordinator" --versions="$versions" \
-  --ack_dir="$work"
+# Every trainer process publishes each version and asks for the refit (the coordinator
+# runs it once every source rank has published).
+trainer_ranks=()
+for node in "${trainers[@]}"; do
+  "${ranks[@]}" --side=source --host="$node" --socket="$work/$node.sock" \
+    --coordinator="$coordinator" --versions="$versions" --ack_dir="$work" \
+    --ack_from="${#inferences[@]}" > "$work/trainer-ranks-$node.log" 2>&1 &
+  trainer_ranks+=($!)
+done
 status=0
-wait "$inference_ranks" || status=$?
-cat "$work/inference-ranks.log"
+for pid in "${trainer_ranks[@]}" "${inference_ranks[@]}"; do wait "$pid" || status=$?; done
+cat "$work/trainer-ranks-$trainer.log" "$work"/inference-ranks-*.log
 if [[ $status -ne 0 ]]; then
-  echo "inference ranks failed ($status)" >&2
+  echo "synthetic ranks failed ($status)" >&2
   cat "$work"/*.log >&2
   exit 1
 fi
-grep -q "^version $versions: 0 of" "$work/inference-ranks.log"
+for node in "${inferences[@]}"; do
+  grep -q "^version $versions: 0 of" "$work/inference-ranks-$node.log"
+done
 
 # The coordinator's view, through refitctl: the last version is current, and asking for it
 # again returns the same epoch instead of running another.
@@ -64,7 +81,7 @@ grep -q "^current version  $versions$" "$work/status.txt"
 again=$("$bin/refitctl" refit --coordinator="$coordinator" --version="$versions")
 grep -q "^  $(echo "$again" | head -1 | awk '{print $1}') " "$work/status.txt"
 # Replicas and copies of one box were checksummed and agreed; the slowest node is named.
-echo "$again" | grep -q "slowest node \($inference\|$trainer\) .* [1-9][0-9]* views checksummed$" ||
+echo "$again" | grep -q "slowest node [a-z]*-node-[0-9] .* [1-9][0-9]* views checksummed$" ||
   { echo "$again"; exit 1; }
 
 # Prometheus metrics: one committed epoch per version. (The synthetic ranks deregistered
@@ -83,9 +100,8 @@ http_get /metrics "${daemon_metrics_port[$inference]}" |
 
 # Inference ranks that die without deregistering (kill -9): their daemon notices the closed
 # connection and deregisters them, and the coordinator forgets them.
-"$bin/refit-synthetic-ranks" --side=destination --refit="$refit" --host="$inference" \
-  --socket="$work/$inference.sock" --first_version=$((versions + 1)) --versions=1 \
-  > "$work/doomed-ranks.log" 2>&1 &
+"${ranks[@]}" --side=destination --socket="$work/$inference.sock" \
+  --first_version=$((versions + 1)) --versions=1 > "$work/doomed-ranks.log" 2>&1 &
 doomed=$!
 for _ in $(seq 300); do destinations_seen "$destinations" && break; sleep 0.1; done
 destinations_seen "$destinations" || { cat "$work/doomed-ranks.log"; exit 1; }

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Bazel test: the live refit of the mini model, both strategies, real processes.
+# Bazel test: live refits of the mini model with real processes: one trainer node and one
+# inference node with both strategies, then two of each (four daemons).
 set -euo pipefail
 tests/e2e/with_binaries.sh tests/e2e/live_refit.sh mini 3 reshard
 tests/e2e/with_binaries.sh tests/e2e/live_refit.sh mini 2 gather_broadcast
+tests/e2e/with_binaries.sh tests/e2e/live_refit.sh mini4 2 reshard
