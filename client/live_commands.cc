@@ -51,7 +51,13 @@ int RunStatusCommand(const std::vector<std::string>& args, std::ostream& out, st
   out << "plan digest      " << (status->plan_digest().empty() ? "-" : status->plan_digest())
       << "\n";
   out << "daemons          " << status->daemons_size() << "\n";
-  for (const std::string& daemon : status->daemons()) out << "  " << daemon << "\n";
+  for (int d = 0; d < status->daemons_size(); ++d) {
+    out << "  " << status->daemons(d);
+    if (d < status->daemon_gpus_size() && !status->daemon_gpus(d).empty()) {
+      out << "  [GPU: " << status->daemon_gpus(d) << "]";
+    }
+    out << "\n";
+  }
   out << "last epochs\n";
   for (const v1::RefitReport& report : status->last_epochs())
     out << "  " << ReportLine(report) << "\n";

@@ -21,6 +21,7 @@ int32_t Cluster::AddDaemon(const v1::DaemonHello& hello, std::shared_ptr<DaemonC
   record.peer.set_index(it->second);
   record.peer.set_node(hello.node());
   record.peer.set_data_plane_address(hello.data_plane_address());
+  record.gpu = hello.gpu();
   record.channel = std::move(channel);
   record.connected = true;
   return it->second;
@@ -123,6 +124,13 @@ std::vector<std::string> Cluster::DaemonNames() const {
     names.push_back(absl::StrCat(record.peer.node(), record.connected ? "" : " (disconnected)"));
   }
   return names;
+}
+
+std::vector<std::string> Cluster::DaemonGpus() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> gpus;
+  for (const auto& [index, record] : daemons_) gpus.push_back(record.gpu);
+  return gpus;
 }
 
 std::string Cluster::NodeOf(int32_t daemon) const {

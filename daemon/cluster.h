@@ -50,6 +50,8 @@ class Cluster {
   // The registrations as layouts; errors when two daemons disagree about a tensor.
   absl::StatusOr<ClusterSnapshot> Snapshot() const;
   std::vector<std::string> DaemonNames() const;
+  // What each daemon said of its GPUs, in DaemonNames order.
+  std::vector<std::string> DaemonGpus() const;
   // The node of daemon `daemon` ("daemon N" if unknown), for messages.
   std::string NodeOf(int32_t daemon) const;
   int64_t RankCount(v1::Role role) const;
@@ -57,6 +59,7 @@ class Cluster {
  private:
   struct DaemonRecord {
     v1::DaemonPeer peer;
+    std::string gpu;
     std::shared_ptr<DaemonChannel> channel;
     bool connected = false;
   };

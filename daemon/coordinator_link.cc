@@ -92,6 +92,7 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
   v1::DaemonMessage hello;
   hello.mutable_hello()->set_node(node_);
   hello.mutable_hello()->set_data_plane_address(worker->address());
+  hello.mutable_hello()->set_gpu(gpu_);
   bool ok = Write(hello);
   for (const v1::RankRegistration& rank : registry_->Registrations()) {
     v1::DaemonMessage message;

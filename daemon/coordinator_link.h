@@ -33,6 +33,9 @@ class CoordinatorLink {
         node_(std::move(node)),
         registry_(registry),
         metrics_(metrics) {}
+
+  // What the daemon tells the coordinator about its GPUs (set before Start).
+  void SetGpuDescription(std::string gpu) { gpu_ = std::move(gpu); }
   ~CoordinatorLink() { Stop(); }
 
   void Start();
@@ -58,6 +61,7 @@ class CoordinatorLink {
 
   const std::string coordinator_;
   const std::string node_;
+  std::string gpu_;
   RankRegistry* registry_;
   DaemonMetrics* metrics_;
   std::thread thread_;

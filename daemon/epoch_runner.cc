@@ -325,6 +325,7 @@ void EpochRunner::OnDaemonLost(int32_t daemon) {
 v1::StatusResponse EpochRunner::Status() const {
   v1::StatusResponse status;
   for (const std::string& name : cluster_->DaemonNames()) status.add_daemons(name);
+  for (const std::string& gpu : cluster_->DaemonGpus()) status.add_daemon_gpus(gpu);
   absl::MutexLock lock(&mu_);
   status.set_current_version(current_version_);
   status.set_plan_digest(plan_digest_);

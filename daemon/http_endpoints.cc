@@ -10,7 +10,7 @@ namespace refit::daemon {
 
 absl::StatusOr<std::unique_ptr<HttpEndpoints>> HttpEndpoints::Start(
     const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry,
-    std::function<bool()> ready) {
+    std::function<bool()> ready, std::string details) {
   std::unique_ptr<HttpEndpoints> endpoints(new HttpEndpoints());
   endpoints->server_ = std::make_unique<httplib::Server>();
   httplib::Server& server = *endpoints->server_;
@@ -21,10 +21,12 @@ absl::StatusOr<std::unique_ptr<HttpEndpoints>> HttpEndpoints::Start(
   server.Get("/healthz", [](const httplib::Request&, httplib::Response& response) {
     response.set_content("ok\n", "text/plain");
   });
-  server.Get("/readyz", [ready](const httplib::Request&, httplib::Response& response) {
+  server.Get("/readyz", [ready, details](const httplib::Request&, httplib::Response& response) {
     const bool is_ready = ready();
     response.status = is_ready ? 200 : 503;
-    response.set_content(is_ready ? "ready\n" : "not ready\n", "text/plain");
+    response.set_content(
+        std::string(is_ready ? "ready\n" : "not ready\n") + (details.empty() ? "" : details + "\n"),
+        "text/plain");
   });
   if (port == 0) {
     endpoints->port_ = server.bind_to_any_port(host);

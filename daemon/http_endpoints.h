@@ -21,9 +21,10 @@ namespace refit::daemon {
 class HttpEndpoints {
  public:
   // Listens on host:port (port 0: any free port).
+  // `details` (one line, may be empty) follows the verdict in /readyz's body.
   static absl::StatusOr<std::unique_ptr<HttpEndpoints>> Start(
       const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry,
-      std::function<bool()> ready);
+      std::function<bool()> ready, std::string details = "");
   ~HttpEndpoints();
 
   int port() const { return port_; }

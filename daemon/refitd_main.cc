@@ -9,6 +9,7 @@
 #include "daemon/http_endpoints.h"
 #include "daemon/local_server.h"
 #include "daemon/metrics.h"
+#include "transport/gpu/gpu_support.h"
 #include "daemon/rank_registry.h"
 #include "daemon/shutdown_signal.h"
 #include "spdlog/spdlog.h"
@@ -38,13 +39,15 @@ int main(int argc, char** argv) {
   auto metrics_registry = std::make_shared<prometheus::Registry>();
   refit::daemon::DaemonMetrics metrics(metrics_registry);
   refit::daemon::CoordinatorLink link(absl::GetFlag(FLAGS_coordinator), node, &registry, &metrics);
+  const refit::transport::gpu::GpuSupport gpu = refit::transport::gpu::DetectGpu();
+  link.SetGpuDescription(gpu.description);
   link.Start();
   std::unique_ptr<refit::daemon::HttpEndpoints> http;
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
     // Ready while connected to the coordinator.
     auto started = refit::daemon::HttpEndpoints::Start(
         absl::GetFlag(FLAGS_metrics_host), absl::GetFlag(FLAGS_metrics_port), metrics_registry,
-        [&link]() { return link.connected(); });
+        [&link]() { return link.connected(); }, "gpu: " + gpu.description);
     if (!started.ok()) {
       spdlog::error("refitd {}: {}", node, std::string(started.status().message()));
       return 1;
@@ -53,8 +56,8 @@ int main(int argc, char** argv) {
     spdlog::info("refitd node={} metrics on http://{}:{}/metrics", node,
                  absl::GetFlag(FLAGS_metrics_host), http->port());
   }
-  spdlog::info("refitd node={} socket={} coordinator={}", node, (*server)->socket_path(),
-               absl::GetFlag(FLAGS_coordinator));
+  spdlog::info("refitd node={} socket={} coordinator={} gpu: {}", node, (*server)->socket_path(),
+               absl::GetFlag(FLAGS_coordinator), gpu.description);
   std::fflush(stdout);
   const int signal = refit::daemon::WaitForShutdownSignal(signals);
   spdlog::info("refitd node={}: signal {}, shutting down", node, signal);

@@ -92,6 +92,10 @@ grep -q "^refit_epochs_total{result=\"committed\"} $versions$" "$work/metrics.tx
 grep -q "^refit_current_version $versions$" "$work/metrics.txt"
 grep -q "^refit_registered_ranks{role=\"destination\"} 0$" "$work/metrics.txt"
 http_get /readyz | grep -q "503"
+# Each daemon says what it found of GPUs (here: none, or a build without CUDA), on /readyz
+# and through the coordinator's Status.
+http_get /readyz "${daemon_metrics_port[$inference]}" | grep -q "^gpu: "
+grep -q "^  $inference  \[GPU: " "$work/status.txt" || { cat "$work/status.txt"; exit 1; }
 # Each daemon counts what it exchanged with the other, by peer node.
 http_get /metrics "${daemon_metrics_port[$trainer]}" |
   grep -q "^refitd_peer_bytes_total{direction=\"sent\",peer=\"$inference\"} [1-9]"
