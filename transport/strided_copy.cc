@@ -9,35 +9,6 @@
 namespace refit::transport {
 namespace {
 
-// The box after merging every dim into the one inside it where both sides are contiguous
-// across the boundary; dims of one element are dropped.
-struct Collapsed {
-  Dims extent, src, dst;
-};
-
-Collapsed Collapse(const Dims& extent, const Dims& src_strides, const Dims& dst_strides) {
-  Collapsed c;
-  for (size_t d = 0; d < extent.size(); ++d) {
-    if (extent[d] == 1) continue;
-    if (!c.extent.empty() && c.src.back() == src_strides[d] * extent[d] &&
-        c.dst.back() == dst_strides[d] * extent[d]) {
-      c.extent.back() *= extent[d];
-      c.src.back() = src_strides[d];
-      c.dst.back() = dst_strides[d];
-      continue;
-    }
-    c.extent.push_back(extent[d]);
-    c.src.push_back(src_strides[d]);
-    c.dst.push_back(dst_strides[d]);
-  }
-  if (c.extent.empty()) {  // a single element
-    c.extent.push_back(1);
-    c.src.push_back(1);
-    c.dst.push_back(1);
-  }
-  return c;
-}
-
 // Runs at least this long bypass the cache on the way out (non-temporal stores): weights
 // copied once are not read again soon, and skipping the read-for-ownership of every
 // destination line nearly doubles large-copy bandwidth.
@@ -64,6 +35,29 @@ void StreamCopy(uint8_t* dst, const uint8_t* src, int64_t bytes) {
 }
 
 }  // namespace
+
+Collapsed Collapse(const Dims& extent, const Dims& src_strides, const Dims& dst_strides) {
+  Collapsed c;
+  for (size_t d = 0; d < extent.size(); ++d) {
+    if (extent[d] == 1) continue;
+    if (!c.extent.empty() && c.src.back() == src_strides[d] * extent[d] &&
+        c.dst.back() == dst_strides[d] * extent[d]) {
+      c.extent.back() *= extent[d];
+      c.src.back() = src_strides[d];
+      c.dst.back() = dst_strides[d];
+      continue;
+    }
+    c.extent.push_back(extent[d]);
+    c.src.push_back(src_strides[d]);
+    c.dst.push_back(dst_strides[d]);
+  }
+  if (c.extent.empty()) {  // a single element
+    c.extent.push_back(1);
+    c.src.push_back(1);
+    c.dst.push_back(1);
+  }
+  return c;
+}
 
 Dims RowMajorStrides(const Dims& extent) {
   Dims strides(extent.size(), 1);

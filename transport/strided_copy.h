@@ -20,6 +20,13 @@ struct StridedRef {
   Dims strides;
 };
 
+// A box copy after merging every dim into the one inside it where both sides are
+// contiguous across the boundary; dims of one element are dropped (at least one dim stays).
+struct Collapsed {
+  Dims extent, src, dst;
+};
+Collapsed Collapse(const Dims& extent, const Dims& src_strides, const Dims& dst_strides);
+
 // Element strides of a dense row-major array of `extent`.
 Dims RowMajorStrides(const Dims& extent);
 
