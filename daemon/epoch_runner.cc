@@ -10,29 +10,10 @@
 #include "planner/topology.h"
 #include "spdlog/spdlog.h"
 #include "transport/plan_executor.h"
+#include "transport/plan_slice.h"
 
 namespace refit::daemon {
 namespace {
-
-// Keeps, batch by batch, the transfers that touch `daemon`.
-v1::Plan SliceFor(const v1::Plan& plan, const std::map<std::pair<int, int64_t>, int32_t>& where,
-                  int32_t daemon) {
-  auto on = [&](const v1::Endpoint& e) {
-    auto it = where.find({transport::EndpointRole(e.kind()), e.rank()});
-    return it != where.end() && it->second == daemon;
-  };
-  v1::Plan slice;
-  slice.set_strategy(plan.strategy());
-  slice.set_digest(plan.digest());
-  slice.set_ordered_batches(plan.ordered_batches());
-  for (const v1::Batch& batch : plan.batches()) {
-    v1::Batch* out = slice.add_batches();
-    for (const v1::Transfer& t : batch.transfers()) {
-      if (on(t.src()) || on(t.dst())) *out->add_transfers() = t;
-    }
-  }
-  return slice;
-}
 
 // "; missing source ranks 3, 5" (at most 16 named), or "" when none is missing.
 std::string MissingRanks(const v1::LayoutSpec& registered, int64_t expected, const char* side) {
@@ -55,8 +36,8 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
                                                       const v1::Plan& plan,
                                                       const std::string& epoch_id, int64_t version,
                                                       absl::Time deadline) {
-  std::map<std::pair<int, int64_t>, int32_t> where;
-  for (const v1::RankPlacement& p : snapshot.placement) where[{p.role(), p.rank()}] = p.daemon();
+  transport::RankPlacement where;
+  for (const v1::RankPlacement& p : snapshot.placement) where.Place(p.role(), p.rank(), p.daemon());
   uint32_t number;
   {
     absl::MutexLock lock(&mu_);
@@ -67,7 +48,7 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
     v1::CoordinatorMessage slice_message;
     v1::PlanSlice* slice = slice_message.mutable_plan();
     slice->set_digest(plan.digest());
-    *slice->mutable_plan() = SliceFor(plan, where, index);
+    *slice->mutable_plan() = transport::SlicePlan(plan, where, index);
     slice->set_daemon_index(index);
     for (const v1::DaemonPeer& peer : snapshot.daemons) *slice->add_daemons() = peer;
     for (const v1::RankPlacement& p : snapshot.placement) *slice->add_placement() = p;
