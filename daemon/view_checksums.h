@@ -15,7 +15,8 @@
 
 namespace refit::daemon {
 
-// Checksums of every view of `registrations`, read through `buffers`.
+// Checksums of every host-memory view of `registrations`, read through `buffers` (views in
+// GPU memory are left out until a device-side hash exists).
 absl::StatusOr<std::vector<v1::ViewChecksum>> ChecksumViews(
     const std::vector<v1::RankRegistration>& registrations, const transport::BufferMap& buffers);
 

@@ -15,5 +15,15 @@ if [[ $status -ne 0 && $failed -eq 0 ]]; then
   failed=1
 fi
 rm -f "$log"
-echo "tests: $passed passed, $failed failed"
+# Tests that skipped part of themselves (the GPU tests on a machine without a GPU) say why.
+skipped=0
+for test_log in bazel-testlogs/*/test.log bazel-testlogs/*/*/test.log bazel-testlogs/*/*/*/test.log; do
+  [[ -f $test_log ]] || continue
+  if grep -q "^\[  SKIPPED \] [A-Za-z]" "$test_log"; then
+    skipped=$((skipped + 1))
+    reason=$(grep -m1 -B1 "^\[  SKIPPED \] [A-Za-z]" "$test_log" | head -1)
+    echo "skipped in ${test_log#bazel-testlogs/}: $reason"
+  fi
+done
+echo "tests: $passed passed, $failed failed ($skipped with skipped cases)"
 exit "$status"

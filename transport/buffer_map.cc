@@ -2,6 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "transport/gpu/cuda_ipc_buffer.h"
 
 namespace refit::transport {
 namespace {
@@ -30,12 +31,16 @@ absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout) {
   RankMemory memory;
   absl::flat_hash_map<std::string, int> segment_of;
   for (const v1::BufferSpec& buffer : layout.buffers()) {
-    if (buffer.shm_name().empty()) {
+    if (buffer.shm_name().empty() == buffer.cuda_ipc_handle().empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(who, ": buffer \"", buffer.name(), "\" has no shared-memory name"));
+          absl::StrCat(who, ": buffer \"", buffer.name(),
+                       "\" needs either a shared-memory name or a CUDA IPC handle"));
     }
-    absl::StatusOr<std::unique_ptr<SharedMemorySegment>> segment =
-        SharedMemorySegment::Open(buffer.shm_name(), buffer.bytes());
+    absl::StatusOr<std::unique_ptr<MappedBuffer>> segment =
+        buffer.shm_name().empty()
+            ? gpu::OpenCudaIpcBuffer(buffer.cuda_ipc_handle(), buffer.bytes(), layout.device())
+            : absl::StatusOr<std::unique_ptr<MappedBuffer>>(
+                  SharedMemorySegment::Open(buffer.shm_name(), buffer.bytes()));
     if (!segment.ok()) {
       return absl::Status(
           segment.status().code(),
@@ -78,7 +83,7 @@ absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout) {
       }
       last += (view.extent[d] - 1) * view.strides[d];
     }
-    const SharedMemorySegment& mapped = *memory.segments[segment->second];
+    const MappedBuffer& mapped = *memory.segments[segment->second];
     const int64_t end = v.byte_offset() + (last + 1) * view.element_bytes;
     if (v.byte_offset() < 0 || end > mapped.bytes()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": ends at byte ", end,
@@ -86,6 +91,7 @@ absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout) {
                                                      mapped.bytes(), " bytes"));
     }
     view.base = mapped.data() + v.byte_offset();
+    view.device = mapped.device();
     memory.views.push_back(std::move(view));
   }
   ranks_.emplace(std::make_pair(static_cast<int>(role), layout.rank()), std::move(memory));
@@ -117,7 +123,7 @@ absl::StatusOr<StridedRef> BufferMap::Locate(v1::Role role, int64_t rank, int32_
     }
     element += (offset[d] - v.offset[d]) * v.strides[d];
   }
-  return StridedRef{v.base + element * v.element_bytes, v.strides};
+  return StridedRef{v.base + element * v.element_bytes, v.strides, v.device};
 }
 
 }  // namespace refit::transport

@@ -1,6 +1,7 @@
 // The memory of the ranks one refitd serves: each registered rank's buffers (mapped
-// shared-memory segments) and its views inside them, bounds-checked at registration so
-// that no transfer can read or write outside a buffer.
+// shared-memory segments, or GPU memory opened from CUDA IPC handles, kept open until the
+// rank leaves) and its views inside them, bounds-checked at registration so that no
+// transfer can read or write outside a buffer.
 #ifndef REFIT_TRANSPORT_BUFFER_MAP_H_
 #define REFIT_TRANSPORT_BUFFER_MAP_H_
 
@@ -34,6 +35,7 @@ struct MappedView {
   Dims strides;  // elements
   int element_bytes = 0;
   uint8_t* base = nullptr;  // the view's first element
+  int32_t device = -1;      // CUDA device of the buffer; -1: host memory
 };
 
 class BufferMap {
@@ -58,7 +60,7 @@ class BufferMap {
 
  private:
   struct RankMemory {
-    std::vector<std::unique_ptr<SharedMemorySegment>> segments;
+    std::vector<std::unique_ptr<MappedBuffer>> segments;
     std::vector<MappedView> views;
   };
 

@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "transport/gpu/device_copy.h"
 
 namespace refit::transport {
 namespace {
@@ -67,7 +68,9 @@ absl::Status PlanExecutor::CopyLocal(const v1::Transfer& t, ScratchArena* scratc
   absl::StatusOr<StridedRef> to = Locate(t.dst(), t, scratch);
   if (!to.ok()) return to.status();
   const Dims extent = ExtentOf(t);
-  CopyBox(extent, buffers_.tensors().at(t.tensor()).element_bytes, *from, *to);
+  absl::Status copied =
+      gpu::CopyAnyBox(extent, buffers_.tensors().at(t.tensor()).element_bytes, *from, *to);
+  if (!copied.ok()) return copied;
   stats->runs += CountRuns(extent, from->strides, to->strides);
   return absl::OkStatus();
 }
@@ -128,7 +131,9 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
       if (!from.ok()) return fail(from.status());
       const Dims extent = ExtentOf(*t);
       const int element_bytes = buffers_.tensors().at(t->tensor()).element_bytes;
-      CopyBox(extent, element_bytes, *from, StridedRef{cursor, RowMajorStrides(extent)});
+      absl::Status packed =
+          gpu::CopyAnyBox(extent, element_bytes, *from, StridedRef{cursor, RowMajorStrides(extent)});
+      if (!packed.ok()) return fail(packed);
       stats->runs += CountRuns(extent, from->strides, RowMajorStrides(extent));
       cursor += Volume(extent) * element_bytes;
     }
@@ -163,8 +168,10 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
       if (!to.ok()) return to.status();
       const Dims extent = ExtentOf(*t);
       const int element_bytes = buffers_.tensors().at(t->tensor()).element_bytes;
-      CopyBox(extent, element_bytes,
-              StridedRef{const_cast<uint8_t*>(cursor), RowMajorStrides(extent)}, *to);
+      absl::Status unpacked = gpu::CopyAnyBox(
+          extent, element_bytes, StridedRef{const_cast<uint8_t*>(cursor), RowMajorStrides(extent)},
+          *to);
+      if (!unpacked.ok()) return unpacked;
       stats->runs += CountRuns(extent, RowMajorStrides(extent), to->strides);
       cursor += Volume(extent) * element_bytes;
     }
@@ -205,7 +212,8 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
       }
       absl::StatusOr<StridedRef> from = Locate(t.src(), t, scratch);
       if (!from.ok()) return from.status();
-      CopyBox(extent, element_bytes, *from, dense);
+      absl::Status packed = gpu::CopyAnyBox(extent, element_bytes, *from, dense);
+      if (!packed.ok()) return packed;
       absl::Status sent = endpoint->Send(MessageTag(epoch, true, ordinal, self_), staging.data(),
                                          staging.size(), deadline);
       if (!sent.ok()) return sent;
@@ -217,7 +225,8 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
       stats->bytes_received_from[r.src_daemon] += *got;
       absl::StatusOr<StridedRef> to = Locate(t.dst(), t, scratch);
       if (!to.ok()) return to.status();
-      CopyBox(extent, element_bytes, dense, *to);
+      absl::Status unpacked = gpu::CopyAnyBox(extent, element_bytes, dense, *to);
+      if (!unpacked.ok()) return unpacked;
     }
   }
   return absl::OkStatus();

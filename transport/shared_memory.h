@@ -10,10 +10,11 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "transport/mapped_buffer.h"
 
 namespace refit::transport {
 
-class SharedMemorySegment {
+class SharedMemorySegment : public MappedBuffer {
  public:
   // Creates a new segment of `bytes` (zero-filled); fails if the name exists.
   static absl::StatusOr<std::unique_ptr<SharedMemorySegment>> Create(const std::string& name,
@@ -27,8 +28,8 @@ class SharedMemorySegment {
   SharedMemorySegment& operator=(const SharedMemorySegment&) = delete;
 
   const std::string& name() const { return name_; }
-  uint8_t* data() const { return data_; }
-  int64_t bytes() const { return bytes_; }
+  uint8_t* data() const override { return data_; }
+  int64_t bytes() const override { return bytes_; }
 
  private:
   SharedMemorySegment(std::string name, uint8_t* data, int64_t bytes, bool owner)

@@ -18,6 +18,7 @@ using Dims = absl::InlinedVector<int64_t, 4>;
 struct StridedRef {
   uint8_t* base = nullptr;
   Dims strides;
+  int32_t device = -1;  // the CUDA device holding the memory; -1: host memory
 };
 
 // A box copy after merging every dim into the one inside it where both sides are

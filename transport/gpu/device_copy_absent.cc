@@ -1,0 +1,15 @@
+// The build without a CUDA toolkit: only host memory exists.
+#include "transport/gpu/device_copy.h"
+
+namespace refit::transport::gpu {
+
+absl::Status CopyAnyBox(const Dims& extent, int element_bytes, const StridedRef& src,
+                        const StridedRef& dst) {
+  if (src.device >= 0 || dst.device >= 0) {
+    return absl::UnimplementedError("a copy touches GPU memory but refit was built without CUDA");
+  }
+  CopyBox(extent, element_bytes, src, dst);
+  return absl::OkStatus();
+}
+
+}  // namespace refit::transport::gpu

@@ -1,0 +1,21 @@
+// A rank's buffer as refitd holds it: host memory (a mapped shared-memory segment) or GPU
+// memory (a CUDA IPC mapping). Destroying it releases the mapping.
+#ifndef REFIT_TRANSPORT_MAPPED_BUFFER_H_
+#define REFIT_TRANSPORT_MAPPED_BUFFER_H_
+
+#include <cstdint>
+
+namespace refit::transport {
+
+class MappedBuffer {
+ public:
+  virtual ~MappedBuffer() = default;
+  virtual uint8_t* data() const = 0;
+  virtual int64_t bytes() const = 0;
+  // The CUDA device the memory is on; -1 for host memory.
+  virtual int32_t device() const { return -1; }
+};
+
+}  // namespace refit::transport
+
+#endif  // REFIT_TRANSPORT_MAPPED_BUFFER_H_
