@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "client/daemon_clients.h"
+#include "client/gpu_buffers.h"
 #include "client/model_files.h"
 #include "client/synthetic_weights.h"
 #include "planner/dtype.h"
@@ -41,6 +42,9 @@ ABSL_FLAG(std::string, ack_dir, "",
           "them before refitting N+1");
 ABSL_FLAG(int32_t, ack_from, 1, "how many destination processes acknowledge each version");
 ABSL_FLAG(int32_t, gpus_per_node, 8, "with --model: GPUs per node (hosts of the ranks)");
+ABSL_FLAG(int32_t, gpu, -1,
+          "hold the weights in GPU memory on this CUDA device (registered by CUDA IPC handle; "
+          "host memory stages the fill and the check); -1: shared memory");
 
 namespace refit::client {
 namespace {
@@ -51,6 +55,7 @@ struct HeldView {
   transport::Dims shape, offset, extent;
   int element_bytes;
   std::unique_ptr<transport::SharedMemorySegment> segment;
+  std::unique_ptr<GpuBuffer> gpu;  // with --gpu: the registered copy
 };
 
 int Fail(const std::string& what, const absl::Status& status) {
@@ -74,6 +79,7 @@ int Run() {
   for (const v1::TensorSpec& t : spec.tensors()) tensors[t.name()] = &t;
 
   LocalDaemonClient daemon(absl::GetFlag(FLAGS_socket));
+  const int32_t gpu_device = absl::GetFlag(FLAGS_gpu);
   std::vector<HeldView> views;
   std::vector<int64_t> ranks;
   std::vector<std::unique_ptr<RegistrationHold>> holds;
@@ -100,9 +106,19 @@ int Run() {
       held_bytes += bytes;
       view->set_buffer(absl::StrCat("view-", i));
       v1::BufferSpec* buffer = registered.add_buffers();
-      buffer->set_name(view->buffer());
-      buffer->set_bytes(bytes);
-      buffer->set_shm_name(name);
+      if (gpu_device >= 0) {
+        absl::StatusOr<std::unique_ptr<GpuBuffer>> memory = GpuBuffer::Allocate(bytes, gpu_device);
+        if (!memory.ok()) return Fail("GPU memory", memory.status());
+        absl::StatusOr<v1::BufferSpec> spec = (*memory)->Registration(view->buffer());
+        if (!spec.ok()) return Fail("GPU registration", spec.status());
+        *buffer = *spec;
+        held.gpu = std::move(*memory);
+        registered.set_device(gpu_device);
+      } else {
+        buffer->set_name(view->buffer());
+        buffer->set_bytes(bytes);
+        buffer->set_shm_name(name);
+      }
       views.push_back(std::move(held));
     }
     absl::StatusOr<std::string> session = daemon.Register(role, registered, spec.tensors());
@@ -155,6 +171,10 @@ int Run() {
         FillBox(v.tensor, v.shape, v.element_bytes, v.offset, v.extent,
                 transport::StridedRef{v.segment->data(), transport::RowMajorStrides(v.extent)},
                 version);
+        if (v.gpu != nullptr) {
+          absl::Status copied = v.gpu->CopyFromHost(v.segment->data());
+          if (!copied.ok()) return Fail("fill GPU memory", copied);
+        }
       }
       for (int64_t rank : ranks) {
         absl::Status published = daemon.Publish(rank, version);
@@ -181,6 +201,10 @@ int Run() {
       }
       int64_t wrong = 0;
       for (HeldView& v : views) {
+        if (v.gpu != nullptr) {
+          absl::Status copied = v.gpu->CopyToHost(v.segment->data());
+          if (!copied.ok()) return Fail("read GPU memory", copied);
+        }
         wrong += WrongBytesInBox(
             v.tensor, v.shape, v.element_bytes, v.offset, v.extent,
             transport::StridedRef{v.segment->data(), transport::RowMajorStrides(v.extent)},
