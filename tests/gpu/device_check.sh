@@ -42,7 +42,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
   sed 's/^/gpu: /' | tee -a "$results"
 
 # 1. The GPU tests.
-for test in gpu_support_test device_copy_test nccl_communicator_test copy_shape_test; do
+for test in gpu_support_test device_copy_test nccl_group_test copy_shape_test; do
   if timeout 180 "$here/bin/$test" > "$OUT/$test.log" 2>&1; then
     say "PASS $test$(grep -q '^\[  SKIPPED \] [A-Z]' "$OUT/$test.log" && echo ' (with skipped cases)')"
   else

@@ -1,7 +1,7 @@
 // NCCL through the real backend on one GPU: a single-rank communicator sends a strided
 // piece, packed on the copy engines, to itself; the unpacked result matches the reference.
 // Joining with a wrong id is refused. Reported skipped, with the reason, without a GPU.
-#include "transport/gpu/nccl_communicator.h"
+#include "transport/gpu/nccl_group.h"
 
 #include <random>
 #include <vector>
@@ -18,18 +18,18 @@
 namespace refit::transport::gpu {
 namespace {
 
-TEST(NcclCommunicatorTest, ABadUniqueIdIsRefused) {
-  EXPECT_FALSE(NcclCommunicator::Join("short", 1, 0, 0, absl::Now() + absl::Seconds(1)).ok());
+TEST(NcclGroupTest, ABadUniqueIdIsRefused) {
+  EXPECT_FALSE(NcclGroup::Join("short", 1, {{0, 0}}, absl::Now() + absl::Seconds(1)).ok());
 }
 
-TEST(NcclCommunicatorTest, OneRankSendsAStridedPieceToItself) {
+TEST(NcclGroupTest, OneRankSendsAStridedPieceToItself) {
   const GpuSupport support = DetectGpu();
   if (!support.available) GTEST_SKIP() << "needs a GPU: " << support.description;
 #ifdef REFIT_HAS_CUDA
-  absl::StatusOr<std::string> id = NcclCommunicator::NewUniqueId();
+  absl::StatusOr<std::string> id = NcclGroup::NewUniqueId();
   ASSERT_TRUE(id.ok()) << id.status();
-  absl::StatusOr<std::unique_ptr<NcclCommunicator>> comm =
-      NcclCommunicator::Join(*id, 1, 0, 0, absl::Now() + absl::Seconds(60));
+  absl::StatusOr<std::unique_ptr<NcclGroup>> comm =
+      NcclGroup::Join(*id, 1, {{0, 0}}, absl::Now() + absl::Seconds(60));
   ASSERT_TRUE(comm.ok()) << comm.status();
   // A [64, 48] column block of a [64, 256] bf16 matrix: pack, send, receive, unpack.
   const Dims extent = {64, 48};
@@ -51,9 +51,9 @@ TEST(NcclCommunicatorTest, OneRankSendsAStridedPieceToItself) {
   ASSERT_TRUE(CopyAnyBox(extent, eb, StridedRef{const_cast<uint8_t*>(column), source_strides, 0},
                          StridedRef{static_cast<uint8_t*>(packed), dense, 0})
                   .ok());
-  const absl::Status sent = (*comm)->RunGroup(
-      {{true, 0, packed, static_cast<int64_t>(piece)}, {false, 0, received, static_cast<int64_t>(piece)}},
-      absl::Now() + absl::Seconds(60));
+  const absl::Status sent = (*comm)->RunStep({{0, true, 0, packed, static_cast<int64_t>(piece)},
+                                              {0, false, 0, received, static_cast<int64_t>(piece)}},
+                                             absl::Now() + absl::Seconds(60));
   ASSERT_TRUE(sent.ok()) << sent;
   std::vector<uint8_t> got(piece), expected(piece);
   ASSERT_EQ(cudaMemcpy(got.data(), received, piece, cudaMemcpyDeviceToHost), cudaSuccess);
