@@ -14,16 +14,15 @@ if [[ $status -ne 0 && $failed -eq 0 ]]; then
   grep -E "ERROR" "$log" | head -20
   failed=1
 fi
-rm -f "$log"
 # Tests that skipped part of themselves (the GPU tests on a machine without a GPU) say why.
 skipped=0
-for test_log in bazel-testlogs/*/test.log bazel-testlogs/*/*/test.log bazel-testlogs/*/*/*/test.log; do
-  [[ -f $test_log ]] || continue
-  if grep -q "^\[  SKIPPED \] [A-Za-z]" "$test_log"; then
+for target in $(grep -oE "^//[^ ]+" "$log"); do
+  test_log=bazel-testlogs/$(echo "${target#//}" | tr ':' '/')/test.log
+  if [[ -f $test_log ]] && grep -q "^\[  SKIPPED \] [A-Za-z]" "$test_log"; then
     skipped=$((skipped + 1))
-    reason=$(grep -m1 -B1 "^\[  SKIPPED \] [A-Za-z]" "$test_log" | head -1)
-    echo "skipped in ${test_log#bazel-testlogs/}: $reason"
+    echo "skipped in $target: $(grep -m1 -B1 "^\[  SKIPPED \] [A-Za-z]" "$test_log" | head -1)"
   fi
 done
+rm -f "$log"
 echo "tests: $passed passed, $failed failed ($skipped with skipped cases)"
 exit "$status"

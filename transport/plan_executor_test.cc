@@ -135,22 +135,33 @@ TEST(PlanExecutorTest, RandomLayoutsAcrossDaemonsArriveByteForByte) {
   }
 }
 
-TEST(PlanExecutorTest, AMissingPeerEndsTheEpochAtItsDeadline) {
-  refit::testing::LayoutBuilder src_builder, dst_builder;
-  src_builder.Tensor("w", {64, 64}).Rank(0, "trainer", 0).Replicated("w", {0});
-  dst_builder.Tensor("w", {64, 64}).Rank(0, "inference", 0).Replicated("w", {0});
+// One replicated tensor from a trainer host to an inference host: two daemons, one plan.
+struct TwoHostRefit {
+  TwoHostRefit() {
+    refit::testing::LayoutBuilder src_builder, dst_builder;
+    src_builder.Tensor("w", {64, 64}).Rank(0, "trainer", 0).Replicated("w", {0});
+    dst_builder.Tensor("w", {64, 64}).Rank(0, "inference", 0).Replicated("w", {0});
+    sources = backed.Back(src_builder.spec(), "source");
+    destinations = backed.Back(dst_builder.spec(), "destination");
+    const planner::Layout src = *planner::CompileLayout(src_builder.spec(), "source");
+    const planner::Layout dst = *planner::CompileLayout(dst_builder.spec(), "destination");
+    auto built = planner::BuildPlan(src, dst, planner::DgxH100Topology(), planner::PlanOptions());
+    EXPECT_TRUE(built.ok()) << built.status();
+    plan = planner::PlanToProto(**built, src, dst);
+    placement = PlaceByHost(sources, destinations, 2);
+  }
   testing::BackedLayouts backed;
-  const v1::LayoutSpec sources = backed.Back(src_builder.spec(), "source");
-  const v1::LayoutSpec destinations = backed.Back(dst_builder.spec(), "destination");
-  const planner::Layout src = *planner::CompileLayout(src_builder.spec(), "source");
-  const planner::Layout dst = *planner::CompileLayout(dst_builder.spec(), "destination");
-  auto plan = planner::BuildPlan(src, dst, planner::DgxH100Topology(), planner::PlanOptions());
-  ASSERT_TRUE(plan.ok());
-  const RankPlacement placement = PlaceByHost(sources, destinations, 2);
+  v1::LayoutSpec sources, destinations;
+  v1::Plan plan;
+  RankPlacement placement;
+};
+
+TEST(PlanExecutorTest, AMissingPeerEndsTheEpochAtItsDeadline) {
+  const TwoHostRefit refit;
   const absl::Time start = absl::Now();
   // The trainer's daemon (0) never runs: the inference daemon must give up by itself.
-  const auto results = RunOnDaemons(planner::PlanToProto(**plan, src, dst), sources, destinations,
-                                    placement, 2, 7, absl::Milliseconds(300), /*missing=*/0);
+  const auto results = RunOnDaemons(refit.plan, refit.sources, refit.destinations,
+                                    refit.placement, 2, 7, absl::Milliseconds(300), /*missing=*/0);
   EXPECT_EQ(results[1].status().code(), absl::StatusCode::kDeadlineExceeded) << results[1].status();
   EXPECT_NE(results[1].status().message().find("epoch 7: batch 0"), std::string::npos)
       << results[1].status();
@@ -158,17 +169,7 @@ TEST(PlanExecutorTest, AMissingPeerEndsTheEpochAtItsDeadline) {
 }
 
 TEST(PlanExecutorTest, AnInterruptEndsTheEpochAtOnce) {
-  refit::testing::LayoutBuilder src_builder, dst_builder;
-  src_builder.Tensor("w", {64, 64}).Rank(0, "trainer", 0).Replicated("w", {0});
-  dst_builder.Tensor("w", {64, 64}).Rank(0, "inference", 0).Replicated("w", {0});
-  testing::BackedLayouts backed;
-  const v1::LayoutSpec sources = backed.Back(src_builder.spec(), "source");
-  const v1::LayoutSpec destinations = backed.Back(dst_builder.spec(), "destination");
-  const planner::Layout src = *planner::CompileLayout(src_builder.spec(), "source");
-  const planner::Layout dst = *planner::CompileLayout(dst_builder.spec(), "destination");
-  auto plan = planner::BuildPlan(src, dst, planner::DgxH100Topology(), planner::PlanOptions());
-  ASSERT_TRUE(plan.ok());
-  const RankPlacement placement = PlaceByHost(sources, destinations, 2);
+  const TwoHostRefit refit;
   // The inference daemon waits for a peer that never sends, with a minute to spare; the
   // interrupt (what the coordinator's abort or SIGTERM sets) must end the wait at once.
   std::atomic<bool> interrupt{false};
@@ -177,8 +178,9 @@ TEST(PlanExecutorTest, AnInterruptEndsTheEpochAtOnce) {
     interrupt = true;
   });
   const absl::Time start = absl::Now();
-  const auto results = RunOnDaemons(planner::PlanToProto(**plan, src, dst), sources, destinations,
-                                    placement, 2, 9, absl::Seconds(60), /*missing=*/0, &interrupt);
+  const auto results = RunOnDaemons(refit.plan, refit.sources, refit.destinations,
+                                    refit.placement, 2, 9, absl::Seconds(60), /*missing=*/0,
+                                    &interrupt);
   aborter.join();
   EXPECT_EQ(results[1].status().code(), absl::StatusCode::kCancelled) << results[1].status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
