@@ -102,12 +102,20 @@ absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
     }
     v1::RankLayout* rank = side.add_ranks();
     *rank = record.registration.layout();
-    // Buffers are the daemon's business; the plan needs only the views' geometry.
-    for (v1::BufferSpec& buffer : *rank->mutable_buffers()) buffer.clear_shm_name();
+    // Buffers are the daemon's business; the plan needs only the views' geometry, and the
+    // data plane whether the rank's memory is on a GPU.
+    bool gpu = false;
+    for (v1::BufferSpec& buffer : *rank->mutable_buffers()) {
+      gpu = gpu || !buffer.cuda_ipc_handle().empty();
+      buffer.clear_shm_name();
+      buffer.clear_cuda_ipc_handle();
+    }
     v1::RankPlacement* placement = &snapshot.placement.emplace_back();
     placement->set_role(static_cast<v1::Role>(key.first));
     placement->set_rank(key.second);
     placement->set_daemon(record.daemon);
+    placement->set_gpu(gpu);
+    placement->set_device(gpu ? rank->device() : -1);
   }
   for (const auto& [index, record] : daemons_) {
     if (!record.connected) continue;

@@ -76,6 +76,7 @@ void CoordinatorLink::Run() {
   }
   epoch_thread_.join();
   peers_.clear();  // endpoints before their worker
+  nccl_group_.reset();
 }
 
 void CoordinatorLink::Session(transport::UcxWorker* worker) {
@@ -196,6 +197,34 @@ void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSl
   Write(done);
 }
 
+absl::Status CoordinatorLink::JoinNccl(const v1::PlanSlice& slice, absl::Time deadline,
+                                       transport::NcclRoute* route) {
+  const v1::NcclSetup& setup = slice.nccl();
+  std::vector<transport::gpu::NcclGroup::Member> mine;
+  for (int rank = 0; rank < setup.members_size(); ++rank) {
+    const v1::NcclMember& member = setup.members(rank);
+    route->rank_of[{member.daemon(), member.device()}] = rank;
+    if (member.daemon() == slice.daemon_index()) {
+      route->member_of[rank] = static_cast<int>(mine.size());
+      mine.push_back({rank, member.device()});
+    }
+  }
+  if (mine.empty()) return absl::OkStatus();  // no GPU here takes part
+  // Joined once per communicator; an aborted one (a failed epoch) is joined anew.
+  if (nccl_group_ == nullptr || nccl_group_->aborted() || nccl_id_ != setup.unique_id()) {
+    nccl_group_.reset();
+    absl::StatusOr<std::unique_ptr<transport::gpu::NcclGroup>> group =
+        transport::gpu::NcclGroup::Join(setup.unique_id(), setup.members_size(), mine, deadline);
+    if (!group.ok()) return group.status();
+    nccl_group_ = std::move(*group);
+    nccl_id_ = setup.unique_id();
+    spdlog::info("refitd {}: joined the NCCL group with {} of its {} GPUs", node_, mine.size(),
+                 setup.members_size());
+  }
+  route->group = nccl_group_.get();
+  return absl::OkStatus();
+}
+
 v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
                                        const v1::PlanSlice* slice_or_null,
                                        transport::UcxWorker* worker) {
@@ -219,8 +248,17 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
   spdlog::info("refitd {}: epoch {} (version {}) started: {} transfers in {} batches", node_,
                execute.epoch_id(), execute.version(), transfers, slice.plan().batches_size());
   transport::RankPlacement placement;
-  for (const v1::RankPlacement& p : slice.placement())
+  for (const v1::RankPlacement& p : slice.placement()) {
     placement.Place(p.role(), p.rank(), p.daemon());
+    if (p.gpu()) placement.PlaceDevice(p.role(), p.rank(), p.device());
+  }
+  transport::NcclRoute nccl;
+  if (slice.has_nccl()) {
+    absl::Status joined = JoinNccl(slice, absl::Now() + absl::Milliseconds(std::max<int64_t>(
+                                                            1, execute.deadline_ms())),
+                                   &nccl);
+    if (!joined.ok()) return fail(joined);
+  }
   std::vector<transport::UcxEndpoint*> peers;
   for (const v1::DaemonPeer& peer : slice.daemons()) {
     if (peer.index() < 0 || peer.index() > 1 << 20)
@@ -240,6 +278,7 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
   transport::PlanExecutor executor(registry_->buffers(), placement, slice.daemon_index(), worker,
                                    peers);
   executor.SetInterrupt(&interrupt_);
+  if (nccl.group != nullptr) executor.UseNccl(&nccl);
   executor.OnProgress([&](int64_t delivered) {
     v1::DaemonMessage progress;
     progress.mutable_progress()->set_epoch_id(execute.epoch_id());

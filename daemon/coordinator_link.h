@@ -20,6 +20,8 @@
 #include "daemon/metrics.h"
 #include "daemon/rank_registry.h"
 #include "proto/refit.grpc.pb.h"
+#include "transport/gpu/nccl_group.h"
+#include "transport/plan_executor.h"
 #include "transport/ucx_worker.h"
 
 namespace refit::daemon {
@@ -58,6 +60,9 @@ class CoordinatorLink {
                 transport::UcxWorker* worker);
   v1::EpochDone Execute(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
                         transport::UcxWorker* worker);
+  // Joins (or keeps) the slice's NCCL group with this daemon's GPUs and fills `route`.
+  absl::Status JoinNccl(const v1::PlanSlice& slice, absl::Time deadline,
+                        transport::NcclRoute* route);
 
   const std::string coordinator_;
   const std::string node_;
@@ -90,6 +95,8 @@ class CoordinatorLink {
   std::shared_ptr<const v1::PlanSlice> slice_;
   // Owned by the epoch thread (one at a time).
   std::map<int32_t, std::pair<std::string, std::unique_ptr<transport::UcxEndpoint>>> peers_;
+  std::unique_ptr<transport::gpu::NcclGroup> nccl_group_;
+  std::string nccl_id_;
 };
 
 }  // namespace refit::daemon

@@ -1,5 +1,6 @@
 #include "daemon/epoch_runner.h"
 
+#include "daemon/nccl_members.h"
 #include "daemon/view_checksums.h"
 
 #include "absl/status/status.h"
@@ -9,6 +10,7 @@
 #include "planner/plan_proto.h"
 #include "planner/topology.h"
 #include "spdlog/spdlog.h"
+#include "transport/gpu/nccl_group.h"
 #include "transport/plan_executor.h"
 #include "transport/plan_slice.h"
 
@@ -32,12 +34,37 @@ std::string MissingRanks(const v1::LayoutSpec& registered, int64_t expected, con
 
 }  // namespace
 
+absl::StatusOr<std::optional<v1::NcclSetup>> EpochRunner::NcclSetupFor(
+    const ClusterSnapshot& snapshot, const v1::Plan& plan) {
+  std::optional<v1::NcclSetup> setup = NcclMembers(snapshot.placement, plan);
+  if (!setup.has_value()) return std::nullopt;
+  std::string key;
+  for (const v1::NcclMember& member : setup->members()) {
+    absl::StrAppend(&key, member.daemon(), ":", member.device(), ",");
+  }
+  // The same members keep their communicator across epochs; new members get a new one.
+  if (key != nccl_members_) {
+    absl::StatusOr<std::string> id = transport::gpu::NcclGroup::NewUniqueId();
+    if (!id.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "GPU pieces cross daemons but the coordinator cannot create an NCCL group: ",
+          id.status().message()));
+    }
+    nccl_members_ = key;
+    nccl_unique_id_ = *id;
+  }
+  setup->set_unique_id(nccl_unique_id_);
+  return setup;
+}
+
 absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& snapshot,
                                                       const v1::Plan& plan,
                                                       const std::string& epoch_id, int64_t version,
                                                       absl::Time deadline) {
   transport::RankPlacement where;
   for (const v1::RankPlacement& p : snapshot.placement) where.Place(p.role(), p.rank(), p.daemon());
+  absl::StatusOr<std::optional<v1::NcclSetup>> nccl = NcclSetupFor(snapshot, plan);
+  if (!nccl.ok()) return nccl.status();
   uint32_t number;
   {
     absl::MutexLock lock(&mu_);
@@ -52,6 +79,7 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
     slice->set_daemon_index(index);
     for (const v1::DaemonPeer& peer : snapshot.daemons) *slice->add_daemons() = peer;
     for (const v1::RankPlacement& p : snapshot.placement) *slice->add_placement() = p;
+    if (nccl->has_value()) *slice->mutable_nccl() = **nccl;
     v1::CoordinatorMessage execute_message;
     v1::ExecuteEpoch* execute = execute_message.mutable_execute();
     execute->set_epoch_id(epoch_id);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -52,8 +53,15 @@ class EpochRunner {
                                            const std::string& epoch_id, int64_t version,
                                            absl::Time deadline);
 
+  // The NCCL group for a plan whose GPU pieces cross daemons (none otherwise).
+  absl::StatusOr<std::optional<v1::NcclSetup>> NcclSetupFor(const ClusterSnapshot& snapshot,
+                                                            const v1::Plan& plan);
+
   Cluster* cluster_;
   const v1::JobSpec job_;
+  // Under run_mu_: the NCCL members last set up and their unique id.
+  std::string nccl_members_;
+  std::string nccl_unique_id_;
   CoordinatorMetrics* metrics_;
   planner::PlanCache plans_;
   absl::Mutex run_mu_;  // one epoch at a time

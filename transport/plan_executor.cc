@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "transport/gpu/device_copy.h"
+#include "transport/gpu/device_memory.h"
 
 namespace refit::transport {
 namespace {
@@ -80,9 +81,13 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
                                     ExecutionStats* stats) {
   std::map<int32_t, std::vector<const v1::Transfer*>> outgoing, incoming;
   std::vector<const v1::Transfer*> local;
+  NcclMessages nccl_outgoing, nccl_incoming;
   for (const Resolved& r : transfers) {
+    std::pair<int32_t, int32_t> nccl_pair;
     if (r.src_daemon == self_ && r.dst_daemon == self_) {
       local.push_back(r.transfer);
+    } else if ((r.src_daemon == self_ || r.dst_daemon == self_) && ViaNccl(r, &nccl_pair)) {
+      (r.src_daemon == self_ ? nccl_outgoing : nccl_incoming)[nccl_pair].push_back(r.transfer);
     } else if (r.src_daemon == self_) {
       outgoing[r.dst_daemon].push_back(r.transfer);
     } else if (r.dst_daemon == self_) {
@@ -147,6 +152,10 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
     absl::Status copied = CopyLocal(*t, scratch, stats);
     if (!copied.ok()) return fail(copied);
   }
+  if (!nccl_outgoing.empty() || !nccl_incoming.empty()) {
+    absl::Status sent = RunNcclStep(nccl_outgoing, nccl_incoming, batch, deadline, scratch, stats);
+    if (!sent.ok()) return fail(sent);
+  }
   if (!operations.empty()) {
     absl::Status done = worker_->WaitAll(&operations, deadline);
     if (!done.ok()) {
@@ -175,6 +184,89 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
       stats->runs += CountRuns(extent, RowMajorStrides(extent), to->strides);
       cursor += Volume(extent) * element_bytes;
     }
+  }
+  return absl::OkStatus();
+}
+
+bool PlanExecutor::ViaNccl(const Resolved& r, std::pair<int32_t, int32_t>* pair) const {
+  if (nccl_ == nullptr || nccl_->group == nullptr) return false;
+  const v1::Transfer& t = *r.transfer;
+  const int32_t src_device = placement_.DeviceOf(EndpointRole(t.src().kind()), t.src().rank());
+  const int32_t dst_device = placement_.DeviceOf(EndpointRole(t.dst().kind()), t.dst().rank());
+  if (src_device < 0 || dst_device < 0) return false;
+  auto from = nccl_->rank_of.find({r.src_daemon, src_device});
+  auto to = nccl_->rank_of.find({r.dst_daemon, dst_device});
+  if (from == nccl_->rank_of.end() || to == nccl_->rank_of.end()) return false;
+  *pair = {from->second, to->second};
+  return true;
+}
+
+absl::Status PlanExecutor::RunNcclStep(const NcclMessages& outgoing, const NcclMessages& incoming,
+                                       int32_t batch, absl::Time deadline, ScratchArena* scratch,
+                                       ExecutionStats* stats) {
+  std::vector<gpu::NcclGroup::Message> messages;
+  std::vector<std::unique_ptr<gpu::DeviceMemory>> staging;
+  // Packs or unpacks one message's pieces, in plan order, through its staging block.
+  auto walk = [&](const std::vector<const v1::Transfer*>& list, gpu::DeviceMemory* block,
+                  bool pack) -> absl::Status {
+    uint8_t* cursor = block->data();
+    for (const v1::Transfer* t : list) {
+      absl::StatusOr<StridedRef> side = Locate(pack ? t->src() : t->dst(), *t, scratch);
+      if (!side.ok()) return side.status();
+      const Dims extent = ExtentOf(*t);
+      const int element_bytes = buffers_.tensors().at(t->tensor()).element_bytes;
+      const StridedRef dense{cursor, RowMajorStrides(extent), block->device()};
+      absl::Status copied = pack ? gpu::CopyAnyBox(extent, element_bytes, *side, dense)
+                                 : gpu::CopyAnyBox(extent, element_bytes, dense, *side);
+      if (!copied.ok()) return copied;
+      cursor += Volume(extent) * element_bytes;
+    }
+    return absl::OkStatus();
+  };
+  auto bytes_of = [&](const std::vector<const v1::Transfer*>& list) {
+    int64_t bytes = 0;
+    for (const v1::Transfer* t : list) {
+      bytes += Volume(ExtentOf(*t)) * buffers_.tensors().at(t->tensor()).element_bytes;
+    }
+    return bytes;
+  };
+  auto device_of = [&](const v1::Endpoint& e) {
+    return placement_.DeviceOf(EndpointRole(e.kind()), e.rank());
+  };
+  auto daemon_of = [&](const v1::Endpoint& e) {
+    return *placement_.DaemonOf(EndpointRole(e.kind()), e.rank());
+  };
+  for (const bool send : {true, false}) {
+    for (const auto& [pair, list] : send ? outgoing : incoming) {
+      const int32_t mine = send ? pair.first : pair.second;
+      const int32_t peer = send ? pair.second : pair.first;
+      auto member = nccl_->member_of.find(mine);
+      if (member == nccl_->member_of.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("batch ", batch, ": NCCL rank ", mine, " is not a GPU of this daemon"));
+      }
+      const v1::Transfer& first = *list.front();
+      const int64_t bytes = bytes_of(list);
+      absl::StatusOr<std::unique_ptr<gpu::DeviceMemory>> block =
+          gpu::DeviceMemory::Allocate(bytes, device_of(send ? first.src() : first.dst()));
+      if (!block.ok()) return block.status();
+      if (send) {
+        absl::Status packed = walk(list, block->get(), true);
+        if (!packed.ok()) return packed;
+        stats->bytes_sent_to[daemon_of(first.dst())] += bytes;
+      } else {
+        stats->bytes_received_from[daemon_of(first.src())] += bytes;
+      }
+      messages.push_back({member->second, send, peer, (*block)->data(), bytes});
+      staging.push_back(std::move(*block));
+    }
+  }
+  absl::Status done = nccl_->group->RunStep(messages, deadline);
+  if (!done.ok()) return absl::Status(done.code(), absl::StrCat("batch ", batch, ": ", done.message()));
+  size_t block = outgoing.size();
+  for (const auto& [pair, list] : incoming) {
+    absl::Status unpacked = walk(list, staging[block++].get(), false);
+    if (!unpacked.ok()) return unpacked;
   }
   return absl::OkStatus();
 }

@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "proto/refit.pb.h"
 #include "transport/buffer_map.h"
+#include "transport/gpu/nccl_group.h"
 #include "transport/local_executor.h"
 #include "transport/scratch_arena.h"
 #include "transport/ucx_worker.h"
@@ -30,13 +31,30 @@ v1::Role EndpointRole(v1::EndpointKind kind);
 class RankPlacement {
  public:
   void Place(v1::Role role, int64_t rank, int32_t daemon) { daemons_[{role, rank}] = daemon; }
+  // The rank's buffers are GPU memory on CUDA device `device` of its daemon's node.
+  void PlaceDevice(v1::Role role, int64_t rank, int32_t device) { devices_[{role, rank}] = device; }
+  // The rank's CUDA device, or -1 for host memory.
+  int32_t DeviceOf(v1::Role role, int64_t rank) const {
+    auto it = devices_.find({role, rank});
+    return it == devices_.end() ? -1 : it->second;
+  }
   // Ranks not placed explicitly live on `daemon` (-1: an error).
   void SetDefault(int32_t daemon) { default_daemon_ = daemon; }
   absl::StatusOr<int32_t> DaemonOf(v1::Role role, int64_t rank) const;
 
  private:
   std::map<std::pair<int, int64_t>, int32_t> daemons_;
+  std::map<std::pair<int, int64_t>, int32_t> devices_;
   int32_t default_daemon_ = -1;
+};
+
+// How pieces between GPU buffers of different daemons travel: over this daemon's NCCL
+// group, one packed message per (GPU, peer GPU) and batch, in plan order (the order
+// gpu::ScheduleSlice describes and its checker proves consistent).
+struct NcclRoute {
+  gpu::NcclGroup* group = nullptr;
+  std::map<std::pair<int32_t, int32_t>, int32_t> rank_of;  // (daemon, device) -> NCCL rank
+  std::map<int32_t, int> member_of;  // NCCL rank of one of this daemon's GPUs -> member index
 };
 
 class PlanExecutor {
@@ -65,6 +83,9 @@ class PlanExecutor {
   // CANCELLED (UCX waits end at once when the worker shares the flag).
   void SetInterrupt(const std::atomic<bool>* interrupt) { interrupt_ = interrupt; }
 
+  // Sends pieces between GPU buffers of different daemons over NCCL instead of UCX.
+  void UseNccl(const NcclRoute* route) { nccl_ = route; }
+
  private:
   struct Resolved {
     const v1::Transfer* transfer;
@@ -74,6 +95,13 @@ class PlanExecutor {
 
   absl::Status RunBatch(const std::vector<Resolved>& transfers, int32_t batch, uint32_t epoch,
                         absl::Time deadline, ScratchArena* scratch, ExecutionStats* stats);
+  // (sender NCCL rank, receiver NCCL rank) -> the batch's pieces between them, plan order.
+  using NcclMessages = std::map<std::pair<int32_t, int32_t>, std::vector<const v1::Transfer*>>;
+  // True when `r` goes over NCCL; sets the pair of NCCL ranks.
+  bool ViaNccl(const Resolved& r, std::pair<int32_t, int32_t>* pair) const;
+  absl::Status RunNcclStep(const NcclMessages& outgoing, const NcclMessages& incoming,
+                           int32_t batch, absl::Time deadline, ScratchArena* scratch,
+                           ExecutionStats* stats);
   absl::Status RunOrdered(const std::vector<Resolved>& transfers, uint32_t epoch,
                           absl::Time deadline, ScratchArena* scratch, ExecutionStats* stats);
   absl::StatusOr<StridedRef> Locate(const v1::Endpoint& endpoint, const v1::Transfer& t,
@@ -88,6 +116,7 @@ class PlanExecutor {
   std::vector<UcxEndpoint*> peers_;
   std::function<void(int64_t)> progress_;
   const std::atomic<bool>* interrupt_ = nullptr;
+  const NcclRoute* nccl_ = nullptr;
 };
 
 }  // namespace refit::transport
