@@ -67,8 +67,8 @@ absl::StatusOr<std::unique_ptr<RegistrationHold>> LocalDaemonClient::Hold(
     absl::Status status = FromGrpc(hold->reader_->Finish());
     hold->reader_.reset();
     if (status.ok() || status.code() == absl::StatusCode::kCancelled) {
-      return absl::DeadlineExceededError(
-          "refitd did not confirm the hold of registration " + session + " in time");
+      return absl::DeadlineExceededError("refitd did not confirm the hold of registration " +
+                                         session + " in time");
     }
     return status;
   }

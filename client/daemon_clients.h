@@ -41,8 +41,8 @@ class LocalDaemonClient {
       const google::protobuf::RepeatedPtrField<v1::TensorSpec>& tensors,
       absl::Duration timeout = absl::Seconds(30));
   // Ties the registration `session` to this process's lifetime; returns once refitd holds it.
-  absl::StatusOr<std::unique_ptr<RegistrationHold>> Hold(const std::string& session,
-                                                         absl::Duration timeout = absl::Seconds(10));
+  absl::StatusOr<std::unique_ptr<RegistrationHold>> Hold(
+      const std::string& session, absl::Duration timeout = absl::Seconds(10));
   absl::Status Deregister(v1::Role role, int64_t rank, absl::Duration timeout = absl::Seconds(10));
   absl::Status Publish(int64_t rank, int64_t version, absl::Duration timeout = absl::Seconds(10));
   absl::StatusOr<int64_t> WaitForVersion(int64_t rank, int64_t version, absl::Duration timeout);

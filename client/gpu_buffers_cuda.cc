@@ -32,7 +32,8 @@ absl::StatusOr<v1::BufferSpec> CudaBufferRegistration(const std::string& name,
 }
 
 absl::StatusOr<std::unique_ptr<GpuBuffer>> GpuBuffer::Allocate(int64_t bytes, int32_t device) {
-  absl::Status status = CudaStatus(cudaSetDevice(device), absl::StrCat("cudaSetDevice(", device, ")"));
+  absl::Status status =
+      CudaStatus(cudaSetDevice(device), absl::StrCat("cudaSetDevice(", device, ")"));
   if (!status.ok()) return status;
   void* data = nullptr;
   status = CudaStatus(cudaMalloc(&data, bytes), absl::StrCat("cudaMalloc(", bytes, ")"));

@@ -19,8 +19,7 @@ absl::StatusOr<planner::RefitScenario> LoadModelRefit(const std::string& name_or
                                                       int32_t gpus_per_node) {
   absl::StatusOr<v1::ModelConfig> config = LoadModelConfig(name_or_path);
   if (!config.ok()) return config.status();
-  return planner::ModelRefit(*config, source_parallel, destination_parallel, gpus_per_node,
-                             false);
+  return planner::ModelRefit(*config, source_parallel, destination_parallel, gpus_per_node, false);
 }
 
 }  // namespace refit::client

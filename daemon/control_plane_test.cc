@@ -9,11 +9,11 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "client/daemon_clients.h"
 #include "client/synthetic_weights.h"
 #include "daemon/coordinator_link.h"
 #include "daemon/coordinator_server.h"
-#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
 #include "transport/testing/backed_layouts.h"

@@ -2,8 +2,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "spdlog/spdlog.h"
 #include "daemon/view_checksums.h"
+#include "spdlog/spdlog.h"
 #include "transport/plan_executor.h"
 
 namespace refit::daemon {
@@ -254,9 +254,9 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
   }
   transport::NcclRoute nccl;
   if (slice.has_nccl()) {
-    absl::Status joined = JoinNccl(slice, absl::Now() + absl::Milliseconds(std::max<int64_t>(
-                                                            1, execute.deadline_ms())),
-                                   &nccl);
+    absl::Status joined = JoinNccl(
+        slice, absl::Now() + absl::Milliseconds(std::max<int64_t>(1, execute.deadline_ms())),
+        &nccl);
     if (!joined.ok()) return fail(joined);
   }
   std::vector<transport::UcxEndpoint*> peers;

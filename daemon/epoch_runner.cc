@@ -1,11 +1,10 @@
 #include "daemon/epoch_runner.h"
 
-#include "daemon/nccl_members.h"
-#include "daemon/view_checksums.h"
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/nccl_members.h"
+#include "daemon/view_checksums.h"
 #include "planner/layout.h"
 #include "planner/plan_proto.h"
 #include "planner/topology.h"
@@ -46,9 +45,9 @@ absl::StatusOr<std::optional<v1::NcclSetup>> EpochRunner::NcclSetupFor(
   if (key != nccl_members_) {
     absl::StatusOr<std::string> id = transport::gpu::NcclGroup::NewUniqueId();
     if (!id.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "GPU pieces cross daemons but the coordinator cannot create an NCCL group: ",
-          id.status().message()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("GPU pieces cross daemons but the coordinator cannot create an NCCL group: ",
+                       id.status().message()));
     }
     nccl_members_ = key;
     nccl_unique_id_ = *id;
@@ -117,7 +116,8 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
     return absl::FailedPreconditionError(absl::StrCat(
         "the refit group is incomplete: ", sources, " of ", job_.source_ranks(),
         " source ranks and ", destinations, " of ", job_.destination_ranks(),
-        " destination ranks registered", MissingRanks(snapshot->sources, job_.source_ranks(), "source"),
+        " destination ranks registered",
+        MissingRanks(snapshot->sources, job_.source_ranks(), "source"),
         MissingRanks(snapshot->destinations, job_.destination_ranks(), "destination")));
   }
   // Trainers may still be finishing the step: wait (within the deadline) for every source
@@ -187,16 +187,16 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
     } else if (!waiting_for_.empty()) {
       std::vector<std::string> late;
       for (int32_t d : waiting_for_) late.push_back(cluster_->NodeOf(d));
-      outcome = absl::DeadlineExceededError(
-          absl::StrCat("epoch ", epoch_id, ": refitd on ", absl::StrJoin(late, ", "),
-                       " did not finish before the deadline"));
+      outcome = absl::DeadlineExceededError(absl::StrCat("epoch ", epoch_id, ": refitd on ",
+                                                         absl::StrJoin(late, ", "),
+                                                         " did not finish before the deadline"));
     }
     if (outcome.ok() && !job_.skip_checksums()) {
       absl::StatusOr<int64_t> compared =
           CompareViewChecksums(snapshot->sources, snapshot->destinations, checksums_);
       if (!compared.ok()) {
-        outcome = absl::DataLossError(absl::StrCat("epoch ", epoch_id, ": ",
-                                                   compared.status().message()));
+        outcome = absl::DataLossError(
+            absl::StrCat("epoch ", epoch_id, ": ", compared.status().message()));
       } else {
         views_checksummed = *compared;
       }

@@ -51,8 +51,7 @@ grpc::Status LocalService::HoldRegistration(grpc::ServerContext* context,
   }
   // A closed connection shows up as cancellation; look every 100 ms.
   while (true) {
-    ended = registry_->AwaitSessionEnd(request->session(),
-                                       absl::Now() + absl::Milliseconds(100));
+    ended = registry_->AwaitSessionEnd(request->session(), absl::Now() + absl::Milliseconds(100));
     if (ended.ok() && *ended) return grpc::Status::OK;
     if (context->IsCancelled()) {
       registry_->DeregisterSession(request->session());

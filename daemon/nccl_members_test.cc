@@ -45,13 +45,15 @@ TEST(NcclMembersTest, GpuPiecesAcrossDaemonsMakeAGroup) {
 
 TEST(NcclMembersTest, HostMemoryOrOneDaemonNeedsNoGroup) {
   // Host memory on one side: UCX carries it.
-  EXPECT_FALSE(NcclMembers({Placed(v1::ROLE_SOURCE, 0, 0, -1), Placed(v1::ROLE_DESTINATION, 0, 1, 0)},
-                           OneTransfer(0, 0))
-                   .has_value());
+  EXPECT_FALSE(
+      NcclMembers({Placed(v1::ROLE_SOURCE, 0, 0, -1), Placed(v1::ROLE_DESTINATION, 0, 1, 0)},
+                  OneTransfer(0, 0))
+          .has_value());
   // GPU to GPU on one daemon: CUDA IPC copies it.
-  EXPECT_FALSE(NcclMembers({Placed(v1::ROLE_SOURCE, 0, 0, 1), Placed(v1::ROLE_DESTINATION, 0, 0, 0)},
-                           OneTransfer(0, 0))
-                   .has_value());
+  EXPECT_FALSE(
+      NcclMembers({Placed(v1::ROLE_SOURCE, 0, 0, 1), Placed(v1::ROLE_DESTINATION, 0, 0, 0)},
+                  OneTransfer(0, 0))
+          .has_value());
 }
 
 }  // namespace

@@ -130,7 +130,9 @@ absl::StatusOr<bool> RankRegistry::AwaitSessionEnd(const std::string& session,
   if (number <= 0 || number > sessions_) {
     return absl::NotFoundError(absl::StrCat("no registration session ", session, " on ", node_));
   }
-  auto gone = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return FindSession(session) == ranks_.end(); };
+  auto gone = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return FindSession(session) == ranks_.end();
+  };
   return mu_.AwaitWithDeadline(absl::Condition(&gone), deadline);
 }
 

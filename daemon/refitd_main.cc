@@ -9,10 +9,10 @@
 #include "daemon/http_endpoints.h"
 #include "daemon/local_server.h"
 #include "daemon/metrics.h"
-#include "transport/gpu/gpu_support.h"
 #include "daemon/rank_registry.h"
 #include "daemon/shutdown_signal.h"
 #include "spdlog/spdlog.h"
+#include "transport/gpu/gpu_support.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7700", "coordinator address, HOST:PORT");
 ABSL_FLAG(std::string, node, "", "this node's name (defaults to the host name)");

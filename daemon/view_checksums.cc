@@ -41,8 +41,8 @@ absl::StatusOr<std::vector<v1::ViewChecksum>> ChecksumViews(
       checksum.set_role(r.role());
       checksum.set_rank(r.layout().rank());
       checksum.set_view(v);
-      checksum.set_xxh64(transport::HashBox(
-          extent, buffers.tensors().at(view.tensor()).element_bytes, *memory));
+      checksum.set_xxh64(
+          transport::HashBox(extent, buffers.tensors().at(view.tensor()).element_bytes, *memory));
     }
   }
   return out;
@@ -53,8 +53,8 @@ absl::StatusOr<int64_t> CompareViewChecksums(const v1::LayoutSpec& sources,
                                              const std::vector<v1::ViewChecksum>& checksums) {
   // (role, rank, view) -> the box it holds, as a printable key.
   std::map<std::tuple<int, int64_t, int32_t>, std::string> box_of;
-  for (auto [spec, role] : {std::pair{&sources, v1::ROLE_SOURCE},
-                            std::pair{&destinations, v1::ROLE_DESTINATION}}) {
+  for (auto [spec, role] :
+       {std::pair{&sources, v1::ROLE_SOURCE}, std::pair{&destinations, v1::ROLE_DESTINATION}}) {
     for (const v1::RankLayout& r : spec->ranks()) {
       for (int v = 0; v < r.views_size(); ++v) {
         const v1::ShardView& view = r.views(v);
@@ -98,11 +98,13 @@ absl::StatusOr<int64_t> CompareViewChecksums(const v1::LayoutSpec& sources,
     std::vector<std::string> wrong;
     for (const auto& [hash, views] : group.by_hash) {
       if (hash == reference) continue;
-      for (const ViewRef& v : views) wrong.push_back(absl::StrFormat("%s (%016x)", Describe(v), hash));
+      for (const ViewRef& v : views)
+        wrong.push_back(absl::StrFormat("%s (%016x)", Describe(v), hash));
     }
-    return absl::DataLossError(absl::StrCat(
-        "checksum mismatch on ", box, ": ", absl::StrJoin(wrong, ", "), " differ from ",
-        group.has_source ? "the source's" : "the other copies'", absl::StrFormat(" %016x", reference)));
+    return absl::DataLossError(absl::StrCat("checksum mismatch on ", box, ": ",
+                                            absl::StrJoin(wrong, ", "), " differ from ",
+                                            group.has_source ? "the source's" : "the other copies'",
+                                            absl::StrFormat(" %016x", reference)));
   }
   return compared;
 }

@@ -1,6 +1,6 @@
-// The matrix of named reshards (planner/testing/matrix_cases.h): every case is planned with both strategies, executed on host memory and checked byte by
-// byte and symbolically; reshard must meet the network lower bound and never send more
-// over the network than gather-and-broadcast.
+// The matrix of named reshards (planner/testing/matrix_cases.h): every case is planned with both
+// strategies, executed on host memory and checked byte by byte and symbolically; reshard must meet
+// the network lower bound and never send more over the network than gather-and-broadcast.
 #include <functional>
 #include <string>
 

@@ -17,7 +17,7 @@ namespace refit::transport {
 struct ExecutionStats {
   int64_t transfers = 0;
   int64_t bytes = 0;
-  int64_t runs = 0;  // contiguous memcpy runs issued
+  int64_t runs = 0;             // contiguous memcpy runs issued
   int64_t delivered_bytes = 0;  // written into this daemon's destination views
   int64_t bytes_by_route[v1::Route_ARRAYSIZE] = {};
   // Bytes this daemon sent to / received from each other daemon (by index).

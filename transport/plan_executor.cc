@@ -136,8 +136,8 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
       if (!from.ok()) return fail(from.status());
       const Dims extent = ExtentOf(*t);
       const int element_bytes = buffers_.tensors().at(t->tensor()).element_bytes;
-      absl::Status packed =
-          gpu::CopyAnyBox(extent, element_bytes, *from, StridedRef{cursor, RowMajorStrides(extent)});
+      absl::Status packed = gpu::CopyAnyBox(extent, element_bytes, *from,
+                                            StridedRef{cursor, RowMajorStrides(extent)});
       if (!packed.ok()) return fail(packed);
       stats->runs += CountRuns(extent, from->strides, RowMajorStrides(extent));
       cursor += Volume(extent) * element_bytes;
@@ -177,9 +177,9 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
       if (!to.ok()) return to.status();
       const Dims extent = ExtentOf(*t);
       const int element_bytes = buffers_.tensors().at(t->tensor()).element_bytes;
-      absl::Status unpacked = gpu::CopyAnyBox(
-          extent, element_bytes, StridedRef{const_cast<uint8_t*>(cursor), RowMajorStrides(extent)},
-          *to);
+      absl::Status unpacked =
+          gpu::CopyAnyBox(extent, element_bytes,
+                          StridedRef{const_cast<uint8_t*>(cursor), RowMajorStrides(extent)}, *to);
       if (!unpacked.ok()) return unpacked;
       stats->runs += CountRuns(extent, RowMajorStrides(extent), to->strides);
       cursor += Volume(extent) * element_bytes;
@@ -262,7 +262,8 @@ absl::Status PlanExecutor::RunNcclStep(const NcclMessages& outgoing, const NcclM
     }
   }
   absl::Status done = nccl_->group->RunStep(messages, deadline);
-  if (!done.ok()) return absl::Status(done.code(), absl::StrCat("batch ", batch, ": ", done.message()));
+  if (!done.ok())
+    return absl::Status(done.code(), absl::StrCat("batch ", batch, ": ", done.message()));
   size_t block = outgoing.size();
   for (const auto& [pair, list] : incoming) {
     absl::Status unpacked = walk(list, staging[block++].get(), false);
@@ -363,8 +364,7 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
       }
     }
     if (interrupt_ != nullptr && *interrupt_) {
-      return absl::CancelledError(
-          absl::StrCat("epoch ", epoch, ": interrupted before batch ", b));
+      return absl::CancelledError(absl::StrCat("epoch ", epoch, ": interrupted before batch ", b));
     }
     absl::Status status = plan.ordered_batches()
                               ? RunOrdered(resolved, epoch, deadline, &scratch, &stats)

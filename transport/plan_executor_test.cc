@@ -160,8 +160,8 @@ TEST(PlanExecutorTest, AMissingPeerEndsTheEpochAtItsDeadline) {
   const TwoHostRefit refit;
   const absl::Time start = absl::Now();
   // The trainer's daemon (0) never runs: the inference daemon must give up by itself.
-  const auto results = RunOnDaemons(refit.plan, refit.sources, refit.destinations,
-                                    refit.placement, 2, 7, absl::Milliseconds(300), /*missing=*/0);
+  const auto results = RunOnDaemons(refit.plan, refit.sources, refit.destinations, refit.placement,
+                                    2, 7, absl::Milliseconds(300), /*missing=*/0);
   EXPECT_EQ(results[1].status().code(), absl::StatusCode::kDeadlineExceeded) << results[1].status();
   EXPECT_NE(results[1].status().message().find("epoch 7: batch 0"), std::string::npos)
       << results[1].status();
@@ -178,9 +178,8 @@ TEST(PlanExecutorTest, AnInterruptEndsTheEpochAtOnce) {
     interrupt = true;
   });
   const absl::Time start = absl::Now();
-  const auto results = RunOnDaemons(refit.plan, refit.sources, refit.destinations,
-                                    refit.placement, 2, 9, absl::Seconds(60), /*missing=*/0,
-                                    &interrupt);
+  const auto results = RunOnDaemons(refit.plan, refit.sources, refit.destinations, refit.placement,
+                                    2, 9, absl::Seconds(60), /*missing=*/0, &interrupt);
   aborter.join();
   EXPECT_EQ(results[1].status().code(), absl::StatusCode::kCancelled) << results[1].status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));

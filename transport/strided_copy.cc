@@ -150,9 +150,8 @@ void ForEachRun(const Dims& extent, int element_bytes, const StridedRef& box,
 uint64_t HashBox(const Dims& extent, int element_bytes, const StridedRef& box) {
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
-  ForEachRun(extent, element_bytes, box, [&](const uint8_t* data, int64_t bytes) {
-    XXH3_64bits_update(state, data, bytes);
-  });
+  ForEachRun(extent, element_bytes, box,
+             [&](const uint8_t* data, int64_t bytes) { XXH3_64bits_update(state, data, bytes); });
   const uint64_t hash = XXH3_64bits_digest(state);
   XXH3_freeState(state);
   return hash;

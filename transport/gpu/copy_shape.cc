@@ -22,8 +22,8 @@ bool SlicesFit(int64_t pitch, int64_t height, int64_t slice) {
 
 }  // namespace
 
-std::vector<CopyCall> PlanCopyCalls(const Dims& extent, int element_bytes,
-                                    const Dims& src_strides, const Dims& dst_strides) {
+std::vector<CopyCall> PlanCopyCalls(const Dims& extent, int element_bytes, const Dims& src_strides,
+                                    const Dims& dst_strides) {
   std::vector<CopyCall> calls;
   for (int64_t e : extent) {
     if (e <= 0) return calls;

@@ -31,14 +31,19 @@ struct CopyCall {
 };
 
 // The calls that copy `extent` elements of `element_bytes` between the strided boxes.
-std::vector<CopyCall> PlanCopyCalls(const Dims& extent, int element_bytes,
-                                    const Dims& src_strides, const Dims& dst_strides);
+std::vector<CopyCall> PlanCopyCalls(const Dims& extent, int element_bytes, const Dims& src_strides,
+                                    const Dims& dst_strides);
 
 // Performs `calls` on host memory exactly as CUDA would (the reference for tests).
 void EmulateCopyCalls(const std::vector<CopyCall>& calls, const uint8_t* src, uint8_t* dst);
 
 // cudaMemcpyKind's values, from where each side lives.
-enum class MemcpyKind { kHostToHost = 0, kHostToDevice = 1, kDeviceToHost = 2, kDeviceToDevice = 3 };
+enum class MemcpyKind {
+  kHostToHost = 0,
+  kHostToDevice = 1,
+  kDeviceToHost = 2,
+  kDeviceToDevice = 3
+};
 MemcpyKind MemcpyKindOf(bool src_on_device, bool dst_on_device);
 
 }  // namespace refit::transport::gpu

@@ -33,23 +33,21 @@ class CudaIpcBuffer final : public MappedBuffer {
 absl::StatusOr<std::unique_ptr<MappedBuffer>> OpenCudaIpcBuffer(const std::string& handle,
                                                                 int64_t bytes, int32_t device) {
   if (handle.size() != sizeof(cudaIpcMemHandle_t)) {
-    return absl::InvalidArgumentError(absl::StrCat("a CUDA IPC handle has ",
-                                                   sizeof(cudaIpcMemHandle_t), " bytes, not ",
-                                                   handle.size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a CUDA IPC handle has ", sizeof(cudaIpcMemHandle_t), " bytes, not ", handle.size()));
   }
   if (bytes <= 0) return absl::InvalidArgumentError("a GPU buffer needs its size in bytes");
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess || device < 0 || device >= count) {
     cudaGetLastError();
     return absl::FailedPreconditionError(
-        absl::StrCat("CUDA device ", device, " is not available to refitd (", count,
-                     " devices)"));
+        absl::StrCat("CUDA device ", device, " is not available to refitd (", count, " devices)"));
   }
   cudaIpcMemHandle_t ipc;
   std::memcpy(&ipc, handle.data(), sizeof(ipc));
   if (cudaError_t status = cudaSetDevice(device); status != cudaSuccess) {
-    return absl::InternalError(absl::StrCat("cudaSetDevice(", device, "): ",
-                                            cudaGetErrorString(status)));
+    return absl::InternalError(
+        absl::StrCat("cudaSetDevice(", device, "): ", cudaGetErrorString(status)));
   }
   void* pointer = nullptr;
   if (cudaError_t status = cudaIpcOpenMemHandle(&pointer, ipc, cudaIpcMemLazyEnablePeerAccess);

@@ -77,7 +77,8 @@ absl::Status CopyAnyBox(const Dims& extent, int element_bytes, const StridedRef&
         break;
       case CopyCallKind::k3D: {
         cudaMemcpy3DParms parameters = {};
-        parameters.srcPtr = make_cudaPitchedPtr(from, call.src_pitch, call.src_pitch, call.src_rows);
+        parameters.srcPtr =
+            make_cudaPitchedPtr(from, call.src_pitch, call.src_pitch, call.src_rows);
         parameters.dstPtr = make_cudaPitchedPtr(to, call.dst_pitch, call.dst_pitch, call.dst_rows);
         parameters.extent = make_cudaExtent(call.width, call.height, call.depth);
         parameters.kind = kind;

@@ -41,13 +41,13 @@ struct NcclGroup::Handles {
         if (asked != ncclSuccess) return NcclStatus(asked, "ncclCommGetAsyncError");
         if (state == ncclSuccess) break;
         if (state != ncclInProgress) {
-          return absl::Status(NcclStatus(state, what).code(),
-                              absl::StrCat("NCCL rank ", gpu.member.rank, ": ",
-                                           NcclStatus(state, what).message()));
+          return absl::Status(
+              NcclStatus(state, what).code(),
+              absl::StrCat("NCCL rank ", gpu.member.rank, ": ", NcclStatus(state, what).message()));
         }
         if (absl::Now() > deadline) {
-          return absl::DeadlineExceededError(absl::StrCat(
-              "NCCL rank ", gpu.member.rank, ": ", what, " did not finish by the deadline"));
+          return absl::DeadlineExceededError(absl::StrCat("NCCL rank ", gpu.member.rank, ": ", what,
+                                                          " did not finish by the deadline"));
         }
         absl::SleepFor(absl::Microseconds(50));
       }
@@ -87,7 +87,8 @@ absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Join(const std::string& un
   };
   for (const Member& member : members) {
     if (member.rank < 0 || member.rank >= size) {
-      return fail(absl::InvalidArgumentError(absl::StrCat("NCCL rank ", member.rank, " of ", size)));
+      return fail(
+          absl::InvalidArgumentError(absl::StrCat("NCCL rank ", member.rank, " of ", size)));
     }
     Handles::Gpu& gpu = handles->gpus.emplace_back();
     gpu.member = member;
@@ -143,12 +144,13 @@ absl::Status NcclGroup::RunStep(const std::vector<Message>& messages, absl::Time
     }
     const Handles::Gpu& gpu = handles_->gpus[m.member];
     cudaSetDevice(gpu.member.device);
-    status = m.send ? NcclStatus(ncclSend(m.device_buffer, m.bytes, ncclUint8, m.peer, gpu.comm,
-                                          gpu.stream),
-                                 "ncclSend")
-                    : NcclStatus(ncclRecv(m.device_buffer, m.bytes, ncclUint8, m.peer, gpu.comm,
-                                          gpu.stream),
-                                 "ncclRecv");
+    status = m.send
+                 ? NcclStatus(
+                       ncclSend(m.device_buffer, m.bytes, ncclUint8, m.peer, gpu.comm, gpu.stream),
+                       "ncclSend")
+                 : NcclStatus(
+                       ncclRecv(m.device_buffer, m.bytes, ncclUint8, m.peer, gpu.comm, gpu.stream),
+                       "ncclRecv");
   }
   const absl::Status ended = NcclStatus(ncclGroupEnd(), "ncclGroupEnd");
   if (status.ok()) status = ended;

@@ -20,8 +20,8 @@ std::string Sizes(const std::vector<int64_t>& sizes) {
 CommunicatorRanks CommunicatorRanks::FromLayouts(const v1::LayoutSpec& sources,
                                                  const v1::LayoutSpec& destinations) {
   std::map<std::pair<std::string, int32_t>, std::vector<std::pair<int, int64_t>>> by_gpu;
-  for (auto [spec, role] : {std::pair{&sources, v1::ROLE_SOURCE},
-                            std::pair{&destinations, v1::ROLE_DESTINATION}}) {
+  for (auto [spec, role] :
+       {std::pair{&sources, v1::ROLE_SOURCE}, std::pair{&destinations, v1::ROLE_DESTINATION}}) {
     for (const v1::RankLayout& r : spec->ranks()) {
       by_gpu[{r.host(), r.device()}].push_back({role, r.rank()});
     }
@@ -109,10 +109,10 @@ absl::Status CheckSchedules(const std::map<int32_t, GpuSchedule>& schedules,
           const std::vector<int64_t> mine = sizes(gpu, step, peer, send);
           const std::vector<int64_t> theirs = sizes(peer, step, gpu, !send);
           if (mine == theirs) continue;
-          return absl::FailedPreconditionError(absl::StrCat(
-              "step ", step, ": ", Gpu(ranks, gpu), send ? " sends " : " receives ",
-              Sizes(mine), send ? " to " : " from ", Gpu(ranks, peer), ", which ",
-              send ? "receives " : "sends ", Sizes(theirs)));
+          return absl::FailedPreconditionError(
+              absl::StrCat("step ", step, ": ", Gpu(ranks, gpu), send ? " sends " : " receives ",
+                           Sizes(mine), send ? " to " : " from ", Gpu(ranks, peer), ", which ",
+                           send ? "receives " : "sends ", Sizes(theirs)));
         }
       }
     }

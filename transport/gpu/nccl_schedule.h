@@ -38,14 +38,16 @@ class CommunicatorRanks {
   static CommunicatorRanks FromLayouts(const v1::LayoutSpec& sources,
                                        const v1::LayoutSpec& destinations);
   absl::StatusOr<int32_t> Of(v1::Role role, int64_t rank) const;
-  const std::string& HostOf(int32_t communicator_rank) const { return gpus_[communicator_rank].first; }
+  const std::string& HostOf(int32_t communicator_rank) const {
+    return gpus_[communicator_rank].first;
+  }
   int32_t size() const { return static_cast<int32_t>(gpus_.size()); }
   // The communicator ranks of one host's GPUs.
   std::set<int32_t> OnHost(const std::string& host) const;
 
  private:
-  std::vector<std::pair<std::string, int32_t>> gpus_;           // by communicator rank
-  std::map<std::pair<int, int64_t>, int32_t> of_;               // (role, rank) -> rank
+  std::vector<std::pair<std::string, int32_t>> gpus_;  // by communicator rank
+  std::map<std::pair<int, int64_t>, int32_t> of_;      // (role, rank) -> rank
 };
 
 // One GPU's calls: step -> calls in issue order.

@@ -21,7 +21,7 @@ namespace {
 struct Scheduled {
   absl::Status built;
   std::map<int32_t, GpuSchedule> schedules;
-  int64_t nccl_bytes = 0;       // what the schedules send
+  int64_t nccl_bytes = 0;        // what the schedules send
   int64_t cross_host_bytes = 0;  // what the plan moves between hosts
 };
 
@@ -34,8 +34,8 @@ Scheduled ScheduleEverywhere(const v1::LayoutSpec& sources, const v1::LayoutSpec
   const CommunicatorRanks ranks = CommunicatorRanks::FromLayouts(sources, destinations);
   std::map<std::string, int32_t> daemon_of_host;
   RankPlacement placement;
-  for (auto [spec, role] : {std::pair{&sources, v1::ROLE_SOURCE},
-                            std::pair{&destinations, v1::ROLE_DESTINATION}}) {
+  for (auto [spec, role] :
+       {std::pair{&sources, v1::ROLE_SOURCE}, std::pair{&destinations, v1::ROLE_DESTINATION}}) {
     for (const v1::RankLayout& r : spec->ranks()) {
       auto [it, added] = daemon_of_host.emplace(r.host(), daemon_of_host.size());
       placement.Place(role, r.rank(), it->second);
