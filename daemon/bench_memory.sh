@@ -5,7 +5,7 @@
 # which is the bound printed). The ranks' weights live in shared-memory segments that refitd maps (RssShmem),
 # so what refitd itself adds is its private memory: it must stay within the staging budget
 # plus a fixed overhead, whatever the model size.
-#   daemon/bench_memory.sh BIN_DIR [BUDGET_MIB]
+#   daemon/bench_memory.sh BIN_DIR [BUDGET_MIB]   (SKIP_CHECKSUMS=true: without view checksums)
 set -euo pipefail
 bin=$(cd "$1" && pwd)
 budget_mib=${2:-64}
@@ -43,7 +43,7 @@ for layers in 6 12; do
   cat > "$work/job.json" <<JSON
 {"name": "mem", "model": "$work/model.json", "sourceParallel": "pp=2,ep=2",
  "destinationParallel": "tp=2,dp=2", "epochDeadlineMs": 120000,
- "stagingBudgetBytes": $((budget_mib << 20)), "skipChecksums": false}
+ "stagingBudgetBytes": $((budget_mib << 20)), "skipChecksums": ${SKIP_CHECKSUMS:-false}}
 JSON
   start_coordinator "$work/job.json"
   start_daemons "$trainer" "$inference"
