@@ -110,7 +110,7 @@ doomed=$!
 for _ in $(seq 300); do destinations_seen "$destinations" && break; sleep 0.1; done
 destinations_seen "$destinations" || { cat "$work/doomed-ranks.log"; exit 1; }
 kill -KILL "$doomed"
-wait "$doomed" 2>/dev/null || true
+{ wait "$doomed"; } 2>/dev/null || true
 rm -f /dev/shm/refit-"$doomed"-*  # the dead process could not unlink its segments
 for _ in $(seq 50); do destinations_seen 0 && break; sleep 0.1; done
 destinations_seen 0 || { echo "killed ranks were not deregistered" >&2; exit 1; }
