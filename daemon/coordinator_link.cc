@@ -214,9 +214,11 @@ absl::Status CoordinatorLink::JoinNccl(const v1::PlanSlice& slice, absl::Time de
   if (nccl_group_ == nullptr || nccl_group_->aborted() || nccl_id_ != setup.unique_id()) {
     nccl_group_.reset();
     absl::StatusOr<std::unique_ptr<transport::gpu::NcclGroup>> group =
-        transport::gpu::NcclGroup::Join(setup.unique_id(), setup.members_size(), mine, deadline);
+        transport::gpu::NcclGroup::Join(setup.unique_id(), setup.members_size(), mine, deadline,
+                                        &interrupt_);
     if (!group.ok()) return group.status();
     nccl_group_ = std::move(*group);
+    nccl_group_->SetInterrupt(&interrupt_);
     nccl_id_ = setup.unique_id();
     spdlog::info("refitd {}: joined the NCCL group with {} of its {} GPUs", node_, mine.size(),
                  setup.members_size());

@@ -13,7 +13,8 @@ struct NcclGroup::Handles {};
 absl::StatusOr<std::string> NcclGroup::NewUniqueId() { return NoNccl(); }
 
 absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Join(const std::string&, int,
-                                                           const std::vector<Member>&, absl::Time) {
+                                                           const std::vector<Member>&, absl::Time,
+                                                           const std::atomic<bool>*) {
   return NoNccl();
 }
 

@@ -33,7 +33,8 @@ struct NcclGroup::Handles {
 
   // Polls the (non-blocking) communicators until their last calls finished, one failed,
   // or the deadline passed.
-  absl::Status AwaitComms(absl::Time deadline, const char* what) const {
+  absl::Status AwaitComms(absl::Time deadline, const std::atomic<bool>* interrupt,
+                          const char* what) const {
     for (const Gpu& gpu : gpus) {
       while (true) {
         ncclResult_t state = ncclSuccess;
@@ -44,6 +45,10 @@ struct NcclGroup::Handles {
           return absl::Status(
               NcclStatus(state, what).code(),
               absl::StrCat("NCCL rank ", gpu.member.rank, ": ", NcclStatus(state, what).message()));
+        }
+        if (interrupt != nullptr && *interrupt) {
+          return absl::CancelledError(
+              absl::StrCat("NCCL rank ", gpu.member.rank, ": ", what, " was interrupted"));
         }
         if (absl::Now() > deadline) {
           return absl::DeadlineExceededError(absl::StrCat("NCCL rank ", gpu.member.rank, ": ", what,
@@ -68,7 +73,8 @@ NcclGroup::NcclGroup(std::unique_ptr<Handles> handles, int size)
 
 absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Join(const std::string& unique_id, int size,
                                                            const std::vector<Member>& members,
-                                                           absl::Time deadline) {
+                                                           absl::Time deadline,
+                                                           const std::atomic<bool>* interrupt) {
   if (unique_id.size() != sizeof(ncclUniqueId)) {
     return absl::InvalidArgumentError(absl::StrCat("an NCCL unique id has ", sizeof(ncclUniqueId),
                                                    " bytes, not ", unique_id.size()));
@@ -110,7 +116,8 @@ absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Join(const std::string& un
   }
   const absl::Status ended = NcclStatus(ncclGroupEnd(), "ncclGroupEnd");
   if (status.ok()) status = ended;
-  if (status.ok()) status = handles->AwaitComms(deadline, "joining the NCCL communicator");
+  if (status.ok())
+    status = handles->AwaitComms(deadline, interrupt, "joining the NCCL communicator");
   if (!status.ok()) return fail(status);
   return std::unique_ptr<NcclGroup>(new NcclGroup(std::move(handles), size));
 }
@@ -154,7 +161,7 @@ absl::Status NcclGroup::RunStep(const std::vector<Message>& messages, absl::Time
   }
   const absl::Status ended = NcclStatus(ncclGroupEnd(), "ncclGroupEnd");
   if (status.ok()) status = ended;
-  if (status.ok()) status = handles_->AwaitComms(deadline, "issuing the NCCL step");
+  if (status.ok()) status = handles_->AwaitComms(deadline, interrupt_, "issuing the NCCL step");
   // The step is on the members' streams: wait for them, watching for NCCL errors and the
   // deadline.
   for (const Handles::Gpu& gpu : handles_->gpus) {
@@ -170,6 +177,9 @@ absl::Status NcclGroup::RunStep(const std::vector<Message>& messages, absl::Time
       ncclCommGetAsyncError(gpu.comm, &state);
       if (state != ncclSuccess && state != ncclInProgress) {
         status = NcclStatus(state, "NCCL send/receive");
+      } else if (interrupt_ != nullptr && *interrupt_) {
+        status = absl::CancelledError(absl::StrCat(
+            "NCCL rank ", gpu.member.rank, ": interrupted with sends and receives unfinished"));
       } else if (absl::Now() > deadline) {
         status = absl::DeadlineExceededError(absl::StrCat(
             "NCCL rank ", gpu.member.rank, ": sends and receives unfinished at the deadline"));
