@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/refit.pb.h"
+#include "transport/gpu/device_memory.h"
 
 namespace refit::client {
 
@@ -21,27 +22,24 @@ namespace refit::client {
 absl::StatusOr<v1::BufferSpec> CudaBufferRegistration(const std::string& name,
                                                       const void* device_pointer, int64_t bytes);
 
+// GPU memory a rank owns and registers (the synthetic ranks and the GPU checks use it).
 class GpuBuffer {
  public:
   static absl::StatusOr<std::unique_ptr<GpuBuffer>> Allocate(int64_t bytes, int32_t device);
-  ~GpuBuffer();
-  GpuBuffer(const GpuBuffer&) = delete;
-  GpuBuffer& operator=(const GpuBuffer&) = delete;
 
-  void* data() const { return data_; }
+  void* data() const { return memory_->data(); }
   int64_t bytes() const { return bytes_; }
   absl::StatusOr<v1::BufferSpec> Registration(const std::string& name) const {
-    return CudaBufferRegistration(name, data_, bytes_);
+    return CudaBufferRegistration(name, data(), bytes_);
   }
   absl::Status CopyFromHost(const void* host);  // bytes() bytes
   absl::Status CopyToHost(void* host) const;
 
  private:
-  GpuBuffer(void* data, int64_t bytes, int32_t device)
-      : data_(data), bytes_(bytes), device_(device) {}
-  void* data_;
+  GpuBuffer(std::unique_ptr<transport::gpu::DeviceMemory> memory, int64_t bytes)
+      : memory_(std::move(memory)), bytes_(bytes) {}
+  std::unique_ptr<transport::gpu::DeviceMemory> memory_;
   int64_t bytes_;
-  int32_t device_;
 };
 
 }  // namespace refit::client

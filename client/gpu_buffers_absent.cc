@@ -16,7 +16,6 @@ absl::StatusOr<std::unique_ptr<GpuBuffer>> GpuBuffer::Allocate(int64_t, int32_t)
   return NoCuda();
 }
 
-GpuBuffer::~GpuBuffer() = default;
 absl::Status GpuBuffer::CopyFromHost(const void*) { return NoCuda(); }
 absl::Status GpuBuffer::CopyToHost(void*) const { return NoCuda(); }
 

@@ -32,26 +32,18 @@ absl::StatusOr<v1::BufferSpec> CudaBufferRegistration(const std::string& name,
 }
 
 absl::StatusOr<std::unique_ptr<GpuBuffer>> GpuBuffer::Allocate(int64_t bytes, int32_t device) {
-  absl::Status status =
-      CudaStatus(cudaSetDevice(device), absl::StrCat("cudaSetDevice(", device, ")"));
-  if (!status.ok()) return status;
-  void* data = nullptr;
-  status = CudaStatus(cudaMalloc(&data, bytes), absl::StrCat("cudaMalloc(", bytes, ")"));
-  if (!status.ok()) return status;
-  return std::unique_ptr<GpuBuffer>(new GpuBuffer(data, bytes, device));
-}
-
-GpuBuffer::~GpuBuffer() {
-  cudaSetDevice(device_);
-  cudaFree(data_);
+  absl::StatusOr<std::unique_ptr<transport::gpu::DeviceMemory>> memory =
+      transport::gpu::DeviceMemory::Allocate(bytes, device);
+  if (!memory.ok()) return memory.status();
+  return std::unique_ptr<GpuBuffer>(new GpuBuffer(std::move(*memory), bytes));
 }
 
 absl::Status GpuBuffer::CopyFromHost(const void* host) {
-  return CudaStatus(cudaMemcpy(data_, host, bytes_, cudaMemcpyHostToDevice), "cudaMemcpy to GPU");
+  return CudaStatus(cudaMemcpy(data(), host, bytes_, cudaMemcpyHostToDevice), "cudaMemcpy to GPU");
 }
 
 absl::Status GpuBuffer::CopyToHost(void* host) const {
-  return CudaStatus(cudaMemcpy(host, data_, bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
+  return CudaStatus(cudaMemcpy(host, data(), bytes_, cudaMemcpyDeviceToHost), "cudaMemcpy to host");
 }
 
 }  // namespace refit::client
