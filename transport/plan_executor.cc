@@ -94,13 +94,6 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
       incoming[r.src_daemon].push_back(r.transfer);
     }
   }
-  auto message_bytes = [&](const std::vector<const v1::Transfer*>& list) {
-    int64_t bytes = 0;
-    for (const v1::Transfer* t : list) {
-      bytes += Volume(ExtentOf(*t)) * buffers_.tensors().at(t->tensor()).element_bytes;
-    }
-    return bytes;
-  };
   std::vector<PendingOperation> operations;
   std::map<int32_t, std::vector<uint8_t>> inbox, outbox;
   auto fail = [&](const absl::Status& status) {
@@ -116,7 +109,7 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
   }
   for (const auto& [peer, list] : incoming) {
     std::vector<uint8_t>& staging = inbox[peer];
-    staging.resize(message_bytes(list));
+    staging.resize(PackedBytes(list));
     absl::StatusOr<PendingOperation> posted =
         worker_->PostReceive(MessageTag(epoch, false, batch, peer), staging.data(), staging.size());
     if (!posted.ok()) return fail(posted.status());
@@ -129,19 +122,10 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
           absl::StrCat("batch ", batch, ": no connection to daemon ", peer)));
     }
     std::vector<uint8_t>& staging = outbox[peer];
-    staging.resize(message_bytes(list));
-    uint8_t* cursor = staging.data();
-    for (const v1::Transfer* t : list) {
-      absl::StatusOr<StridedRef> from = Locate(t->src(), *t, scratch);
-      if (!from.ok()) return fail(from.status());
-      const Dims extent = ExtentOf(*t);
-      const int element_bytes = buffers_.tensors().at(t->tensor()).element_bytes;
-      absl::Status packed = gpu::CopyAnyBox(extent, element_bytes, *from,
-                                            StridedRef{cursor, RowMajorStrides(extent)});
-      if (!packed.ok()) return fail(packed);
-      stats->runs += CountRuns(extent, from->strides, RowMajorStrides(extent));
-      cursor += Volume(extent) * element_bytes;
-    }
+    staging.resize(PackedBytes(list));
+    absl::Status packed =
+        CopyPieces(list, staging.data(), /*staging_device=*/-1, /*pack=*/true, scratch, stats);
+    if (!packed.ok()) return fail(packed);
     absl::StatusOr<PendingOperation> posted =
         endpoint->PostSend(MessageTag(epoch, false, batch, self_), staging.data(), staging.size());
     if (!posted.ok()) return fail(posted.status());
@@ -171,19 +155,37 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
                                               staging.size()));
     }
     stats->bytes_received_from[peer] += staging.size();
-    const uint8_t* cursor = staging.data();
-    for (const v1::Transfer* t : list) {
-      absl::StatusOr<StridedRef> to = Locate(t->dst(), *t, scratch);
-      if (!to.ok()) return to.status();
-      const Dims extent = ExtentOf(*t);
-      const int element_bytes = buffers_.tensors().at(t->tensor()).element_bytes;
-      absl::Status unpacked =
-          gpu::CopyAnyBox(extent, element_bytes,
-                          StridedRef{const_cast<uint8_t*>(cursor), RowMajorStrides(extent)}, *to);
-      if (!unpacked.ok()) return unpacked;
-      stats->runs += CountRuns(extent, RowMajorStrides(extent), to->strides);
-      cursor += Volume(extent) * element_bytes;
-    }
+    absl::Status unpacked =
+        CopyPieces(list, const_cast<uint8_t*>(staging.data()), /*staging_device=*/-1,
+                   /*pack=*/false, scratch, stats);
+    if (!unpacked.ok()) return unpacked;
+  }
+  return absl::OkStatus();
+}
+
+int64_t PlanExecutor::PackedBytes(const std::vector<const v1::Transfer*>& list) const {
+  int64_t bytes = 0;
+  for (const v1::Transfer* t : list) {
+    bytes += Volume(ExtentOf(*t)) * buffers_.tensors().at(t->tensor()).element_bytes;
+  }
+  return bytes;
+}
+
+absl::Status PlanExecutor::CopyPieces(const std::vector<const v1::Transfer*>& list,
+                                      uint8_t* staging, int32_t staging_device, bool pack,
+                                      ScratchArena* scratch, ExecutionStats* stats) {
+  uint8_t* cursor = staging;
+  for (const v1::Transfer* t : list) {
+    absl::StatusOr<StridedRef> side = Locate(pack ? t->src() : t->dst(), *t, scratch);
+    if (!side.ok()) return side.status();
+    const Dims extent = ExtentOf(*t);
+    const int element_bytes = buffers_.tensors().at(t->tensor()).element_bytes;
+    const StridedRef dense{cursor, RowMajorStrides(extent), staging_device};
+    absl::Status copied = pack ? gpu::CopyAnyBox(extent, element_bytes, *side, dense)
+                               : gpu::CopyAnyBox(extent, element_bytes, dense, *side);
+    if (!copied.ok()) return copied;
+    stats->runs += CountRuns(extent, side->strides, dense.strides);
+    cursor += Volume(extent) * element_bytes;
   }
   return absl::OkStatus();
 }
@@ -206,30 +208,6 @@ absl::Status PlanExecutor::RunNcclStep(const NcclMessages& outgoing, const NcclM
                                        ExecutionStats* stats) {
   std::vector<gpu::NcclGroup::Message> messages;
   std::vector<std::unique_ptr<gpu::DeviceMemory>> staging;
-  // Packs or unpacks one message's pieces, in plan order, through its staging block.
-  auto walk = [&](const std::vector<const v1::Transfer*>& list, gpu::DeviceMemory* block,
-                  bool pack) -> absl::Status {
-    uint8_t* cursor = block->data();
-    for (const v1::Transfer* t : list) {
-      absl::StatusOr<StridedRef> side = Locate(pack ? t->src() : t->dst(), *t, scratch);
-      if (!side.ok()) return side.status();
-      const Dims extent = ExtentOf(*t);
-      const int element_bytes = buffers_.tensors().at(t->tensor()).element_bytes;
-      const StridedRef dense{cursor, RowMajorStrides(extent), block->device()};
-      absl::Status copied = pack ? gpu::CopyAnyBox(extent, element_bytes, *side, dense)
-                                 : gpu::CopyAnyBox(extent, element_bytes, dense, *side);
-      if (!copied.ok()) return copied;
-      cursor += Volume(extent) * element_bytes;
-    }
-    return absl::OkStatus();
-  };
-  auto bytes_of = [&](const std::vector<const v1::Transfer*>& list) {
-    int64_t bytes = 0;
-    for (const v1::Transfer* t : list) {
-      bytes += Volume(ExtentOf(*t)) * buffers_.tensors().at(t->tensor()).element_bytes;
-    }
-    return bytes;
-  };
   auto device_of = [&](const v1::Endpoint& e) {
     return placement_.DeviceOf(EndpointRole(e.kind()), e.rank());
   };
@@ -246,12 +224,13 @@ absl::Status PlanExecutor::RunNcclStep(const NcclMessages& outgoing, const NcclM
             absl::StrCat("batch ", batch, ": NCCL rank ", mine, " is not a GPU of this daemon"));
       }
       const v1::Transfer& first = *list.front();
-      const int64_t bytes = bytes_of(list);
+      const int64_t bytes = PackedBytes(list);
       absl::StatusOr<std::unique_ptr<gpu::DeviceMemory>> block =
           gpu::DeviceMemory::Allocate(bytes, device_of(send ? first.src() : first.dst()));
       if (!block.ok()) return block.status();
       if (send) {
-        absl::Status packed = walk(list, block->get(), true);
+        absl::Status packed =
+            CopyPieces(list, (*block)->data(), (*block)->device(), /*pack=*/true, scratch, stats);
         if (!packed.ok()) return packed;
         stats->bytes_sent_to[daemon_of(first.dst())] += bytes;
       } else {
@@ -266,7 +245,9 @@ absl::Status PlanExecutor::RunNcclStep(const NcclMessages& outgoing, const NcclM
     return absl::Status(done.code(), absl::StrCat("batch ", batch, ": ", done.message()));
   size_t block = outgoing.size();
   for (const auto& [pair, list] : incoming) {
-    absl::Status unpacked = walk(list, staging[block++].get(), false);
+    const gpu::DeviceMemory& memory = *staging[block++];
+    absl::Status unpacked =
+        CopyPieces(list, memory.data(), memory.device(), /*pack=*/false, scratch, stats);
     if (!unpacked.ok()) return unpacked;
   }
   return absl::OkStatus();

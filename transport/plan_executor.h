@@ -95,6 +95,14 @@ class PlanExecutor {
 
   absl::Status RunBatch(const std::vector<Resolved>& transfers, int32_t batch, uint32_t epoch,
                         absl::Time deadline, ScratchArena* scratch, ExecutionStats* stats);
+  // Bytes of `list`'s pieces packed densely one after another.
+  int64_t PackedBytes(const std::vector<const v1::Transfer*>& list) const;
+  // Packs `list`'s pieces from their source views into `staging` (on CUDA device
+  // `staging_device`, -1: host), densely in list order, or unpacks them from it into their
+  // destination views.
+  absl::Status CopyPieces(const std::vector<const v1::Transfer*>& list, uint8_t* staging,
+                          int32_t staging_device, bool pack, ScratchArena* scratch,
+                          ExecutionStats* stats);
   // (sender NCCL rank, receiver NCCL rank) -> the batch's pieces between them, plan order.
   using NcclMessages = std::map<std::pair<int32_t, int32_t>, std::vector<const v1::Transfer*>>;
   // True when `r` goes over NCCL; sets the pair of NCCL ranks.
