@@ -280,7 +280,10 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
   transport::PlanExecutor executor(registry_->buffers(), placement, slice.daemon_index(), worker,
                                    peers);
   executor.SetInterrupt(&interrupt_);
-  if (nccl.group != nullptr) executor.UseNccl(&nccl);
+  if (nccl.group != nullptr) {
+    executor.UseNccl(&nccl);
+    executor.UseDeviceStaging(&device_staging_);
+  }
   executor.OnProgress([&](int64_t delivered) {
     v1::DaemonMessage progress;
     progress.mutable_progress()->set_epoch_id(execute.epoch_id());

@@ -97,6 +97,8 @@ class CoordinatorLink {
   std::map<int32_t, std::pair<std::string, std::unique_ptr<transport::UcxEndpoint>>> peers_;
   std::unique_ptr<transport::gpu::NcclGroup> nccl_group_;
   std::string nccl_id_;
+  // NCCL messages' GPU staging, kept across epochs (allocating synchronizes the GPU).
+  transport::StagingPool device_staging_{transport::DeviceStagingAllocator()};
 };
 
 }  // namespace refit::daemon

@@ -206,48 +206,76 @@ bool PlanExecutor::ViaNccl(const Resolved& r, std::pair<int32_t, int32_t>* pair)
 absl::Status PlanExecutor::RunNcclStep(const NcclMessages& outgoing, const NcclMessages& incoming,
                                        int32_t batch, absl::Time deadline, ScratchArena* scratch,
                                        ExecutionStats* stats) {
-  std::vector<gpu::NcclGroup::Message> messages;
-  std::vector<std::unique_ptr<gpu::DeviceMemory>> staging;
   auto device_of = [&](const v1::Endpoint& e) {
     return placement_.DeviceOf(EndpointRole(e.kind()), e.rank());
   };
   auto daemon_of = [&](const v1::Endpoint& e) {
     return *placement_.DaemonOf(EndpointRole(e.kind()), e.rank());
   };
+  // One message per (pair, direction), sends first; its staging lives on its own GPU.
+  struct Staged {
+    bool send;
+    int32_t peer;
+    int member;
+    int32_t device;
+    const std::vector<const v1::Transfer*>* list;
+    int64_t bytes;
+    uint8_t* memory = nullptr;
+  };
+  std::vector<Staged> staged;
+  std::map<int32_t, std::vector<int64_t>> sizes_by_device;
   for (const bool send : {true, false}) {
     for (const auto& [pair, list] : send ? outgoing : incoming) {
       const int32_t mine = send ? pair.first : pair.second;
-      const int32_t peer = send ? pair.second : pair.first;
       auto member = nccl_->member_of.find(mine);
       if (member == nccl_->member_of.end()) {
         return absl::FailedPreconditionError(
             absl::StrCat("batch ", batch, ": NCCL rank ", mine, " is not a GPU of this daemon"));
       }
       const v1::Transfer& first = *list.front();
-      const int64_t bytes = PackedBytes(list);
-      absl::StatusOr<std::unique_ptr<gpu::DeviceMemory>> block =
-          gpu::DeviceMemory::Allocate(bytes, device_of(send ? first.src() : first.dst()));
-      if (!block.ok()) return block.status();
-      if (send) {
-        absl::Status packed =
-            CopyPieces(list, (*block)->data(), (*block)->device(), /*pack=*/true, scratch, stats);
-        if (!packed.ok()) return packed;
-        stats->bytes_sent_to[daemon_of(first.dst())] += bytes;
-      } else {
-        stats->bytes_received_from[daemon_of(first.src())] += bytes;
-      }
-      messages.push_back({member->second, send, peer, (*block)->data(), bytes});
-      staging.push_back(std::move(*block));
+      const int32_t device = device_of(send ? first.src() : first.dst());
+      staged.push_back({send, send ? pair.second : pair.first, member->second, device, &list,
+                        PackedBytes(list)});
+      sizes_by_device[device].push_back(staged.back().bytes);
     }
+  }
+  std::unique_ptr<StagingPool> own_pool;
+  StagingPool* pool = device_staging_;
+  if (pool == nullptr) {
+    own_pool = std::make_unique<StagingPool>(DeviceStagingAllocator());
+    pool = own_pool.get();
+  }
+  for (const auto& [device, sizes] : sizes_by_device) {
+    absl::StatusOr<std::vector<uint8_t*>> carved = pool->Carve(device, sizes);
+    if (!carved.ok()) {
+      return absl::Status(carved.status().code(),
+                          absl::StrCat("batch ", batch, ": ", carved.status().message()));
+    }
+    size_t next = 0;
+    for (Staged& message : staged) {
+      if (message.device == device) message.memory = (*carved)[next++];
+    }
+  }
+  std::vector<gpu::NcclGroup::Message> messages;
+  for (Staged& message : staged) {
+    const v1::Transfer& first = *message.list->front();
+    if (message.send) {
+      absl::Status packed = CopyPieces(*message.list, message.memory, message.device,
+                                       /*pack=*/true, scratch, stats);
+      if (!packed.ok()) return packed;
+      stats->bytes_sent_to[daemon_of(first.dst())] += message.bytes;
+    } else {
+      stats->bytes_received_from[daemon_of(first.src())] += message.bytes;
+    }
+    messages.push_back({message.member, message.send, message.peer, message.memory, message.bytes});
   }
   absl::Status done = nccl_->group->RunStep(messages, deadline);
   if (!done.ok())
     return absl::Status(done.code(), absl::StrCat("batch ", batch, ": ", done.message()));
-  size_t block = outgoing.size();
-  for (const auto& [pair, list] : incoming) {
-    const gpu::DeviceMemory& memory = *staging[block++];
-    absl::Status unpacked =
-        CopyPieces(list, memory.data(), memory.device(), /*pack=*/false, scratch, stats);
+  for (const Staged& message : staged) {
+    if (message.send) continue;
+    absl::Status unpacked = CopyPieces(*message.list, message.memory, message.device,
+                                       /*pack=*/false, scratch, stats);
     if (!unpacked.ok()) return unpacked;
   }
   return absl::OkStatus();
@@ -359,6 +387,16 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
     if (progress_ && batch_delivered > 0) progress_(stats.delivered_bytes);
   }
   return stats;
+}
+
+StagingPool::Allocator DeviceStagingAllocator() {
+  return [](int64_t bytes, int32_t device) -> absl::StatusOr<std::shared_ptr<uint8_t>> {
+    absl::StatusOr<std::unique_ptr<gpu::DeviceMemory>> memory =
+        gpu::DeviceMemory::Allocate(bytes, device);
+    if (!memory.ok()) return memory.status();
+    std::shared_ptr<gpu::DeviceMemory> owner = std::move(*memory);
+    return std::shared_ptr<uint8_t>(owner, owner->data());
+  };
 }
 
 }  // namespace refit::transport

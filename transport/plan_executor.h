@@ -20,6 +20,7 @@
 #include "transport/gpu/nccl_group.h"
 #include "transport/local_executor.h"
 #include "transport/scratch_arena.h"
+#include "transport/staging_pool.h"
 #include "transport/ucx_worker.h"
 
 namespace refit::transport {
@@ -86,6 +87,10 @@ class PlanExecutor {
   // Sends pieces between GPU buffers of different daemons over NCCL instead of UCX.
   void UseNccl(const NcclRoute* route) { nccl_ = route; }
 
+  // GPU staging for NCCL messages comes from `pool` (kept by the caller across epochs)
+  // instead of a pool that lives for one Run.
+  void UseDeviceStaging(StagingPool* pool) { device_staging_ = pool; }
+
  private:
   struct Resolved {
     const v1::Transfer* transfer;
@@ -125,7 +130,11 @@ class PlanExecutor {
   std::function<void(int64_t)> progress_;
   const std::atomic<bool>* interrupt_ = nullptr;
   const NcclRoute* nccl_ = nullptr;
+  StagingPool* device_staging_ = nullptr;
 };
+
+// Device memory for a StagingPool (cudaMalloc); UNIMPLEMENTED without CUDA in the build.
+StagingPool::Allocator DeviceStagingAllocator();
 
 }  // namespace refit::transport
 
