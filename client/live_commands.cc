@@ -115,9 +115,10 @@ int RunRefitCommand(const std::vector<std::string>& args, std::ostream& out, std
   out << (line->Has("json") ? Json(*report) : ReportLine(*report) + "\n");
   if (!line->Has("json") && !report->slowest_node().empty()) {
     out << absl::StrFormat(
-        "  slowest node %s (%.3f s), slowest destination rank %d (%.3f s), %d views checksummed\n",
+        "  slowest node %s (%.3f s), slowest destination rank %d (%.3f s), %d views and %d "
+        "pieces checksummed\n",
         report->slowest_node(), report->slowest_node_seconds(), report->slowest_rank(),
-        report->slowest_rank_seconds(), report->views_checksummed());
+        report->slowest_rank_seconds(), report->views_checksummed(), report->pieces_checksummed());
   }
   return kExitOk;
 }

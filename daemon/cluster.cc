@@ -14,55 +14,148 @@ std::string RankName(int role, int64_t rank) {
 
 }  // namespace
 
-int32_t Cluster::AddDaemon(const v1::DaemonHello& hello, std::shared_ptr<DaemonChannel> channel) {
-  absl::MutexLock lock(&mu_);
-  auto [it, inserted] = index_of_node_.emplace(hello.node(), index_of_node_.size());
-  DaemonRecord& record = daemons_[it->second];
-  record.peer.set_index(it->second);
-  record.peer.set_node(hello.node());
-  record.peer.set_data_plane_address(hello.data_plane_address());
-  record.gpu = hello.gpu();
-  record.channel = std::move(channel);
-  record.connected = true;
-  return it->second;
+absl::StatusOr<DaemonSession> Cluster::AddDaemon(const v1::DaemonHello& hello,
+                                                 std::shared_ptr<DaemonChannel> channel,
+                                                 bool* superseded) {
+  std::shared_ptr<DaemonChannel> fenced;
+  DaemonSession session;
+  {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string>& replaced = fenced_[hello.node()];
+    if (!hello.incarnation().empty() &&
+        std::find(replaced.begin(), replaced.end(), hello.incarnation()) != replaced.end()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("refitd on ", hello.node(), " incarnation ", hello.incarnation(),
+                       " was replaced by a newer incarnation of the node; restart it to rejoin"));
+    }
+    auto [it, inserted] = index_of_node_.emplace(hello.node(), index_of_node_.size());
+    DaemonRecord& record = daemons_[it->second];
+    if (superseded != nullptr) *superseded = record.connected;
+    if (record.connected) {
+      fenced = std::move(record.channel);
+      DropRanksLocked(it->second);
+    }
+    if (!record.incarnation.empty() && record.incarnation != hello.incarnation()) {
+      replaced.push_back(record.incarnation);
+      if (replaced.size() > 16) replaced.erase(replaced.begin());
+    }
+    record.peer.set_index(it->second);
+    record.peer.set_node(hello.node());
+    record.peer.set_data_plane_address(hello.data_plane_address());
+    record.gpu = hello.gpu();
+    record.incarnation = hello.incarnation();
+    record.channel = std::move(channel);
+    record.connected = true;
+    record.generation = ++generations_;
+    record.last_heard = absl::Now();
+    record.committed_version = hello.committed_version();
+    session = {it->second, record.generation};
+  }
+  if (fenced != nullptr) fenced->Cut();
+  return session;
 }
 
-void Cluster::RemoveDaemon(int32_t daemon) {
+bool Cluster::IsCurrentLocked(const DaemonSession& session) const {
+  auto it = daemons_.find(session.index);
+  return it != daemons_.end() && it->second.connected &&
+         it->second.generation == session.generation;
+}
+
+bool Cluster::IsCurrent(const DaemonSession& session) const {
   absl::MutexLock lock(&mu_);
-  auto it = daemons_.find(daemon);
-  if (it == daemons_.end()) return;
-  it->second.connected = false;
-  it->second.channel.reset();
+  return IsCurrentLocked(session);
+}
+
+void Cluster::DropRanksLocked(int32_t daemon) {
   for (auto rank = ranks_.begin(); rank != ranks_.end();) {
     rank = rank->second.daemon == daemon ? ranks_.erase(rank) : std::next(rank);
   }
 }
 
-absl::Status Cluster::AddRank(int32_t daemon, const v1::RankRegistration& registration) {
+void Cluster::RemoveDaemon(const DaemonSession& session) {
+  absl::MutexLock lock(&mu_);
+  if (!IsCurrentLocked(session)) return;
+  DaemonRecord& record = daemons_[session.index];
+  record.connected = false;
+  record.channel.reset();
+  DropRanksLocked(session.index);
+}
+
+absl::Status Cluster::AddRank(const DaemonSession& session,
+                              const v1::RankRegistration& registration) {
   absl::MutexLock lock(&mu_);
   const std::pair<int, int64_t> key = {registration.role(), registration.layout().rank()};
+  if (!IsCurrentLocked(session)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(RankName(key.first, key.second), ": the registering daemon was fenced"));
+  }
   auto it = ranks_.find(key);
-  if (it != ranks_.end() && it->second.daemon != daemon) {
+  if (it != ranks_.end() && it->second.daemon != session.index) {
     return absl::AlreadyExistsError(absl::StrCat(RankName(key.first, key.second),
                                                  " is already registered by daemon ",
                                                  daemons_[it->second.daemon].peer.node()));
   }
-  ranks_[key] = RankRecord{daemon, registration};
+  ranks_[key] = RankRecord{session.index, registration};
   return absl::OkStatus();
 }
 
-void Cluster::RemoveRank(int32_t daemon, v1::Role role, int64_t rank) {
+absl::Status Cluster::RemoveRank(const DaemonSession& session, v1::Role role, int64_t rank) {
   absl::MutexLock lock(&mu_);
+  if (!IsCurrentLocked(session)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(RankName(role, rank), ": the deregistering daemon was fenced"));
+  }
   auto it = ranks_.find({role, rank});
-  if (it != ranks_.end() && it->second.daemon == daemon) ranks_.erase(it);
+  if (it != ranks_.end() && it->second.daemon == session.index) ranks_.erase(it);
+  return absl::OkStatus();
 }
 
-void Cluster::MarkPublished(int32_t daemon, int64_t source_rank, int64_t version) {
+absl::Status Cluster::MarkPublished(const DaemonSession& session, int64_t source_rank,
+                                    int64_t version) {
   absl::MutexLock lock(&mu_);
+  if (!IsCurrentLocked(session)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(RankName(v1::ROLE_SOURCE, source_rank), ": the publishing daemon was fenced"));
+  }
   auto it = ranks_.find({v1::ROLE_SOURCE, source_rank});
-  if (it != ranks_.end() && it->second.daemon == daemon) {
+  if (it != ranks_.end() && it->second.daemon == session.index) {
     it->second.published = std::max(it->second.published, version);
   }
+  return absl::OkStatus();
+}
+
+bool Cluster::Touch(const DaemonSession& session) {
+  absl::MutexLock lock(&mu_);
+  if (!IsCurrentLocked(session)) return false;
+  daemons_[session.index].last_heard = absl::Now();
+  return true;
+}
+
+std::vector<std::string> Cluster::CutExpired(absl::Time now, absl::Duration lease) {
+  std::vector<std::shared_ptr<DaemonChannel>> expired;
+  std::vector<std::string> nodes;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [index, record] : daemons_) {
+      if (!record.connected || now - record.last_heard <= lease) continue;
+      expired.push_back(record.channel);
+      nodes.push_back(record.peer.node());
+    }
+  }
+  // The streams' handlers see the cut and remove the daemons (and fail their epoch).
+  for (const std::shared_ptr<DaemonChannel>& channel : expired) {
+    if (channel != nullptr) channel->Cut();
+  }
+  return nodes;
+}
+
+int64_t Cluster::CommittedVersion() const {
+  absl::MutexLock lock(&mu_);
+  int64_t version = -1;
+  for (const auto& [index, record] : daemons_) {
+    version = std::max(version, record.committed_version);
+  }
+  return version;
 }
 
 std::vector<int64_t> Cluster::AwaitPublished(int64_t version, absl::Time deadline) const {

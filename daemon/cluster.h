@@ -23,6 +23,15 @@ class DaemonChannel {
  public:
   virtual ~DaemonChannel() = default;
   virtual bool Send(const v1::CoordinatorMessage& message) = 0;
+  // Ends the stream from the coordinator's side (fencing, an expired lease).
+  virtual void Cut() {}
+};
+
+// One control stream of one daemon: its index and which of the node's sessions it is.
+// Only the newest session of a node may act; older ones are fenced.
+struct DaemonSession {
+  int32_t index = -1;
+  int64_t generation = 0;
 };
 
 struct ClusterSnapshot {
@@ -35,13 +44,30 @@ struct ClusterSnapshot {
 
 class Cluster {
  public:
-  // A daemon said hello; returns its index (reused when the node reconnects).
-  int32_t AddDaemon(const v1::DaemonHello& hello, std::shared_ptr<DaemonChannel> channel);
-  // The daemon's stream ended: it and its ranks leave the group.
-  void RemoveDaemon(int32_t daemon);
-  absl::Status AddRank(int32_t daemon, const v1::RankRegistration& registration);
-  void RemoveRank(int32_t daemon, v1::Role role, int64_t rank);
-  void MarkPublished(int32_t daemon, int64_t source_rank, int64_t version);
+  // A daemon said hello. Its index is reused when the node reconnects. A session of the
+  // node still open (an older incarnation, or a stream not yet seen broken) is fenced: its
+  // ranks leave, its stream is cut and whatever it sends from now on is ignored;
+  // `*superseded` says so.
+  // A hello from an incarnation that a newer one of its node replaced is refused
+  // (FAILED_PRECONDITION), so a stale daemon cannot take the node back.
+  absl::StatusOr<DaemonSession> AddDaemon(const v1::DaemonHello& hello,
+                                          std::shared_ptr<DaemonChannel> channel,
+                                          bool* superseded = nullptr);
+  // The session's stream ended: it and its ranks leave the group (if it is still current).
+  void RemoveDaemon(const DaemonSession& session);
+  // Each fails (FAILED_PRECONDITION) for a fenced session.
+  absl::Status AddRank(const DaemonSession& session, const v1::RankRegistration& registration);
+  absl::Status RemoveRank(const DaemonSession& session, v1::Role role, int64_t rank);
+  absl::Status MarkPublished(const DaemonSession& session, int64_t source_rank, int64_t version);
+  // The session was heard from now; false when it is fenced.
+  bool Touch(const DaemonSession& session);
+  bool IsCurrent(const DaemonSession& session) const;
+  // Cuts the stream of every current session silent for longer than `lease`; returns the
+  // nodes cut.
+  std::vector<std::string> CutExpired(absl::Time now, absl::Duration lease);
+  // The newest version the daemons say they committed (-1: none), for a restarted
+  // coordinator.
+  int64_t CommittedVersion() const;
 
   // Waits until every registered source rank has published `version` (or a later one);
   // returns the ranks still missing at the deadline (empty: all published).
@@ -60,9 +86,15 @@ class Cluster {
   struct DaemonRecord {
     v1::DaemonPeer peer;
     std::string gpu;
+    std::string incarnation;
     std::shared_ptr<DaemonChannel> channel;
     bool connected = false;
+    int64_t generation = 0;
+    absl::Time last_heard;
+    int64_t committed_version = -1;
   };
+  bool IsCurrentLocked(const DaemonSession& session) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropRanksLocked(int32_t daemon) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct RankRecord {
     int32_t daemon = 0;
     v1::RankRegistration registration;
@@ -73,6 +105,9 @@ class Cluster {
   std::map<int32_t, DaemonRecord> daemons_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int32_t> index_of_node_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<int, int64_t>, RankRecord> ranks_ ABSL_GUARDED_BY(mu_);
+  int64_t generations_ ABSL_GUARDED_BY(mu_) = 0;
+  // Per node, the incarnations a newer one replaced (the latest few).
+  std::map<std::string, std::vector<std::string>> fenced_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace refit::daemon

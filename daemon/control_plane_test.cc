@@ -29,6 +29,7 @@ class ControlPlaneTest : public ::testing::Test {
     job.set_source_ranks(2);
     job.set_destination_ranks(2);
     job.set_staging_budget_bytes(256);  // several batches
+    coordinator_job_ = job;
     auto server = CoordinatorServer::Start("127.0.0.1:0", job, absl::Seconds(30), &metrics_);
     ASSERT_TRUE(server.ok()) << server.status();
     coordinator_ = std::move(*server);
@@ -96,6 +97,7 @@ class ControlPlaneTest : public ::testing::Test {
   }
 
   CoordinatorMetrics metrics_{std::make_shared<prometheus::Registry>()};
+  v1::JobSpec coordinator_job_;
   std::unique_ptr<CoordinatorServer> coordinator_;
   std::string address_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
@@ -196,6 +198,86 @@ TEST_F(ControlPlaneTest, ARankThatLeftMakesTheNextRefitFailNamingTheGap) {
   EXPECT_EQ(metrics_.ranks.Add({{"role", "source"}}).Value(), 1);
   EXPECT_EQ(inference_.WaitForVersion(0, 2, absl::Now() + absl::Milliseconds(50)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
+}
+
+// Publishes `version` from every trainer with fresh bytes.
+void PublishAll(RankRegistry* trainer, const v1::LayoutSpec& sources, int64_t version) {
+  for (const v1::RankLayout& r : sources.ranks()) {
+    transport::testing::FillViews(trainer->buffers(), v1::ROLE_SOURCE, r);
+    ASSERT_TRUE(trainer->Publish(r.rank(), version).ok());
+  }
+}
+
+TEST_F(ControlPlaneTest, ACorruptedViewAbortsTheEpochAndTheWaitersLearnWhatTheBuffersHold) {
+  // The inference daemon restarts with the corruption-injection flag for version 1.
+  inference_link_.reset();
+  inference_link_ = std::make_unique<CoordinatorLink>(address_, "inference", &inference_);
+  inference_link_->CorruptAfterEpoch(1);
+  inference_link_->Start();
+  ASSERT_TRUE(GroupSeen(2, 2));
+  PublishAll(&trainer_, sources_, 1);
+  absl::Status waited;
+  std::thread waiter([&]() {
+    waited = inference_.WaitForVersion(0, 1, absl::Now() + absl::Seconds(20)).status();
+  });
+  v1::RefitReport report;
+  const grpc::Status failed = Refit(1, &report);
+  waiter.join();
+  EXPECT_EQ(failed.error_code(), grpc::StatusCode::DATA_LOSS) << failed.error_message();
+  EXPECT_TRUE(absl::StrContains(failed.error_message(), "destination rank"))
+      << failed.error_message();
+  // The waiter did not sit out its deadline: it heard of the abort, and of partial writes.
+  EXPECT_EQ(waited.code(), absl::StatusCode::kAborted) << waited;
+  EXPECT_TRUE(absl::StrContains(waited.message(),
+                                "its buffers hold version -1 and may hold "
+                                "parts of version 1"))
+      << waited;
+  EXPECT_EQ(*inference_.PartialVersion(0), 1);
+  grpc::ClientContext context;
+  v1::StatusResponse status;
+  ASSERT_TRUE(stub_->Status(&context, v1::StatusRequest(), &status).ok());
+  EXPECT_EQ(status.current_version(), -1);
+  // The next version goes through and clears the mark.
+  PublishAll(&trainer_, sources_, 2);
+  const grpc::Status retried = Refit(2, &report);
+  ASSERT_TRUE(retried.ok()) << retried.error_message();
+  for (const v1::RankLayout& r : destinations_.ranks()) {
+    EXPECT_TRUE(inference_.WaitForVersion(r.rank(), 2, absl::Now() + absl::Seconds(5)).ok());
+    EXPECT_EQ(*inference_.PartialVersion(r.rank()), -1);
+    EXPECT_EQ(transport::testing::WrongBytes(inference_.buffers(), v1::ROLE_DESTINATION, r), 0);
+  }
+}
+
+TEST_F(ControlPlaneTest, ARestartedCoordinatorRecoversTheVersionFromTheDaemons) {
+  ASSERT_TRUE(GroupSeen(2, 2));
+  PublishAll(&trainer_, sources_, 1);
+  v1::RefitReport report;
+  ASSERT_TRUE(Refit(1, &report).ok());
+  // The coordinator goes away and comes back on the same address with nothing.
+  coordinator_.reset();
+  auto server =
+      CoordinatorServer::Start(address_, v1::JobSpec(coordinator_job_), absl::Seconds(30), nullptr);
+  ASSERT_TRUE(server.ok()) << server.status();
+  coordinator_ = std::move(*server);
+  // The daemons reconnect (backoff starts at 0.1 s) and register their ranks again.
+  ASSERT_TRUE(GroupSeen(2, 2));
+  grpc::ClientContext context;
+  v1::StatusResponse status;
+  ASSERT_TRUE(stub_->Status(&context, v1::StatusRequest(), &status).ok());
+  EXPECT_EQ(status.current_version(), 1);
+  // A repeat of version 1 is answered without an epoch; an older one is refused; the next
+  // one runs.
+  v1::RefitReport again;
+  ASSERT_TRUE(Refit(1, &again).ok());
+  EXPECT_EQ(again.version(), 1);
+  EXPECT_EQ(Refit(0, &again).error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  PublishAll(&trainer_, sources_, 2);
+  const grpc::Status next = Refit(2, &report);
+  ASSERT_TRUE(next.ok()) << next.error_message();
+  for (const v1::RankLayout& r : destinations_.ranks()) {
+    EXPECT_TRUE(inference_.WaitForVersion(r.rank(), 2, absl::Now() + absl::Seconds(5)).ok());
+    EXPECT_EQ(transport::testing::WrongBytes(inference_.buffers(), v1::ROLE_DESTINATION, r), 0);
+  }
 }
 
 }  // namespace

@@ -1,12 +1,23 @@
 #include "daemon/coordinator_link.h"
 
+#include <unistd.h>
+
+#include <random>
+
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/piece_checksums.h"
 #include "daemon/view_checksums.h"
 #include "spdlog/spdlog.h"
 #include "transport/plan_executor.h"
 
 namespace refit::daemon {
+
+std::string CoordinatorLink::NewIncarnation() {
+  std::random_device random;
+  return absl::StrCat(absl::Hex(random(), absl::kZeroPad8), absl::Hex(random(), absl::kZeroPad8),
+                      "-", getpid());
+}
 
 void CoordinatorLink::Start() {
   registry_->SetListener([this](const RankRegistry::Event& event) {
@@ -32,6 +43,17 @@ void CoordinatorLink::Start() {
     Write(message);  // when not connected, the next session sends everything anyway
   });
   thread_ = std::thread([this]() { Run(); });
+  heartbeat_thread_ = std::thread([this]() { Heartbeat(); });
+}
+
+void CoordinatorLink::Heartbeat() {
+  v1::DaemonMessage beat;
+  beat.mutable_heartbeat();
+  while (!stopping_) {
+    const absl::Time next = absl::Now() + absl::Milliseconds(std::max<int64_t>(lease_ms_ / 4, 10));
+    while (!stopping_ && absl::Now() < next) absl::SleepFor(absl::Milliseconds(10));
+    if (connected_ && !stopping_) Write(beat);
+  }
 }
 
 void CoordinatorLink::Stop() {
@@ -51,6 +73,7 @@ void CoordinatorLink::Stop() {
     if (context_ != nullptr) context_->TryCancel();
   }
   thread_.join();
+  heartbeat_thread_.join();
   registry_->SetListener(nullptr);
 }
 
@@ -65,10 +88,17 @@ void CoordinatorLink::Run() {
   if (!worker.ok()) return;  // no data plane: nothing this daemon could do
   (*worker)->SetInterrupt(&interrupt_);
   epoch_thread_ = std::thread(&CoordinatorLink::EpochLoop, this, worker->get());
+  // Reconnects with exponential backoff (0.1 s doubling to 5 s), from the start again
+  // after a session that was welcomed.
+  absl::Duration backoff = absl::Milliseconds(100);
   while (!stopping_) {
+    welcomed_ = false;
     Session(worker->get());
     connected_ = false;
-    for (int i = 0; i < 10 && !stopping_; ++i) absl::SleepFor(absl::Milliseconds(50));
+    if (welcomed_) backoff = absl::Milliseconds(100);
+    const absl::Time retry = absl::Now() + backoff;
+    while (!stopping_ && absl::Now() < retry) absl::SleepFor(absl::Milliseconds(20));
+    backoff = std::min(backoff * 2, absl::Seconds(5));
   }
   {
     absl::MutexLock lock(&epoch_mu_);
@@ -94,6 +124,8 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
   hello.mutable_hello()->set_node(node_);
   hello.mutable_hello()->set_data_plane_address(worker->address());
   hello.mutable_hello()->set_gpu(gpu_);
+  hello.mutable_hello()->set_incarnation(incarnation_);
+  hello.mutable_hello()->set_committed_version(registry_->CommittedVersion());
   bool ok = Write(hello);
   for (const v1::RankRegistration& rank : registry_->Registrations()) {
     v1::DaemonMessage message;
@@ -122,6 +154,7 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
         {
           absl::MutexLock lock(&mu_);
           running_epoch_ = message.execute().epoch_id();
+          executed_epoch_ = running_epoch_;
         }
         {
           absl::MutexLock lock(&epoch_mu_);
@@ -130,14 +163,27 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
         if (stopping_) interrupt_ = true;  // Stop may have raced with the reset above
         break;
       case v1::CoordinatorMessage::kAbort: {
-        absl::MutexLock lock(&mu_);
-        if (message.abort().epoch_id() == running_epoch_) {
-          spdlog::warn("refitd {}: coordinator aborted epoch {}: {}", node_, running_epoch_,
-                       message.abort().reason());
-          interrupt_ = true;
+        bool executed = false;
+        {
+          absl::MutexLock lock(&mu_);
+          if (message.abort().epoch_id() == running_epoch_) {
+            spdlog::warn("refitd {}: coordinator aborted epoch {}: {}", node_, running_epoch_,
+                         message.abort().reason());
+            interrupt_ = true;
+          }
+          executed = message.abort().epoch_id() == executed_epoch_;
+        }
+        if (executed) {
+          FinishEpoch();  // no write into the buffers after they are marked
+          registry_->Abort(message.abort().version(), message.abort().epoch_id(),
+                           message.abort().reason());
         }
         break;
       }
+      case v1::CoordinatorMessage::kWelcome:
+        lease_ms_ = message.welcome().lease_ms() > 0 ? message.welcome().lease_ms() : 5000;
+        welcomed_ = true;
+        break;
       case v1::CoordinatorMessage::kCommit:
         registry_->Commit(message.commit().version());
         break;
@@ -152,7 +198,13 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
     stream_ = nullptr;
   }
   stream->WritesDone();
-  stream->Finish().IgnoreError();
+  const grpc::Status finished = stream->Finish();
+  // Said once per kind of failure, not at every retry.
+  if (!finished.ok() && !stopping_ && finished.error_message() != last_stream_error_) {
+    spdlog::warn("refitd {}: control stream to {} ended: {}", node_, coordinator_,
+                 finished.error_message());
+  }
+  last_stream_error_ = finished.ok() ? "" : finished.error_message();
 }
 
 void CoordinatorLink::FinishEpoch() {
@@ -308,11 +360,22 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
     finish->set_rank(rank);
     finish->set_seconds(seconds);
   }
+  if (execute.version() == corrupt_version_) {
+    absl::StatusOr<std::string> corrupted =
+        CorruptFirstDestinationByte(registry_->Registrations(), registry_->buffers());
+    spdlog::warn("refitd {}: debug corruption after epoch {}: {}", node_, execute.epoch_id(),
+                 corrupted.ok() ? "flipped a byte of " + *corrupted
+                                : std::string(corrupted.status().message()));
+  }
   if (execute.checksums()) {
     absl::StatusOr<std::vector<v1::ViewChecksum>> checksums =
         ChecksumViews(registry_->Registrations(), registry_->buffers());
     if (!checksums.ok()) return fail(checksums.status());
     for (v1::ViewChecksum& c : *checksums) *done.add_checksums() = std::move(c);
+    absl::StatusOr<std::vector<v1::PieceChecksum>> pieces =
+        ChecksumPieces(slice.plan(), placement, slice.daemon_index(), registry_->buffers());
+    if (!pieces.ok()) return fail(pieces.status());
+    for (v1::PieceChecksum& p : *pieces) *done.add_pieces() = std::move(p);
   }
   done.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
   spdlog::debug("refitd {}: epoch {} done: {} transfers, {} bytes in {:.3f} s", node_,

@@ -28,13 +28,16 @@ namespace refit::daemon {
 
 class CoordinatorLink {
  public:
+  static std::string NewIncarnation();
+
   // `metrics` may be null.
   CoordinatorLink(std::string coordinator, std::string node, RankRegistry* registry,
                   DaemonMetrics* metrics = nullptr)
       : coordinator_(std::move(coordinator)),
         node_(std::move(node)),
         registry_(registry),
-        metrics_(metrics) {}
+        metrics_(metrics),
+        incarnation_(NewIncarnation()) {}
 
   // What the daemon tells the coordinator about its GPUs (set before Start).
   void SetGpuDescription(std::string gpu) { gpu_ = std::move(gpu); }
@@ -43,11 +46,18 @@ class CoordinatorLink {
   void Start();
   void Stop();
   bool connected() const { return connected_; }
+  // New for every link: what fences this daemon's sessions from its earlier lives.
+  const std::string& incarnation() const { return incarnation_; }
+  // Debug: after executing an epoch of `version`, flip a byte of a destination view before
+  // the checksums are taken, to prove the coordinator catches it (set before Start).
+  void CorruptAfterEpoch(int64_t version) { corrupt_version_ = version; }
 
  private:
   using Stream = grpc::ClientReaderWriter<v1::DaemonMessage, v1::CoordinatorMessage>;
 
   void Run();
+  // Sends a heartbeat every quarter of the coordinator's lease while connected.
+  void Heartbeat();
   // One control-stream session; returns when the stream ends.
   void Session(transport::UcxWorker* worker);
   bool Write(const v1::DaemonMessage& message);
@@ -69,9 +79,14 @@ class CoordinatorLink {
   std::string gpu_;
   RankRegistry* registry_;
   DaemonMetrics* metrics_;
+  const std::string incarnation_;
   std::thread thread_;
+  std::thread heartbeat_thread_;
   std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> lease_ms_{5000};
+  int64_t corrupt_version_ = -1;  // from the coordinator's Welcome
   std::atomic<bool> connected_{false};
+  std::atomic<bool> welcomed_{false};
   // Set to stop the running epoch; the UCX worker and the executor both watch it.
   std::atomic<bool> interrupt_{false};
   std::thread epoch_thread_;  // started and joined by the link's thread
@@ -90,9 +105,13 @@ class CoordinatorLink {
   Stream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;
 
   std::string running_epoch_ ABSL_GUARDED_BY(mu_);
+  // The last epoch this daemon was told to execute: an abort of it may have left partial
+  // writes in the destination ranks' buffers.
+  std::string executed_epoch_ ABSL_GUARDED_BY(mu_);
 
   // Owned by the link's thread.
   std::shared_ptr<const v1::PlanSlice> slice_;
+  std::string last_stream_error_;
   // Owned by the epoch thread (one at a time).
   std::map<int32_t, std::pair<std::string, std::unique_ptr<transport::UcxEndpoint>>> peers_;
   std::unique_ptr<transport::gpu::NcclGroup> nccl_group_;

@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace refit::daemon {
 
@@ -24,11 +25,31 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
   }
   server->address_ = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+  server->lease_thread_ = std::thread(&CoordinatorServer::EnforceLeases, server.get());
   return server;
 }
 
+void CoordinatorServer::EnforceLeases() {
+  absl::MutexLock lock(&lease_mu_);
+  while (!lease_mu_.AwaitWithTimeout(absl::Condition(&stopping_), lease_ / 4)) {
+    for (const std::string& node : cluster_.CutExpired(absl::Now(), lease_)) {
+      spdlog::warn("refitd on {} sent nothing for {} ms (its lease): cut off", node,
+                   absl::ToInt64Milliseconds(lease_));
+    }
+  }
+}
+
 CoordinatorServer::~CoordinatorServer() {
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (lease_thread_.joinable()) {
+    {
+      absl::MutexLock lock(&lease_mu_);
+      stopping_ = true;
+    }
+    lease_thread_.join();
+  }
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
 }
 
 }  // namespace refit::daemon

@@ -8,8 +8,10 @@
 
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/cluster.h"
 #include "daemon/coordinator_service.h"
@@ -32,14 +34,21 @@ class CoordinatorServer {
 
  private:
   CoordinatorServer(v1::JobSpec job, absl::Duration default_deadline, CoordinatorMetrics* metrics)
-      : runner_(&cluster_, std::move(job), metrics),
-        service_(&cluster_, &runner_, default_deadline, metrics) {}
+      : lease_(absl::Milliseconds(job.lease_ms() > 0 ? job.lease_ms() : 5000)),
+        runner_(&cluster_, std::move(job), metrics),
+        service_(&cluster_, &runner_, default_deadline, lease_, metrics) {}
+  // Cuts off daemons whose lease expired, every quarter lease, until the server stops.
+  void EnforceLeases();
 
+  const absl::Duration lease_;
   Cluster cluster_;
   EpochRunner runner_;
   CoordinatorService service_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
+  absl::Mutex lease_mu_;
+  bool stopping_ ABSL_GUARDED_BY(lease_mu_) = false;
+  std::thread lease_thread_;
 };
 
 }  // namespace refit::daemon

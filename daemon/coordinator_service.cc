@@ -4,6 +4,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "daemon/status_mapping.h"
+#include "spdlog/spdlog.h"
 
 namespace refit::daemon {
 namespace {
@@ -11,9 +12,9 @@ namespace {
 // Writes to one daemon's control stream; refuses once the stream's handler has returned.
 class StreamChannel : public DaemonChannel {
  public:
-  explicit StreamChannel(
-      grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::DaemonMessage>* stream)
-      : stream_(stream) {}
+  StreamChannel(grpc::ServerContext* context,
+                grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::DaemonMessage>* stream)
+      : context_(context), stream_(stream) {}
 
   bool Send(const v1::CoordinatorMessage& message) override {
     absl::MutexLock lock(&mu_);
@@ -23,9 +24,20 @@ class StreamChannel : public DaemonChannel {
     absl::MutexLock lock(&mu_);
     stream_ = nullptr;
   }
+  void Cut() override {
+    absl::MutexLock lock(&mu_);
+    cut_ = true;
+    if (stream_ != nullptr) context_->TryCancel();
+  }
+  bool was_cut() {
+    absl::MutexLock lock(&mu_);
+    return cut_;
+  }
 
  private:
   absl::Mutex mu_;
+  grpc::ServerContext* context_;
+  bool cut_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::DaemonMessage>* stream_ ABSL_GUARDED_BY(mu_);
 };
 
@@ -38,44 +50,69 @@ void CoordinatorService::UpdateRankGauges() {
 }
 
 grpc::Status CoordinatorService::Control(
-    grpc::ServerContext*,
+    grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::DaemonMessage>* stream) {
   v1::DaemonMessage message;
   if (!stream->Read(&message) || !message.has_hello() || message.hello().node().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "a control stream starts with a hello naming the node");
   }
-  auto channel = std::make_shared<StreamChannel>(stream);
-  const int32_t index = cluster_->AddDaemon(message.hello(), channel);
+  const v1::DaemonHello hello = message.hello();
+  auto channel = std::make_shared<StreamChannel>(context, stream);
+  bool superseded = false;
+  const absl::StatusOr<DaemonSession> added = cluster_->AddDaemon(hello, channel, &superseded);
+  if (!added.ok()) {
+    spdlog::warn("{}", std::string(added.status().message()));
+    return ToGrpc(added.status());
+  }
+  const DaemonSession session = *added;
+  if (superseded) {
+    spdlog::warn("refitd on {} reconnected (incarnation {}); its previous session is fenced",
+                 hello.node(), hello.incarnation());
+    runner_->OnDaemonLost(session.index, "was replaced by a new session of the node");
+  }
+  v1::CoordinatorMessage welcome;
+  welcome.mutable_welcome()->set_daemon_index(session.index);
+  welcome.mutable_welcome()->set_lease_ms(absl::ToInt64Milliseconds(lease_));
+  channel->Send(welcome);
   while (stream->Read(&message)) {
+    if (!cluster_->Touch(session)) break;  // fenced: a newer session of the node took over
     switch (message.body_case()) {
       case v1::DaemonMessage::kRegisterRank:
         // A conflicting registration is left out of the group; the rank's Refit reports it.
-        cluster_->AddRank(index, message.register_rank()).IgnoreError();
+        cluster_->AddRank(session, message.register_rank()).IgnoreError();
         UpdateRankGauges();
         break;
       case v1::DaemonMessage::kDeregisterRank:
-        cluster_->RemoveRank(index, message.deregister_rank().role(),
-                             message.deregister_rank().rank());
+        cluster_
+            ->RemoveRank(session, message.deregister_rank().role(),
+                         message.deregister_rank().rank())
+            .IgnoreError();
         UpdateRankGauges();
         break;
       case v1::DaemonMessage::kPublished:
-        cluster_->MarkPublished(index, message.published().rank(), message.published().version());
+        cluster_->MarkPublished(session, message.published().rank(), message.published().version())
+            .IgnoreError();
         break;
       case v1::DaemonMessage::kProgress:
-        runner_->OnProgress(index, message.progress());
+        runner_->OnProgress(session.index, message.progress());
         break;
       case v1::DaemonMessage::kDone:
-        runner_->OnDone(index, message.done());
+        runner_->OnDone(session.index, message.done());
         break;
-      default:
+      default:  // heartbeats only renew the lease
         break;
     }
   }
   channel->Close();
-  cluster_->RemoveDaemon(index);
+  if (!cluster_->IsCurrent(session)) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "this control session was replaced by a newer one of the node");
+  }
+  cluster_->RemoveDaemon(session);
   UpdateRankGauges();
-  runner_->OnDaemonLost(index);
+  runner_->OnDaemonLost(session.index, channel->was_cut() ? "stopped answering (its lease expired)"
+                                                          : "disconnected during the epoch");
   return grpc::Status::OK;
 }
 

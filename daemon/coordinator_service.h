@@ -12,11 +12,14 @@ namespace refit::daemon {
 class CoordinatorService final : public v1::Coordinator::Service {
  public:
   // `metrics` may be null.
+  // A daemon is told to heartbeat within `lease` (the lease itself is enforced by whoever
+  // calls Cluster::CutExpired).
   CoordinatorService(Cluster* cluster, EpochRunner* runner, absl::Duration default_deadline,
-                     CoordinatorMetrics* metrics = nullptr)
+                     absl::Duration lease, CoordinatorMetrics* metrics = nullptr)
       : cluster_(cluster),
         runner_(runner),
         default_deadline_(default_deadline),
+        lease_(lease),
         metrics_(metrics) {}
 
   grpc::Status Control(
@@ -37,6 +40,7 @@ class CoordinatorService final : public v1::Coordinator::Service {
   Cluster* cluster_;
   EpochRunner* runner_;
   const absl::Duration default_deadline_;
+  const absl::Duration lease_;
   CoordinatorMetrics* metrics_;
 };
 

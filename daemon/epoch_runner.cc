@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/nccl_members.h"
+#include "daemon/piece_checksums.h"
 #include "daemon/view_checksums.h"
 #include "planner/layout.h"
 #include "planner/plan_proto.h"
@@ -103,6 +104,15 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
     absl::MutexLock lock(&mu_);
     auto done = reports_.find(version);
     if (done != reports_.end()) return done->second;
+    // A restarted coordinator learns the committed version from the daemons; the report
+    // of that epoch went with the old coordinator, so a repeat gets the version alone.
+    current_version_ = std::max(current_version_, cluster_->CommittedVersion());
+    if (version == current_version_) {
+      v1::RefitReport recovered;
+      recovered.set_version(version);
+      recovered.set_epoch_id("(committed before the coordinator restarted)");
+      return recovered;
+    }
     if (version <= current_version_) {
       return absl::FailedPreconditionError(absl::StrCat(
           "version ", version, " is older than the committed version ", current_version_));
@@ -152,6 +162,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
     failure_.clear();
     delivered_.clear();
     checksums_.clear();
+    pieces_.clear();
     daemon_seconds_.clear();
     rank_finish_seconds_.clear();
     bytes_total_ = 0;  // what lands in destination views (progress counts the same)
@@ -163,10 +174,12 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
     ++progress_events_;
     waiting_for_.clear();
     for (const auto& [index, channel] : snapshot->channels) waiting_for_.insert(index);
+    epoch_daemons_ = waiting_for_;
   }
   absl::StatusOr<std::set<int32_t>> asked = Launch(*snapshot, wire, epoch_id, version, deadline);
   absl::Status outcome = asked.status();
   int64_t views_checksummed = 0;
+  int64_t pieces_checksummed = 0;
   int32_t slowest_node = -1;
   double slowest_node_seconds = 0;
   int64_t slowest_rank = -1;
@@ -201,6 +214,15 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
         views_checksummed = *compared;
       }
     }
+    if (outcome.ok() && !job_.skip_checksums()) {
+      absl::StatusOr<int64_t> compared = ComparePieceChecksums(wire, pieces_);
+      if (!compared.ok()) {
+        outcome = absl::DataLossError(
+            absl::StrCat("epoch ", epoch_id, ": ", compared.status().message()));
+      } else {
+        pieces_checksummed = *compared;
+      }
+    }
     for (const auto& [daemon, seconds] : daemon_seconds_) {
       if (seconds >= slowest_node_seconds) slowest_node = daemon, slowest_node_seconds = seconds;
     }
@@ -220,6 +242,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
   } else {
     message.mutable_abort()->set_epoch_id(epoch_id);
     message.mutable_abort()->set_reason(std::string(outcome.message()));
+    message.mutable_abort()->set_version(version);
   }
   for (const auto& [index, channel] : snapshot->channels) channel->Send(message);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -231,11 +254,11 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
   }
   spdlog::info(
       "epoch {} version {} committed: {} bytes in {:.3f} s ({:.2f} GB/s), {} daemons, "
-      "slowest {} ({:.3f} s), {} views checksummed, plan {}",
+      "slowest {} ({:.3f} s), {} views and {} pieces checksummed, plan {}",
       epoch_id, version, (*plan)->stats.total_bytes, seconds,
       (*plan)->stats.total_bytes / std::max(seconds, 1e-9) / 1e9, snapshot->channels.size(),
       slowest_node >= 0 ? cluster_->NodeOf(slowest_node) : "-", slowest_node_seconds,
-      views_checksummed, wire.digest());
+      views_checksummed, pieces_checksummed, wire.digest());
   if (metrics_ != nullptr) {
     metrics_->EpochCommitted(seconds, (*plan)->stats.network_bytes, (*plan)->stats.nvlink_bytes,
                              (*plan)->stats.local_bytes, version);
@@ -248,6 +271,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
   report.set_bytes((*plan)->stats.total_bytes);
   report.set_seconds(seconds);
   report.set_views_checksummed(views_checksummed);
+  report.set_pieces_checksummed(pieces_checksummed);
   report.set_slowest_rank(slowest_rank);
   report.set_slowest_rank_seconds(slowest_rank_seconds);
   if (slowest_node >= 0) report.set_slowest_node(cluster_->NodeOf(slowest_node));
@@ -276,6 +300,7 @@ void EpochRunner::OnDone(int32_t daemon, const v1::EpochDone& done) {
   }
   if (!done.ok()) return;
   checksums_.insert(checksums_.end(), done.checksums().begin(), done.checksums().end());
+  pieces_.insert(pieces_.end(), done.pieces().begin(), done.pieces().end());
   daemon_seconds_[daemon] = done.seconds();
   for (const v1::RankFinish& finish : done.finished()) {
     rank_finish_seconds_[finish.rank()] = finish.seconds();
@@ -323,11 +348,11 @@ bool EpochRunner::Watch(const std::string& epoch_id, absl::Time deadline,
   }
 }
 
-void EpochRunner::OnDaemonLost(int32_t daemon) {
+void EpochRunner::OnDaemonLost(int32_t daemon, const std::string& how) {
   const std::string node = cluster_->NodeOf(daemon);
   absl::MutexLock lock(&mu_);
-  if (!running_epoch_.empty() && waiting_for_.count(daemon) && failure_.empty()) {
-    failure_ = absl::StrCat("refitd on ", node, " disconnected during the epoch");
+  if (!running_epoch_.empty() && epoch_daemons_.count(daemon) && failure_.empty()) {
+    failure_ = absl::StrCat("refitd on ", node, " ", how);
   }
 }
 
@@ -335,8 +360,9 @@ v1::StatusResponse EpochRunner::Status() const {
   v1::StatusResponse status;
   for (const std::string& name : cluster_->DaemonNames()) status.add_daemons(name);
   for (const std::string& gpu : cluster_->DaemonGpus()) status.add_daemon_gpus(gpu);
+  const int64_t recovered = cluster_->CommittedVersion();
   absl::MutexLock lock(&mu_);
-  status.set_current_version(current_version_);
+  status.set_current_version(std::max(current_version_, recovered));
   status.set_plan_digest(plan_digest_);
   for (auto it = reports_.rbegin(); it != reports_.rend() && status.last_epochs_size() < 8; ++it) {
     *status.add_last_epochs() = it->second;

@@ -43,7 +43,9 @@ class EpochRunner {
   bool Watch(const std::string& epoch_id, absl::Time deadline,
              const std::function<bool(const v1::EpochProgress&)>& emit,
              const std::function<bool()>& cancelled);
-  void OnDaemonLost(int32_t daemon);
+  // The daemon's session ended (`how`: what happened, for the error). An epoch it takes
+  // part in fails, even when it has already reported: its ranks would miss the commit.
+  void OnDaemonLost(int32_t daemon, const std::string& how);
 
   v1::StatusResponse Status() const;
 
@@ -70,10 +72,12 @@ class EpochRunner {
   uint32_t next_epoch_ ABSL_GUARDED_BY(mu_) = 1;
   std::string running_epoch_ ABSL_GUARDED_BY(mu_);
   std::set<int32_t> waiting_for_ ABSL_GUARDED_BY(mu_);
+  std::set<int32_t> epoch_daemons_ ABSL_GUARDED_BY(mu_);  // every daemon of the running epoch
   std::string failure_ ABSL_GUARDED_BY(mu_);
   std::map<int32_t, int64_t> delivered_ ABSL_GUARDED_BY(mu_);  // per daemon, running epoch
   // From the daemons' reports of the running epoch.
   std::vector<v1::ViewChecksum> checksums_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::PieceChecksum> pieces_ ABSL_GUARDED_BY(mu_);
   std::map<int32_t, double> daemon_seconds_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, double> rank_finish_seconds_ ABSL_GUARDED_BY(mu_);
   int64_t bytes_total_ ABSL_GUARDED_BY(mu_) = 0;

@@ -161,9 +161,11 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
                                                      absl::Time deadline) {
   const std::pair<int, int64_t> key = {v1::ROLE_DESTINATION, rank};
   absl::MutexLock lock(&mu_);
+  const int64_t aborts_before = aborts_;
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = ranks_.find(key);
-    return it == ranks_.end() || it->second.version >= version;
+    return it == ranks_.end() || it->second.version >= version ||
+           (aborts_ != aborts_before && last_abort_.version >= version);
   };
   if (!ranks_.count(key)) {
     return absl::NotFoundError(
@@ -176,19 +178,56 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
         absl::StrCat(RankName(v1::ROLE_DESTINATION, rank),
                      " was deregistered while waiting for version ", version));
   }
-  if (it->second.version < version) {
-    return absl::DeadlineExceededError(
+  const Entry& entry = it->second;
+  if (entry.version >= version) return entry.version;
+  const std::string holds = absl::StrCat(
+      "its buffers hold version ", entry.version,
+      entry.partial >= 0 ? absl::StrCat(" and may hold parts of version ", entry.partial) : "");
+  if (aborts_ != aborts_before && last_abort_.version >= version) {
+    return absl::AbortedError(
         absl::StrCat(RankName(v1::ROLE_DESTINATION, rank), " waited for version ", version,
-                     " until its deadline; its buffers hold version ", it->second.version));
+                     ": epoch ", last_abort_.epoch_id, " moving version ", last_abort_.version,
+                     " was aborted (", last_abort_.reason, "); ", holds));
   }
-  return it->second.version;
+  return absl::DeadlineExceededError(absl::StrCat(RankName(v1::ROLE_DESTINATION, rank),
+                                                  " waited for version ", version,
+                                                  " until its deadline; ", holds));
 }
 
 void RankRegistry::Commit(int64_t version) {
   absl::MutexLock lock(&mu_);
+  committed_ = std::max(committed_, version);
   for (auto& [key, entry] : ranks_) {
-    if (key.first == v1::ROLE_DESTINATION) entry.version = std::max(entry.version, version);
+    if (key.first != v1::ROLE_DESTINATION) continue;
+    entry.version = std::max(entry.version, version);
+    if (entry.partial <= entry.version) entry.partial = -1;
   }
+}
+
+void RankRegistry::Abort(int64_t version, const std::string& epoch_id, const std::string& reason) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [key, entry] : ranks_) {
+    if (key.first == v1::ROLE_DESTINATION && entry.version < version) {
+      entry.partial = std::max(entry.partial, version);
+    }
+  }
+  ++aborts_;
+  last_abort_ = {version, epoch_id, reason};
+}
+
+int64_t RankRegistry::CommittedVersion() const {
+  absl::MutexLock lock(&mu_);
+  return committed_;
+}
+
+absl::StatusOr<int64_t> RankRegistry::PartialVersion(int64_t rank) const {
+  absl::MutexLock lock(&mu_);
+  auto it = ranks_.find({v1::ROLE_DESTINATION, rank});
+  if (it == ranks_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat(RankName(v1::ROLE_DESTINATION, rank), " is not registered on ", node_));
+  }
+  return it->second.partial;
 }
 
 std::vector<v1::RankRegistration> RankRegistry::Registrations() const {

@@ -49,11 +49,22 @@ class RankRegistry {
   absl::Status Publish(int64_t rank, int64_t version);
 
   // Returns once `version` (or a later one) is committed into the destination rank's
-  // buffers; DEADLINE_EXCEEDED at the deadline, FAILED_PRECONDITION if the rank leaves.
+  // buffers; DEADLINE_EXCEEDED at the deadline, FAILED_PRECONDITION if the rank leaves,
+  // ABORTED at once when an epoch moving `version` (or a later one) is aborted while it
+  // waits. Errors say which version the buffers hold and whether an aborted epoch may have
+  // written parts of a newer one into them.
   absl::StatusOr<int64_t> WaitForVersion(int64_t rank, int64_t version, absl::Time deadline);
 
   // Marks `version` committed into every destination rank registered here.
   void Commit(int64_t version);
+  // The epoch `epoch_id` moving `version` was aborted after it started writing: every
+  // destination rank here still holding an older version may hold parts of this one.
+  void Abort(int64_t version, const std::string& epoch_id, const std::string& reason);
+  // The newest version committed into a destination rank here (-1: none).
+  int64_t CommittedVersion() const;
+  // The newest version an aborted epoch may have partly written into the destination
+  // rank's buffers since its last commit (-1: none; NOT_FOUND: no such rank).
+  absl::StatusOr<int64_t> PartialVersion(int64_t rank) const;
 
   // Every registration, for the coordinator.
   std::vector<v1::RankRegistration> Registrations() const;
@@ -67,7 +78,13 @@ class RankRegistry {
   struct Entry {
     v1::RankRegistration registration;
     int64_t version = -1;  // published (sources) or committed (destinations)
+    int64_t partial = -1;  // destinations: an aborted epoch's version, newer than `version`
     std::string session;
+  };
+  struct AbortRecord {
+    int64_t version = -1;
+    std::string epoch_id;
+    std::string reason;
   };
   // The rank registered under `session`, or ranks_.end().
   std::map<std::pair<int, int64_t>, Entry>::iterator FindSession(const std::string& session)
@@ -81,6 +98,9 @@ class RankRegistry {
   transport::BufferMap buffers_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<int, int64_t>, Entry> ranks_ ABSL_GUARDED_BY(mu_);
   int64_t sessions_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t aborts_ ABSL_GUARDED_BY(mu_) = 0;
+  AbortRecord last_abort_ ABSL_GUARDED_BY(mu_);
+  int64_t committed_ ABSL_GUARDED_BY(mu_) = -1;
 };
 
 }  // namespace refit::daemon

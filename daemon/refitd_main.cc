@@ -19,6 +19,9 @@ ABSL_FLAG(std::string, node, "", "this node's name (defaults to the host name)")
 ABSL_FLAG(std::string, socket, "/run/refit/refitd.sock", "unix socket for the local API");
 ABSL_FLAG(int, metrics_port, -1,
           "HTTP port for /metrics, /healthz and /readyz (0: any free port; -1: none)");
+ABSL_FLAG(int64_t, debug_corrupt_version, -1,
+          "debug: flip a byte of a destination view after the epoch of this version, before "
+          "the checksums (the coordinator must fail the epoch)");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "address the HTTP endpoints listen on");
 
 int main(int argc, char** argv) {
@@ -41,6 +44,7 @@ int main(int argc, char** argv) {
   refit::daemon::CoordinatorLink link(absl::GetFlag(FLAGS_coordinator), node, &registry, &metrics);
   const refit::transport::gpu::GpuSupport gpu = refit::transport::gpu::DetectGpu();
   link.SetGpuDescription(gpu.description);
+  link.CorruptAfterEpoch(absl::GetFlag(FLAGS_debug_corrupt_version));
   link.Start();
   std::unique_ptr<refit::daemon::HttpEndpoints> http;
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
@@ -56,8 +60,9 @@ int main(int argc, char** argv) {
     spdlog::info("refitd node={} metrics on http://{}:{}/metrics", node,
                  absl::GetFlag(FLAGS_metrics_host), http->port());
   }
-  spdlog::info("refitd node={} socket={} coordinator={} gpu: {}", node, (*server)->socket_path(),
-               absl::GetFlag(FLAGS_coordinator), gpu.description);
+  spdlog::info("refitd node={} incarnation={} socket={} coordinator={} gpu: {}", node,
+               link.incarnation(), (*server)->socket_path(), absl::GetFlag(FLAGS_coordinator),
+               gpu.description);
   std::fflush(stdout);
   const int signal = refit::daemon::WaitForShutdownSignal(signals);
   spdlog::info("refitd node={}: signal {}, shutting down", node, signal);

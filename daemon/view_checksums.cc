@@ -1,5 +1,6 @@
 #include "daemon/view_checksums.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <tuple>
@@ -24,6 +25,27 @@ std::string Describe(const ViewRef& v) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> CorruptFirstDestinationByte(
+    const std::vector<v1::RankRegistration>& registrations, const transport::BufferMap& buffers) {
+  for (const v1::RankRegistration& r : registrations) {
+    if (r.role() != v1::ROLE_DESTINATION) continue;
+    for (int v = 0; v < r.layout().views_size(); ++v) {
+      const v1::ShardView& view = r.layout().views(v);
+      const transport::Dims offset(view.offset().begin(), view.offset().end());
+      const transport::Dims extent(view.extent().begin(), view.extent().end());
+      absl::StatusOr<transport::StridedRef> memory =
+          buffers.Locate(r.role(), r.layout().rank(), v, view.tensor(), offset, extent);
+      if (!memory.ok()) return memory.status();
+      const bool empty =
+          std::any_of(extent.begin(), extent.end(), [](int64_t e) { return e <= 0; });
+      if (memory->device >= 0 || empty) continue;
+      memory->base[0] ^= 0xFF;
+      return absl::StrCat(Describe({r.role(), r.layout().rank(), v}), " (", view.tensor(), ")");
+    }
+  }
+  return absl::NotFoundError("no destination view in host memory to corrupt");
+}
 
 absl::StatusOr<std::vector<v1::ViewChecksum>> ChecksumViews(
     const std::vector<v1::RankRegistration>& registrations, const transport::BufferMap& buffers) {

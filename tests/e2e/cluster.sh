@@ -66,6 +66,13 @@ stop_all() {
   pids=()
 }
 
+# A failing command names its script and line, and the daemons' logs are shown.
+on_error() {
+  echo "$(basename "$0"): failed at line $1" >&2
+  tail -n 15 "$work"/*.log >&2 2>/dev/null || true
+}
+trap 'on_error $LINENO' ERR
+
 cleanup() {
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done

@@ -80,8 +80,9 @@ done
 grep -q "^current version  $versions$" "$work/status.txt"
 again=$("$bin/refitctl" refit --coordinator="$coordinator" --version="$versions")
 grep -q "^  $(echo "$again" | head -1 | awk '{print $1}') " "$work/status.txt"
-# Replicas and copies of one box were checksummed and agreed; the slowest node is named.
-echo "$again" | grep -q "slowest node [a-z]*-node-[0-9] .* [1-9][0-9]* views checksummed$" ||
+# Replicas and copies of one box were checksummed and agreed (and, for reshards, both ends
+# of every piece); the slowest node is named.
+echo "$again" | grep -q "slowest node [a-z]*-node-[0-9] .* [1-9][0-9]* views and [0-9]* pieces checksummed$" ||
   { echo "$again"; exit 1; }
 
 # Prometheus metrics: one committed epoch per version. (The synthetic ranks deregistered
@@ -90,17 +91,23 @@ http_get /metrics > "$work/metrics.txt"
 grep -q "^refit_epochs_total{result=\"committed\"} $versions$" "$work/metrics.txt" ||
   { cat "$work/metrics.txt"; exit 1; }
 grep -q "^refit_current_version $versions$" "$work/metrics.txt"
-grep -q "^refit_registered_ranks{role=\"destination\"} 0$" "$work/metrics.txt"
+# The ranks' deregistrations reach the coordinator a moment after the processes exit.
+for _ in $(seq 50); do
+  http_get /metrics | grep "^refit_registered_ranks{role=\"destination\"} 0$" > /dev/null && break
+  sleep 0.1
+done
+http_get /metrics | grep "^refit_registered_ranks{role=\"destination\"} 0$" > /dev/null
 http_get /readyz | grep -q "503"
 # Each daemon says what it found of GPUs (here: none, or a build without CUDA), on /readyz
 # and through the coordinator's Status.
 http_get /readyz "${daemon_metrics_port[$inference]}" | grep -q "^gpu: "
 grep -q "^  $inference  \[GPU: " "$work/status.txt" || { cat "$work/status.txt"; exit 1; }
 # Each daemon counts what it exchanged with the other, by peer node.
+# (grep reads all of the output: with -q it could stop early and fail the pipe.)
 http_get /metrics "${daemon_metrics_port[$trainer]}" |
-  grep -q "^refitd_peer_bytes_total{direction=\"sent\",peer=\"$inference\"} [1-9]"
+  grep "^refitd_peer_bytes_total{direction=\"sent\",peer=\"$inference\"} [1-9]" > /dev/null
 http_get /metrics "${daemon_metrics_port[$inference]}" |
-  grep -q "^refitd_peer_bytes_total{direction=\"received\",peer=\"$trainer\"} [1-9]"
+  grep "^refitd_peer_bytes_total{direction=\"received\",peer=\"$trainer\"} [1-9]" > /dev/null
 
 # Inference ranks that die without deregistering (kill -9): their daemon notices the closed
 # connection and deregisters them, and the coordinator forgets them.

@@ -1,0 +1,33 @@
+// Integrity of every piece an epoch moved. For each transfer from a source view to a
+// destination view, the daemon of the source view hashes the transfer's box there and the
+// daemon of the destination view hashes the same box where it landed (XXH3-64 of the
+// elements in row-major order, so memory layouts do not matter). The coordinator pairs the
+// two by the transfer's sequence in the plan. Unlike view checksums, which compare views
+// holding the same box, this covers reshards, where the two sides' boxes differ.
+// Transfers through scratch buffers (gather_broadcast) are left to the view checksums.
+#ifndef REFIT_DAEMON_PIECE_CHECKSUMS_H_
+#define REFIT_DAEMON_PIECE_CHECKSUMS_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/refit.pb.h"
+#include "transport/buffer_map.h"
+#include "transport/plan_executor.h"
+
+namespace refit::daemon {
+
+// This daemon's (`self`) ends of the view-to-view transfers of `slice` in host memory.
+absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
+    const v1::Plan& slice, const transport::RankPlacement& placement, int32_t self,
+    const transport::BufferMap& buffers);
+
+// Compares both ends of every transfer of `plan` that has them. Returns how many transfers
+// were compared, or DATA_LOSS naming the first piece whose ends differ.
+absl::StatusOr<int64_t> ComparePieceChecksums(const v1::Plan& plan,
+                                              const std::vector<v1::PieceChecksum>& pieces);
+
+}  // namespace refit::daemon
+
+#endif  // REFIT_DAEMON_PIECE_CHECKSUMS_H_

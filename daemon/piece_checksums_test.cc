@@ -1,0 +1,121 @@
+// Piece checksums over real planner output and real shared memory: after random reshards
+// run by the local executor, both ends of every view-to-view transfer hash alike; one
+// flipped byte in a destination view is caught and the piece named, even where no other
+// view holds the same box (which view checksums cannot see).
+#include "daemon/piece_checksums.h"
+
+#include <random>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "planner/layout.h"
+#include "planner/plan_proto.h"
+#include "planner/planner.h"
+#include "planner/testing/layout_builder.h"
+#include "planner/topology.h"
+#include "transport/local_executor.h"
+#include "transport/testing/backed_layouts.h"
+
+namespace refit::daemon {
+namespace {
+
+struct Executed {
+  transport::testing::BackedLayouts backed;
+  v1::LayoutSpec sources, destinations;
+  std::unique_ptr<transport::BufferMap> buffers;
+  v1::Plan plan;
+  transport::RankPlacement placement;  // everything on daemon 0
+};
+
+void Execute(const refit::testing::LayoutPair& pair, const char* strategy, Executed* out) {
+  out->sources = out->backed.Back(pair.sources, "source");
+  out->destinations = out->backed.Back(pair.destinations, "destination");
+  out->buffers =
+      std::make_unique<transport::BufferMap>(transport::testing::TensorsOf(out->sources));
+  for (const v1::RankLayout& r : out->sources.ranks()) {
+    ASSERT_TRUE(out->buffers->AddRank(v1::ROLE_SOURCE, r).ok());
+    transport::testing::FillViews(*out->buffers, v1::ROLE_SOURCE, r);
+  }
+  for (const v1::RankLayout& r : out->destinations.ranks()) {
+    ASSERT_TRUE(out->buffers->AddRank(v1::ROLE_DESTINATION, r).ok());
+  }
+  planner::PlanOptions options;
+  options.strategy = strategy;
+  const planner::Layout src = *planner::CompileLayout(pair.sources, "source");
+  const planner::Layout dst = *planner::CompileLayout(pair.destinations, "destination");
+  auto plan = planner::BuildPlan(src, dst, planner::DgxH100Topology(), options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  out->plan = planner::PlanToProto(**plan, src, dst);
+  ASSERT_TRUE(transport::ExecuteLocally(out->plan, *out->buffers).ok());
+  out->placement.SetDefault(0);
+}
+
+TEST(PieceChecksumsTest, BothEndsAgreeAfterRandomReshards) {
+  std::mt19937_64 rng(5);
+  for (int trial = 0; trial < 40; ++trial) {
+    const refit::testing::LayoutPair pair = refit::testing::RandomLayoutPair(rng, {});
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ": " << pair.description);
+    Executed run;
+    ASSERT_NO_FATAL_FAILURE(Execute(pair, planner::kStrategyReshard, &run));
+    auto pieces = ChecksumPieces(run.plan, run.placement, 0, *run.buffers);
+    ASSERT_TRUE(pieces.ok()) << pieces.status();
+    int64_t transfers = 0;
+    for (const v1::Batch& batch : run.plan.batches()) transfers += batch.transfers_size();
+    EXPECT_EQ(static_cast<int64_t>(pieces->size()), 2 * transfers);  // reshard: view to view
+    absl::StatusOr<int64_t> compared = ComparePieceChecksums(run.plan, *pieces);
+    ASSERT_TRUE(compared.ok()) << compared.status();
+    EXPECT_EQ(*compared, transfers);
+  }
+}
+
+TEST(PieceChecksumsTest, AFlippedDestinationByteNamesThePiece) {
+  // Rows on the trainers, columns on the inference ranks: no box is held on both sides.
+  refit::testing::LayoutBuilder src, dst;
+  src.Tensor("w", {8, 6}).Chunked("w", 0, {0, 1}).Rank(0, "a", 0).Rank(1, "a", 1);
+  dst.Tensor("w", {8, 6}).Chunked("w", 1, {0, 1}).Rank(0, "b", 0).Rank(1, "b", 1);
+  Executed run;
+  ASSERT_NO_FATAL_FAILURE(
+      Execute({src.spec(), dst.spec(), "rows to columns"}, planner::kStrategyReshard, &run));
+  // Element [5, 4] lands in destination rank 1's view at [5, 1].
+  absl::StatusOr<transport::StridedRef> memory =
+      run.buffers->Locate(v1::ROLE_DESTINATION, 1, 0, "w", {5, 4}, {1, 1});
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  memory->base[0] ^= 0x40;
+  auto pieces = ChecksumPieces(run.plan, run.placement, 0, *run.buffers);
+  ASSERT_TRUE(pieces.ok()) << pieces.status();
+  absl::StatusOr<int64_t> compared = ComparePieceChecksums(run.plan, *pieces);
+  ASSERT_EQ(compared.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(compared.status().message(),
+                                "checksum mismatch on w [4,3] + [4,3]: destination rank 1 view 0"))
+      << compared.status();
+  EXPECT_TRUE(absl::StrContains(compared.status().message(), "source rank 1 view 0"))
+      << compared.status();
+}
+
+TEST(PieceChecksumsTest, OnlyTheDaemonsOwnEndsAreHashed) {
+  refit::testing::LayoutBuilder src, dst;
+  src.Tensor("w", {8, 6}).Chunked("w", 0, {0, 1}).Rank(0, "a", 0).Rank(1, "a", 1);
+  dst.Tensor("w", {8, 6}).Chunked("w", 1, {0, 1}).Rank(0, "b", 0).Rank(1, "b", 1);
+  Executed run;
+  ASSERT_NO_FATAL_FAILURE(
+      Execute({src.spec(), dst.spec(), "rows to columns"}, planner::kStrategyReshard, &run));
+  transport::RankPlacement placement;  // sources on daemon 0, destinations on daemon 1
+  for (int64_t r : {0, 1}) {
+    placement.Place(v1::ROLE_SOURCE, r, 0);
+    placement.Place(v1::ROLE_DESTINATION, r, 1);
+  }
+  auto trainer = ChecksumPieces(run.plan, placement, 0, *run.buffers);
+  auto inference = ChecksumPieces(run.plan, placement, 1, *run.buffers);
+  ASSERT_TRUE(trainer.ok() && inference.ok());
+  for (const v1::PieceChecksum& p : *trainer) EXPECT_FALSE(p.destination());
+  for (const v1::PieceChecksum& p : *inference) EXPECT_TRUE(p.destination());
+  EXPECT_EQ(trainer->size(), 4u);
+  std::vector<v1::PieceChecksum> all = *trainer;
+  all.insert(all.end(), inference->begin(), inference->end());
+  EXPECT_EQ(*ComparePieceChecksums(run.plan, all), 4);
+  // Only one end reported: nothing to compare, nothing claimed.
+  EXPECT_EQ(*ComparePieceChecksums(run.plan, *trainer), 0);
+}
+
+}  // namespace
+}  // namespace refit::daemon
