@@ -8,6 +8,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -99,7 +100,10 @@ int Run() {
                     nullptr};
       int64_t bytes = held.element_bytes;
       for (int64_t e : held.extent) bytes *= e;
-      const std::string name = absl::StrCat("/refit-", getpid(), "-", layout.rank(), "-", i);
+      // The pid alone repeats across pid namespaces (containers, sandboxes).
+      static const uint32_t token = std::random_device()();
+      const std::string name =
+          absl::StrCat("/refit-", getpid(), "-", absl::Hex(token), "-", layout.rank(), "-", i);
       auto segment = transport::SharedMemorySegment::Create(name, bytes);
       if (!segment.ok()) return Fail("shared memory", segment.status());
       held.segment = std::move(*segment);

@@ -32,11 +32,16 @@ absl::StatusOr<std::unique_ptr<LocalServer>> LocalServer::Start(const std::strin
   builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
   builder.RegisterService(&server->service_);
   builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.SetMaxSendMessageSize(64 << 20);
+  // The socket is created owner-only (no window with wider permissions) and stays so:
+  // only the user that runs refitd may register buffers with it.
+  const mode_t previous_umask = umask(0077);
   server->server_ = builder.BuildAndStart();
+  umask(previous_umask);
   if (server->server_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("cannot listen on unix socket ", socket_path));
   }
-  if (chmod(socket_path.c_str(), 0660) != 0) {
+  if (chmod(socket_path.c_str(), 0600) != 0) {
     return absl::InternalError(absl::StrCat("chmod ", socket_path, ": ", std::strerror(errno)));
   }
   return server;

@@ -3,6 +3,7 @@
 #include "daemon/local_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -12,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
 #include "proto/health.grpc.pb.h"
+#include "transport/shared_memory.h"
 #include "transport/testing/backed_layouts.h"
 
 namespace refit::daemon {
@@ -72,6 +74,12 @@ class LocalServerTest : public ::testing::Test {
   std::unique_ptr<LocalServer> server_;
   std::unique_ptr<v1::LocalDaemon::Stub> stub_;
 };
+
+TEST_F(LocalServerTest, TheSocketIsTheOwnersOnly) {
+  struct stat info;
+  ASSERT_EQ(stat(socket_.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600);
+}
 
 TEST_F(LocalServerTest, RegistersPublishesAndDeregisters) {
   EXPECT_TRUE(Register(Request(v1::ROLE_SOURCE, 0)).ok());
@@ -154,12 +162,20 @@ TEST_F(LocalServerTest, ARankWhoseHoldEndsIsDeregistered) {
   // The hold keeps the rank while it lives...
   absl::SleepFor(absl::Milliseconds(300));
   EXPECT_TRUE(AwaitRegistered(registry_, v1::ROLE_DESTINATION, 2, true, absl::ZeroDuration()));
-  // ...and its end (a closed connection looks the same to refitd) deregisters it.
+  // ...and its end (a closed connection looks the same to refitd) deregisters it, and
+  // removes the names of its shared-memory segments: a killed rank leaves none behind.
   hold->reset();
   EXPECT_TRUE(AwaitRegistered(registry_, v1::ROLE_DESTINATION, 2, false, absl::Seconds(5)));
+  for (const v1::BufferSpec& buffer : request.layout().buffers()) {
+    EXPECT_EQ(transport::SharedMemorySegment::Open(buffer.shm_name(), 1).status().code(),
+              absl::StatusCode::kNotFound)
+        << buffer.shm_name();
+  }
 
-  // The rank can register again; an explicit Deregister ends the hold from the daemon's side.
-  session = client.Register(request.role(), request.layout(), request.tensors());
+  // The rank can register again (with new segments); an explicit Deregister ends the hold
+  // from the daemon's side.
+  const v1::RegisterRankRequest again = Request(v1::ROLE_DESTINATION, 2);
+  session = client.Register(again.role(), again.layout(), again.tensors());
   ASSERT_TRUE(session.ok()) << session.status();
   hold = client.Hold(*session);
   ASSERT_TRUE(hold.ok()) << hold.status();

@@ -46,7 +46,7 @@ grpc::Status LocalService::HoldRegistration(grpc::ServerContext* context,
   v1::RegistrationHeld held;
   held.set_session(request->session());
   if (!writer->Write(held)) {
-    registry_->DeregisterSession(request->session());
+    registry_->DeregisterSession(request->session(), /*reclaim_shared_memory=*/true);
     return grpc::Status(grpc::StatusCode::CANCELLED, "the rank went away");
   }
   // A closed connection shows up as cancellation; look every 100 ms.
@@ -54,7 +54,7 @@ grpc::Status LocalService::HoldRegistration(grpc::ServerContext* context,
     ended = registry_->AwaitSessionEnd(request->session(), absl::Now() + absl::Milliseconds(100));
     if (ended.ok() && *ended) return grpc::Status::OK;
     if (context->IsCancelled()) {
-      registry_->DeregisterSession(request->session());
+      registry_->DeregisterSession(request->session(), /*reclaim_shared_memory=*/true);
       return grpc::Status(grpc::StatusCode::CANCELLED, "the rank went away");
     }
   }

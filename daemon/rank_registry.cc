@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "planner/dtype.h"
 #include "planner/layout.h"
+#include "spdlog/spdlog.h"
+#include "transport/shared_memory.h"
 
 namespace refit::daemon {
 namespace {
@@ -104,16 +106,25 @@ std::map<std::pair<int, int64_t>, RankRegistry::Entry>::iterator RankRegistry::F
   return ranks_.end();
 }
 
-void RankRegistry::DeregisterSession(const std::string& session) {
+void RankRegistry::DeregisterSession(const std::string& session, bool reclaim_shared_memory) {
   std::pair<int, int64_t> key;
+  std::vector<std::string> segments;
   {
     absl::MutexLock lock(&mu_);
     auto it = FindSession(session);
     if (it == ranks_.end()) return;
     key = it->first;
+    for (const v1::BufferSpec& buffer : it->second.registration.layout().buffers()) {
+      if (!buffer.shm_name().empty()) segments.push_back(buffer.shm_name());
+    }
   }
   // A concurrent Deregister of the same rank makes this one NOT_FOUND, which is fine.
-  Deregister(static_cast<v1::Role>(key.first), key.second).IgnoreError();
+  if (!Deregister(static_cast<v1::Role>(key.first), key.second).ok()) return;
+  if (!reclaim_shared_memory) return;
+  for (const std::string& name : segments) {
+    absl::Status unlinked = transport::UnlinkSharedMemory(name);
+    if (!unlinked.ok()) spdlog::warn("refitd {}: {}", node_, std::string(unlinked.message()));
+  }
 }
 
 absl::StatusOr<bool> RankRegistry::AwaitSessionEnd(const std::string& session,

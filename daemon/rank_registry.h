@@ -39,8 +39,10 @@ class RankRegistry {
   // bounds-checks every view. Returns a session id. Errors name the rank and the cause.
   absl::StatusOr<std::string> Register(const v1::RegisterRankRequest& request);
   absl::Status Deregister(v1::Role role, int64_t rank);
-  // Deregisters the rank registered under `session`, if it is still registered.
-  void DeregisterSession(const std::string& session);
+  // Deregisters the rank registered under `session`, if it is still registered. With
+  // `reclaim_shared_memory` (the rank's process is gone) the names of its shared-memory
+  // segments are removed too, so a killed rank leaves nothing behind in /dev/shm.
+  void DeregisterSession(const std::string& session, bool reclaim_shared_memory = false);
   // Waits until the rank of `session` is deregistered (true) or `deadline` passes (false).
   // NOT_FOUND for a session that never existed here.
   absl::StatusOr<bool> AwaitSessionEnd(const std::string& session, absl::Time deadline);

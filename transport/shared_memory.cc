@@ -91,6 +91,11 @@ absl::StatusOr<std::unique_ptr<SharedMemorySegment>> SharedMemorySegment::Open(
   FdCloser closer(fd);
   struct stat info;
   if (fstat(fd, &info) != 0) return Errno(name, "fstat");
+  if (info.st_uid != geteuid()) {
+    return absl::PermissionDeniedError(absl::StrCat("shared memory \"", name, "\" belongs to uid ",
+                                                    info.st_uid, ", not to this process's uid ",
+                                                    geteuid()));
+  }
   if (info.st_size < min_bytes || info.st_size == 0) {
     return absl::InvalidArgumentError(absl::StrCat("shared memory \"", name, "\" holds ",
                                                    info.st_size, " bytes, fewer than the ",
@@ -100,6 +105,13 @@ absl::StatusOr<std::unique_ptr<SharedMemorySegment>> SharedMemorySegment::Open(
   if (data == MAP_FAILED) return Errno(name, "mmap");
   return std::unique_ptr<SharedMemorySegment>(
       new SharedMemorySegment(name, static_cast<uint8_t*>(data), info.st_size, /*owner=*/false));
+}
+
+absl::Status UnlinkSharedMemory(const std::string& name) {
+  absl::Status valid = CheckName(name);
+  if (!valid.ok()) return valid;
+  if (shm_unlink(name.c_str()) != 0 && errno != ENOENT) return Errno(name, "shm_unlink");
+  return absl::OkStatus();
 }
 
 SharedMemorySegment::~SharedMemorySegment() {

@@ -19,7 +19,8 @@ class SharedMemorySegment : public MappedBuffer {
   // Creates a new segment of `bytes` (zero-filled); fails if the name exists.
   static absl::StatusOr<std::unique_ptr<SharedMemorySegment>> Create(const std::string& name,
                                                                      int64_t bytes);
-  // Maps an existing segment; fails unless it holds at least `min_bytes`.
+  // Maps an existing segment; fails unless it holds at least `min_bytes` and belongs to
+  // this process's user (PERMISSION_DENIED: refitd never maps another user's memory).
   static absl::StatusOr<std::unique_ptr<SharedMemorySegment>> Open(const std::string& name,
                                                                    int64_t min_bytes);
 
@@ -40,6 +41,10 @@ class SharedMemorySegment : public MappedBuffer {
   int64_t bytes_;
   bool owner_;
 };
+
+// Removes the name of a segment whose creator died without removing it (the memory goes
+// once the last mapping does). A name already gone is not an error.
+absl::Status UnlinkSharedMemory(const std::string& name);
 
 }  // namespace refit::transport
 

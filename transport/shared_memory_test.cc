@@ -1,5 +1,6 @@
 #include "transport/shared_memory.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -31,6 +32,42 @@ TEST(SharedMemoryTest, CreatorUnlinksOnDestruction) {
   auto reopened = SharedMemorySegment::Open(name, 1);
   EXPECT_EQ(reopened.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(reopened.status().message().find(name), std::string::npos);
+}
+
+TEST(SharedMemoryTest, SegmentsAreTheOwnersOnly) {
+  const std::string name = UniqueName("mode");
+  auto created = SharedMemorySegment::Create(name, 64);
+  ASSERT_TRUE(created.ok());
+  struct stat info;
+  ASSERT_EQ(stat(("/dev/shm" + name).c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600);
+}
+
+TEST(SharedMemoryTest, ASegmentOfAnotherUserIsNeverMapped) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to hand a segment to another user";
+  const std::string name = UniqueName("foreign");
+  auto created = SharedMemorySegment::Create(name, 64);
+  ASSERT_TRUE(created.ok());
+  if (chown(("/dev/shm" + name).c_str(), 65534, 65534) != 0) {
+    // A sandbox's user namespace may map no other user.
+    GTEST_SKIP() << "cannot hand a segment to uid 65534 here: " << std::strerror(errno);
+  }
+  auto opened = SharedMemorySegment::Open(name, 1);
+  EXPECT_EQ(opened.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_NE(opened.status().message().find("belongs to uid 65534"), std::string::npos)
+      << opened.status();
+}
+
+TEST(SharedMemoryTest, UnlinkingRemovesTheNameOnce) {
+  const std::string name = UniqueName("reclaim");
+  auto created = SharedMemorySegment::Create(name, 64);
+  ASSERT_TRUE(created.ok());
+  EXPECT_TRUE(UnlinkSharedMemory(name).ok());
+  EXPECT_EQ(SharedMemorySegment::Open(name, 1).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(UnlinkSharedMemory(name).ok());  // already gone: fine
+  // The creator's mapping still works; its own unlink at the end finds nothing to do.
+  (*created)->data()[0] = 1;
+  EXPECT_EQ(UnlinkSharedMemory("bad/name").code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SharedMemoryTest, ErrorsNameTheSegmentAndTheReason) {

@@ -118,9 +118,15 @@ for _ in $(seq 300); do destinations_seen "$destinations" && break; sleep 0.1; d
 destinations_seen "$destinations" || { cat "$work/doomed-ranks.log"; exit 1; }
 kill -KILL "$doomed"
 { wait "$doomed"; } 2>/dev/null || true
-rm -f /dev/shm/refit-"$doomed"-*  # the dead process could not unlink its segments
 for _ in $(seq 50); do destinations_seen 0 && break; sleep 0.1; done
 destinations_seen 0 || { echo "killed ranks were not deregistered" >&2; exit 1; }
+# The dead process could not unlink its shared-memory segments: refitd did.
+for _ in $(seq 20); do
+  leftover=$(ls /dev/shm | grep "^refit-$doomed-" || true)
+  [[ -z $leftover ]] && break
+  sleep 0.1
+done
+[[ -z $leftover ]] || { echo "segments of the killed ranks remain: $leftover" >&2; exit 1; }
 
 # A refit through refitctl once the ranks have left: refused at once, naming what is missing.
 if "$bin/refitctl" refit --coordinator="$coordinator" --version=$((versions + 1)) \
