@@ -49,6 +49,7 @@ absl::StatusOr<DaemonSession> Cluster::AddDaemon(const v1::DaemonHello& hello,
     record.generation = ++generations_;
     record.last_heard = absl::Now();
     record.committed_version = hello.committed_version();
+    record.last_epoch_number = hello.last_epoch_number();
     session = {it->second, record.generation};
   }
   if (fenced != nullptr) fenced->Cut();
@@ -147,6 +148,15 @@ std::vector<std::string> Cluster::CutExpired(absl::Time now, absl::Duration leas
     if (channel != nullptr) channel->Cut();
   }
   return nodes;
+}
+
+uint32_t Cluster::LastEpochNumber() const {
+  absl::MutexLock lock(&mu_);
+  uint32_t number = 0;
+  for (const auto& [index, record] : daemons_) {
+    number = std::max(number, record.last_epoch_number);
+  }
+  return number;
 }
 
 int64_t Cluster::CommittedVersion() const {

@@ -68,6 +68,8 @@ class Cluster {
   // The newest version the daemons say they committed (-1: none), for a restarted
   // coordinator.
   int64_t CommittedVersion() const;
+  // The highest epoch number the daemons said they ran (0: none).
+  uint32_t LastEpochNumber() const;
 
   // Waits until every registered source rank has published `version` (or a later one);
   // returns the ranks still missing at the deadline (empty: all published).
@@ -92,6 +94,7 @@ class Cluster {
     int64_t generation = 0;
     absl::Time last_heard;
     int64_t committed_version = -1;
+    uint32_t last_epoch_number = 0;
   };
   bool IsCurrentLocked(const DaemonSession& session) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropRanksLocked(int32_t daemon) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

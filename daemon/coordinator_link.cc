@@ -126,6 +126,7 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
   hello.mutable_hello()->set_gpu(gpu_);
   hello.mutable_hello()->set_incarnation(incarnation_);
   hello.mutable_hello()->set_committed_version(registry_->CommittedVersion());
+  hello.mutable_hello()->set_last_epoch_number(last_epoch_number_);
   bool ok = Write(hello);
   for (const v1::RankRegistration& rank : registry_->Registrations()) {
     v1::DaemonMessage message;
@@ -155,6 +156,8 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
           absl::MutexLock lock(&mu_);
           running_epoch_ = message.execute().epoch_id();
           executed_epoch_ = running_epoch_;
+          executed_version_ = message.execute().version();
+          last_epoch_number_ = std::max(last_epoch_number_, message.execute().epoch_number());
         }
         {
           absl::MutexLock lock(&epoch_mu_);
@@ -172,9 +175,11 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
             interrupt_ = true;
           }
           executed = message.abort().epoch_id() == executed_epoch_;
+          if (executed) executed_epoch_.clear();  // settled
         }
         if (executed) {
-          FinishEpoch();  // no write into the buffers after they are marked
+          FinishEpoch();            // no write into the buffers after they are marked
+          reconnect_peers_ = true;  // another daemon failed: its connections may be gone
           registry_->Abort(message.abort().version(), message.abort().epoch_id(),
                            message.abort().reason());
         }
@@ -184,18 +189,31 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
         lease_ms_ = message.welcome().lease_ms() > 0 ? message.welcome().lease_ms() : 5000;
         welcomed_ = true;
         break;
-      case v1::CoordinatorMessage::kCommit:
+      case v1::CoordinatorMessage::kCommit: {
         registry_->Commit(message.commit().version());
+        absl::MutexLock lock(&mu_);
+        if (message.commit().epoch_id() == executed_epoch_) executed_epoch_.clear();
         break;
+      }
       default:
         break;
     }
   }
   FinishEpoch();  // the coordinator is gone: so is its epoch
+  std::string unsettled;
+  int64_t unsettled_version = -1;
   {
     absl::MutexLock lock(&mu_);
     context_ = nullptr;
     stream_ = nullptr;
+    unsettled.swap(executed_epoch_);
+    unsettled_version = executed_version_;
+  }
+  // Neither committed nor aborted, and nobody left to say: its writes are partial.
+  if (!unsettled.empty()) {
+    spdlog::warn("refitd {}: lost the coordinator during epoch {}; treating it as aborted", node_,
+                 unsettled);
+    registry_->Abort(unsettled_version, unsettled, "the coordinator went away during the epoch");
   }
   stream->WritesDone();
   const grpc::Status finished = stream->Finish();
@@ -240,8 +258,14 @@ void CoordinatorLink::EpochLoop(transport::UcxWorker* worker) {
 void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
                                transport::UcxWorker* worker) {
   v1::DaemonMessage done;
+  if (reconnect_peers_.exchange(false)) peers_.clear();
+  registry_->BeginEpoch();
   *done.mutable_done() = Execute(execute, slice, worker);
+  registry_->EndEpoch();
   if (metrics_ != nullptr) metrics_->EpochDone(done.done().ok());
+  // After a failure, a peer may have closed its side of a connection (or died): the next
+  // epoch connects to every peer anew rather than find out mid-transfer.
+  if (!done.done().ok()) peers_.clear();
   {
     absl::MutexLock lock(&mu_);
     running_epoch_.clear();

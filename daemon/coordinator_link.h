@@ -107,11 +107,15 @@ class CoordinatorLink {
   std::string running_epoch_ ABSL_GUARDED_BY(mu_);
   // The last epoch this daemon was told to execute: an abort of it may have left partial
   // writes in the destination ranks' buffers.
-  std::string executed_epoch_ ABSL_GUARDED_BY(mu_);
+  std::string executed_epoch_ ABSL_GUARDED_BY(mu_);  // cleared once committed or aborted
+  int64_t executed_version_ ABSL_GUARDED_BY(mu_) = -1;
 
   // Owned by the link's thread.
   std::shared_ptr<const v1::PlanSlice> slice_;
   std::string last_stream_error_;
+  uint32_t last_epoch_number_ = 0;
+  // Set when an epoch this daemon ran was aborted: the next epoch connects anew.
+  std::atomic<bool> reconnect_peers_{false};
   // Owned by the epoch thread (one at a time).
   std::map<int32_t, std::pair<std::string, std::unique_ptr<transport::UcxEndpoint>>> peers_;
   std::unique_ptr<transport::gpu::NcclGroup> nccl_group_;

@@ -153,10 +153,13 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
   const v1::Plan wire = planner::PlanToProto(**plan, *src, *dst);
 
   std::string epoch_id;
+  const uint32_t last_epoch_run = cluster_->LastEpochNumber();
   {
     // Every daemon is awaited before any is asked: a fast daemon's report may arrive
     // before Launch returns.
     absl::MutexLock lock(&mu_);
+    // After a coordinator restart, epochs are numbered after the daemons' last one.
+    next_epoch_ = std::max(next_epoch_, last_epoch_run + 1);
     epoch_id = absl::StrCat(job_.name().empty() ? "refit" : job_.name(), "-", next_epoch_);
     running_epoch_ = epoch_id;
     failure_.clear();

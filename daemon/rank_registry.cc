@@ -62,6 +62,11 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
   std::string session;
   {
     absl::MutexLock lock(&mu_);
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !epoch_running_; };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Minutes(1))) {
+      return absl::UnavailableError(
+          absl::StrCat(who, ": an epoch has been running on ", node_, " for a minute; retry"));
+    }
     if (ranks_.count({request.role(), layout.rank()})) {
       return absl::AlreadyExistsError(absl::StrCat(who, " is already registered on ", node_));
     }
@@ -92,7 +97,11 @@ absl::Status RankRegistry::Deregister(v1::Role role, int64_t rank) {
     }
     gone = it->second.registration;
     ranks_.erase(it);
-    buffers_.RemoveRank(role, rank);
+    if (epoch_running_) {
+      retiring_.push_back({role, rank});
+    } else {
+      buffers_.RemoveRank(role, rank);
+    }
   }
   Notify(Event{Event::kDeregistered, gone});
   return absl::OkStatus();
@@ -203,6 +212,18 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
   return absl::DeadlineExceededError(absl::StrCat(RankName(v1::ROLE_DESTINATION, rank),
                                                   " waited for version ", version,
                                                   " until its deadline; ", holds));
+}
+
+void RankRegistry::BeginEpoch() {
+  absl::MutexLock lock(&mu_);
+  epoch_running_ = true;
+}
+
+void RankRegistry::EndEpoch() {
+  absl::MutexLock lock(&mu_);
+  epoch_running_ = false;
+  for (const auto& [role, rank] : retiring_) buffers_.RemoveRank(role, rank);
+  retiring_.clear();
 }
 
 void RankRegistry::Commit(int64_t version) {

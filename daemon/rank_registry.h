@@ -72,8 +72,15 @@ class RankRegistry {
   std::vector<v1::RankRegistration> Registrations() const;
   int64_t PublishedVersion(int64_t source_rank) const;
 
-  // The mapped buffers; the data plane reads and writes through them. Registration
-  // changes must not overlap a running epoch (the epoch runner holds them off).
+  // While an epoch runs (between BeginEpoch and EndEpoch) the buffer map stays as it is:
+  // a registration waits for the epoch to end (up to a minute, then UNAVAILABLE), and a
+  // rank that leaves (or dies) is gone at once for everyone else but keeps its memory
+  // mapped until the epoch ends, so the data plane never touches unmapped memory.
+  void BeginEpoch();
+  void EndEpoch();
+
+  // The mapped buffers; the data plane reads and writes through them, between BeginEpoch
+  // and EndEpoch.
   const transport::BufferMap& buffers() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return buffers_; }
 
  private:
@@ -103,6 +110,9 @@ class RankRegistry {
   int64_t aborts_ ABSL_GUARDED_BY(mu_) = 0;
   AbortRecord last_abort_ ABSL_GUARDED_BY(mu_);
   int64_t committed_ ABSL_GUARDED_BY(mu_) = -1;
+  bool epoch_running_ ABSL_GUARDED_BY(mu_) = false;
+  // Ranks that left during the running epoch; their buffers go when it ends.
+  std::vector<std::pair<v1::Role, int64_t>> retiring_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace refit::daemon

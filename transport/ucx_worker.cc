@@ -105,12 +105,23 @@ absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl:
             }()));
       }
       for (PendingOperation& op : *operations) {
+        if (op.request != nullptr) ucp_request_cancel(worker_, op.request);
+      }
+      // What a cancel cannot end within a moment, closing its endpoint does.
+      const absl::Time grace = absl::Now() + absl::Milliseconds(100);
+      const absl::Time give_up = absl::Now() + absl::Seconds(10);
+      for (PendingOperation& op : *operations) {
         if (op.request == nullptr) continue;
-        ucp_request_cancel(worker_, op.request);
-        while (ucp_request_check_status(op.request) == UCS_INPROGRESS) {
+        while (ucp_request_check_status(op.request) == UCS_INPROGRESS && absl::Now() < give_up) {
           ucp_worker_progress(worker_);
+          if (absl::Now() > grace && op.endpoint != nullptr) op.endpoint->ForceClose();
         }
-        ucp_request_free(op.request);
+        if (ucp_request_check_status(op.request) == UCS_INPROGRESS) {
+          // Freeing it would let UCX touch a buffer the caller is about to free.
+          spdlog::error("UCX: {} would not end; leaving it", op.what);
+        } else {
+          ucp_request_free(op.request);
+        }
         op.request = nullptr;
       }
       pending = 0;
@@ -164,23 +175,34 @@ absl::StatusOr<size_t> UcxWorker::Receive(uint64_t tag, void* buffer, size_t cap
   return operations[0].length;
 }
 
-UcxEndpoint::~UcxEndpoint() {
+UcxEndpoint::~UcxEndpoint() { ForceClose(); }
+
+void UcxEndpoint::ForceClose() {
   if (endpoint_ == nullptr) return;
+  broken_ = true;
   ucp_request_param_t params = {};
   params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   params.flags = UCP_EP_CLOSE_FLAG_FORCE;
   void* request = ucp_ep_close_nbx(endpoint_, &params);
+  endpoint_ = nullptr;
   if (request == nullptr || UCS_PTR_IS_ERR(request)) return;
-  std::vector<PendingOperation> closing = {PendingOperation{request, false, 0, "ucp_ep_close_nbx"}};
-  worker_->WaitAll(&closing, absl::Now() + absl::Seconds(5)).IgnoreError();
+  // Progressed here rather than through WaitAll, which may be what called this.
+  const absl::Time give_up = absl::Now() + absl::Seconds(5);
+  while (ucp_request_check_status(request) == UCS_INPROGRESS && absl::Now() < give_up) {
+    ucp_worker_progress(worker_->worker_);
+  }
+  if (ucp_request_check_status(request) != UCS_INPROGRESS) ucp_request_free(request);
 }
 
 absl::StatusOr<PendingOperation> UcxEndpoint::PostSend(uint64_t tag, const void* data,
                                                        size_t bytes) {
+  if (endpoint_ == nullptr) {
+    return absl::FailedPreconditionError("the UCX endpoint was closed after a failure");
+  }
   ucp_request_param_t params = {};
   void* request = ucp_tag_send_nbx(endpoint_, data, bytes, tag, &params);
   if (UCS_PTR_IS_ERR(request)) return UcxStatus(UCS_PTR_STATUS(request), "ucp_tag_send_nbx");
-  return PendingOperation{request, false, 0, absl::StrCat("send of UCX message tag ", tag)};
+  return PendingOperation{request, false, 0, absl::StrCat("send of UCX message tag ", tag), this};
 }
 
 absl::Status UcxEndpoint::Send(uint64_t tag, const void* data, size_t bytes, absl::Time deadline) {

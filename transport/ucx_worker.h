@@ -27,8 +27,9 @@ class UcxEndpoint;
 struct PendingOperation {
   void* request = nullptr;  // null: completed at once
   bool receive = false;
-  size_t length = 0;  // bytes received, once complete
-  std::string what;   // for errors
+  size_t length = 0;                // bytes received, once complete
+  std::string what;                 // for errors
+  UcxEndpoint* endpoint = nullptr;  // sends: force-closed if the send cannot be cancelled
 };
 
 class UcxWorker {
@@ -52,8 +53,9 @@ class UcxWorker {
   absl::StatusOr<PendingOperation> PostReceive(uint64_t tag, void* buffer, size_t capacity);
 
   // Progresses until every operation completes, or cancels what is left at the deadline
-  // (or at the first failure, or once the interrupt flag is set: CANCELLED). Every
-  // request is freed either way.
+  // (or at the first failure, or once the interrupt flag is set: CANCELLED). A send that
+  // does not yield to cancelling (a rendezvous with a peer that stopped answering) gets
+  // its endpoint force-closed, which ends it. Every request is freed either way.
   absl::Status WaitAll(std::vector<PendingOperation>* operations, absl::Time deadline);
 
   // While `*interrupt` is true, every wait ends at once (CANCELLED). Another thread may set
@@ -61,6 +63,7 @@ class UcxWorker {
   void SetInterrupt(const std::atomic<bool>* interrupt) { interrupt_ = interrupt; }
 
  private:
+  friend class UcxEndpoint;
   UcxWorker(ucp_context_h context, ucp_worker_h worker, std::string address)
       : context_(context), worker_(worker), address_(std::move(address)) {}
 
@@ -82,9 +85,12 @@ class UcxEndpoint {
   // Posts a send; `data` must stay valid until WaitAll finishes it.
   absl::StatusOr<PendingOperation> PostSend(uint64_t tag, const void* data, size_t bytes);
 
-  // True once UCX reported the connection broken (peer gone, timeout); a broken endpoint
-  // is replaced by a new Connect.
+  // True once UCX reported the connection broken (peer gone, timeout) or it was force-
+  // closed; a broken endpoint is replaced by a new Connect.
   bool broken() const { return broken_; }
+
+  // Closes the connection at once; operations in flight on it end with an error.
+  void ForceClose();
 
  private:
   friend class UcxWorker;

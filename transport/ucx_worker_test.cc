@@ -2,6 +2,7 @@
 // (UCX picks shared memory or TCP on loopback); every wait ends by its deadline.
 #include "transport/ucx_worker.h"
 
+#include <atomic>
 #include <numeric>
 #include <thread>
 #include <vector>
@@ -37,6 +38,33 @@ TEST(UcxWorkerTest, LargeAndSmallMessagesArriveIntact) {
   ASSERT_TRUE(length.ok()) << length.status();
   EXPECT_EQ(std::string(small, *length), "hello");
   sender.join();
+}
+
+TEST(UcxWorkerTest, ASendToAPeerThatStoppedAnsweringEndsAtTheInterrupt) {
+  // The receiver never progresses (a SIGSTOPped daemon): a large send cannot finish and
+  // cannot simply be cancelled; the interrupt still ends it, by closing the endpoint.
+  auto receiver = UcxWorker::Create("stopped");
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  auto sender = UcxWorker::Create("sender");
+  ASSERT_TRUE(sender.ok()) << sender.status();
+  std::atomic<bool> interrupt{false};
+  (*sender)->SetInterrupt(&interrupt);
+  auto endpoint = (*sender)->Connect((*receiver)->address());
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  std::vector<uint8_t> big(64 << 20, 1);
+  std::thread interrupter([&]() {
+    absl::SleepFor(absl::Milliseconds(300));
+    interrupt = true;
+  });
+  const absl::Time start = absl::Now();
+  const absl::Status sent =
+      (*endpoint)->Send(/*tag=*/9, big.data(), big.size(), absl::Now() + absl::Seconds(60));
+  interrupter.join();
+  EXPECT_EQ(sent.code(), absl::StatusCode::kCancelled) << sent;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  // The endpoint is not used again: the next epoch connects anew.
+  EXPECT_TRUE((*endpoint)->broken());
+  EXPECT_FALSE((*endpoint)->PostSend(9, big.data(), 8).ok());
 }
 
 TEST(UcxWorkerTest, ReceiveWithoutSenderEndsAtTheDeadline) {

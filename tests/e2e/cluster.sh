@@ -2,19 +2,28 @@
 # real processes under $work, talk to their HTTP endpoints, stop them. Callers set `bin`
 # (the folder with the binaries) and `work` (a scratch folder), and append to `pids`.
 
-# start_coordinator JOB_FILE: sets `coordinator` (HOST:PORT) and `metrics_port`.
+# start_coordinator JOB_FILE [PORT]: sets `coordinator` (HOST:PORT), `coordinator_pid` and
+# `metrics_port`. PORT (default: any free one) lets a restarted coordinator take the old
+# one's address. The log is appended to, so a restart keeps the first life's lines.
 start_coordinator() {
-  "$bin/refit-coordinator" --listen=127.0.0.1:0 --job="$1" --metrics_port=0 \
-    > "$work/coordinator.log" 2>&1 &
+  local lines=0
+  [[ -f $work/coordinator.log ]] && lines=$(wc -l < "$work/coordinator.log")
+  "$bin/refit-coordinator" --listen=127.0.0.1:"${2:-0}" --job="$1" --metrics_port=0 \
+    >> "$work/coordinator.log" 2>&1 &
   pids+=($!)
   coordinator_pid=$!
-  for _ in $(seq 100); do grep -q "listening on" "$work/coordinator.log" && break; sleep 0.1; done
+  local log=$work/coordinator.log.new
+  for _ in $(seq 100); do
+    tail -n +$((lines + 1)) "$work/coordinator.log" > "$log"
+    grep -q "metrics on" "$log" && break
+    sleep 0.1
+  done
   local port
-  port=$(grep -o "listening on 127.0.0.1:[0-9]*" "$work/coordinator.log" | cut -d: -f2)
+  port=$(grep -o "listening on 127.0.0.1:[0-9]*" "$log" | cut -d: -f2)
   [[ -n $port ]] || { cat "$work/coordinator.log"; echo "coordinator did not start" >&2; exit 1; }
   coordinator=127.0.0.1:$port
-  for _ in $(seq 50); do grep -q "metrics on" "$work/coordinator.log" && break; sleep 0.1; done
-  metrics_port=$(grep -o "metrics on http://127.0.0.1:[0-9]*" "$work/coordinator.log" | cut -d: -f3)
+  metrics_port=$(grep -o "metrics on http://127.0.0.1:[0-9]*" "$log" | cut -d: -f3)
+  rm -f "$log"
 }
 
 # start_daemons NODE...: one refitd per node, socket $work/NODE.sock, log $work/NODE.log;
@@ -23,8 +32,9 @@ declare -A daemon_pid daemon_metrics_port
 start_daemons() {
   local node
   for node in "$@"; do
+    rm -f "$work/$node.sock"  # a restart waits for the new socket, not the old one
     "$bin/refitd" --coordinator="$coordinator" --node="$node" --socket="$work/$node.sock" \
-      --metrics_port=0 > "$work/$node.log" 2>&1 &
+      --metrics_port=0 >> "$work/$node.log" 2>&1 &
     pids+=($!)
     daemon_pid[$node]=$!
   done
@@ -32,7 +42,8 @@ start_daemons() {
     for _ in $(seq 100); do [[ -S $work/$node.sock ]] && break; sleep 0.1; done
     [[ -S $work/$node.sock ]] || { cat "$work/$node.log"; echo "refitd $node did not start" >&2; exit 1; }
     for _ in $(seq 50); do grep -q "metrics on" "$work/$node.log" && break; sleep 0.1; done
-    daemon_metrics_port[$node]=$(grep -o "metrics on http://127.0.0.1:[0-9]*" "$work/$node.log" | cut -d: -f3)
+    daemon_metrics_port[$node]=$(grep -o "metrics on http://127.0.0.1:[0-9]*" "$work/$node.log" |
+                                 tail -1 | cut -d: -f3)
   done
 }
 

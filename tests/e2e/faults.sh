@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# One fault in the middle of an epoch, with real processes, then recovery. A coordinator,
+# a trainer node and an inference node (one refitd each), synthetic ranks holding the
+# mini model in shared memory. While the epoch of version 1 runs (gather_broadcast: a
+# window of several seconds), FAULT strikes:
+#   source-daemon       kill -9 of the trainer node's refitd
+#   destination-daemon  kill -9 of the inference node's refitd
+#   trainer-ranks       kill -9 of the trainer ranks' process (they had published)
+#   coordinator         kill -9 of the coordinator
+#   daemon-stop         SIGSTOP of the inference node's refitd (it stops reading)
+# Each time: the epoch ends well within its deadline (30 s) with the right error, no
+# inference rank is told version 1 arrived unless the epoch committed, and no process
+# crashes. Then what was killed is restarted (or SIGCONT), new ranks come, and version 2
+# goes through with every destination byte checked.
+#   faults.sh BIN_DIR FAULT
+set -euo pipefail
+bin=$1
+fault=$2
+work=$(mktemp -d /tmp/refit-fault-XXXXXX)
+pids=()
+source "$(dirname "$0")/cluster.sh"
+trap cleanup EXIT
+trainer=train-node-0
+inference=infer-node-0
+cat > "$work/job.json" <<JSON
+{"name": "fault", "model": "dsv3-mini", "sourceParallel": "pp=2,ep=2",
+ "destinationParallel": "tp=2,dp=2", "epochDeadlineMs": 30000, "leaseMs": 2000,
+ "strategy": "gather_broadcast"}
+JSON
+ranks=("$bin/refit-synthetic-ranks" --refit=mini --versions=1 --timeout_ms=30000)
+
+# start_ranks VERSION: inference ranks, then trainer ranks (which publish and ask for the
+# refit); sets inference_ranks and trainer_ranks.
+start_ranks() {
+  "${ranks[@]}" --side=destination --host="$inference" --socket="$work/$inference.sock" \
+    --first_version="$1" > "$work/inference-ranks-$1.log" 2>&1 &
+  inference_ranks=$!
+  pids+=($inference_ranks)
+  for _ in $(seq 300); do destinations_seen 4 && break; sleep 0.1; done
+  destinations_seen 4 || { cat "$work/inference-ranks-$1.log"; exit 1; }
+  "${ranks[@]}" --side=source --host="$trainer" --socket="$work/$trainer.sock" \
+    --coordinator="$coordinator" --first_version="$1" > "$work/trainer-ranks-$1.log" 2>&1 &
+  trainer_ranks=$!
+  pids+=($trainer_ranks)
+}
+
+# expect_in FILE TEXT [SECONDS]: TEXT shows up in FILE within SECONDS (default 10).
+expect_in() {
+  for _ in $(seq $((${3:-10} * 10))); do grep -qF "$2" "$1" && return 0; sleep 0.1; done
+  echo "expected in $(basename "$1"): $2" >&2
+  return 1
+}
+
+start_coordinator "$work/job.json"
+coordinator_port=${coordinator##*:}
+start_daemons "$trainer" "$inference"
+start_ranks 1
+expect_in "$work/$inference.log" "epoch fault-1 (version 1) started" 60
+sleep 0.5
+struck=$(date +%s%N)
+case $fault in
+  source-daemon)
+    kill -KILL "${daemon_pid[$trainer]}"
+    expect_in "$work/trainer-ranks-1.log" "refit of version 1"
+    expect_in "$work/coordinator.log" "refitd on $trainer disconnected during the epoch" ;;
+  destination-daemon)
+    kill -KILL "${daemon_pid[$inference]}"
+    expect_in "$work/trainer-ranks-1.log" "refitd on $inference disconnected during the epoch" ;;
+  daemon-stop)
+    kill -STOP "${daemon_pid[$inference]}"
+    # Silent for a lease (2 s), cut off within a quarter lease more.
+    expect_in "$work/trainer-ranks-1.log" \
+      "refitd on $inference stopped answering (its lease expired)" 6
+    expect_in "$work/coordinator.log" "refitd on $inference sent nothing for 2000 ms" ;;
+  coordinator)
+    kill -KILL "$coordinator_pid"
+    expect_in "$work/trainer-ranks-1.log" "refit of version 1"
+    # The daemons treat the epoch as aborted: the inference ranks hear so at once.
+    expect_in "$work/inference-ranks-1.log" "the coordinator went away during the epoch" ;;
+  trainer-ranks)
+    kill -KILL "$trainer_ranks"
+    # Their memory stays mapped for the rest of the epoch, which ends either way.
+    expect_in "$work/coordinator.log" "epoch fault-1 version 1 " 30 ;;
+  *) echo "faults.sh: no fault $fault" >&2; exit 2 ;;
+esac
+echo "$fault: the epoch ended $(( ($(date +%s%N) - struck) / 1000000 )) ms after the fault"
+[[ $fault == coordinator ]] || expect_in "$work/coordinator.log" "epoch fault-1 version 1 " 5
+if grep -q "epoch fault-1 version 1 committed" "$work/coordinator.log"; then
+  [[ $fault == trainer-ranks ]] || { echo "the epoch committed despite $fault" >&2; exit 1; }
+  committed=1
+else
+  committed=0
+  if grep -q "^version 1:" "$work/inference-ranks-1.log"; then
+    echo "an inference rank saw version 1 of an aborted epoch" >&2
+    exit 1
+  fi
+fi
+# Every process not struck is still running (none crashed).
+alive=("${daemon_pid[$trainer]}" "${daemon_pid[$inference]}" "$coordinator_pid")
+for pid in "${alive[@]}"; do
+  case $fault in
+    source-daemon) [[ $pid == "${daemon_pid[$trainer]}" ]] && continue ;;
+    destination-daemon) [[ $pid == "${daemon_pid[$inference]}" ]] && continue ;;
+    coordinator) [[ $pid == "$coordinator_pid" ]] && continue ;;
+  esac
+  kill -0 "$pid" || { echo "process $pid died" >&2; exit 1; }
+done
+
+# Recovery.
+case $fault in
+  source-daemon) start_daemons "$trainer" ;;
+  destination-daemon) start_daemons "$inference" ;;
+  daemon-stop) kill -CONT "${daemon_pid[$inference]}" ;;
+  coordinator) start_coordinator "$work/job.json" "$coordinator_port" ;;
+esac
+# The ranks of the first round go (a killed process's segments are removed by hand when
+# its daemon died with it; otherwise refitd reclaimed them).
+for pid in "$inference_ranks" "$trainer_ranks"; do kill -TERM "$pid" 2>/dev/null || true; done
+for pid in "$inference_ranks" "$trainer_ranks"; do await_exit "$pid" 10; done
+if [[ $fault == trainer-ranks ]]; then
+  for _ in $(seq 20); do ls /dev/shm | grep -q "^refit-$trainer_ranks-" || break; sleep 0.1; done
+  if ls /dev/shm | grep -q "^refit-$trainer_ranks-"; then
+    echo "the killed trainer ranks' segments remain" >&2
+    exit 1
+  fi
+fi
+for _ in $(seq 300); do destinations_seen 0 && break; sleep 0.1; done
+start_ranks 2
+await_exit "$trainer_ranks" 60
+wait "$trainer_ranks" || { cat "$work/trainer-ranks-2.log" "$work"/*.log >&2; exit 1; }
+await_exit "$inference_ranks" 30
+wait "$inference_ranks" || { cat "$work/inference-ranks-2.log" >&2; exit 1; }
+grep -q "^version 2: 0 of" "$work/inference-ranks-2.log"
+"$bin/refitctl" status --coordinator="$coordinator" | grep -q "^current version  2$"
+stop_all
+echo "fault $fault: the epoch ended cleanly (committed: $committed) and version 2 went through"
