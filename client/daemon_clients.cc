@@ -109,13 +109,30 @@ absl::StatusOr<int64_t> LocalDaemonClient::WaitForVersion(int64_t rank, int64_t 
   return response.version();
 }
 
-CoordinatorClient::CoordinatorClient(const std::string& address)
-    : stub_(v1::Coordinator::NewStub(
-          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))) {}
+CoordinatorClient::CoordinatorClient(const std::string& address) {
+  absl::StatusOr<security::ClientSecurity> security = security::ClientSecurityFromEnvironment();
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      security.ok() ? security::MakeChannelCredentials(*security) : security.status();
+  if (!credentials.ok()) {
+    setup_ = credentials.status();
+    credentials = grpc::InsecureChannelCredentials();  // never used: every call fails first
+  } else {
+    security_ = *security;
+  }
+  stub_ = v1::Coordinator::NewStub(grpc::CreateChannel(address, *credentials));
+}
+
+absl::Status CoordinatorClient::Prepare(grpc::ClientContext* context,
+                                        absl::Duration timeout) const {
+  SetDeadline(context, timeout);
+  security::AttachToken(security_, context);
+  return setup_;
+}
 
 absl::StatusOr<v1::RefitReport> CoordinatorClient::Refit(int64_t version, absl::Duration timeout) {
   grpc::ClientContext context;
-  SetDeadline(&context, timeout + absl::Seconds(5));  // the coordinator answers at `timeout`
+  // The coordinator answers at `timeout`.
+  if (absl::Status ready = Prepare(&context, timeout + absl::Seconds(5)); !ready.ok()) return ready;
   v1::RefitRequest request;
   request.set_version(version);
   request.set_deadline_ms(absl::ToInt64Milliseconds(timeout));
@@ -127,7 +144,7 @@ absl::StatusOr<v1::RefitReport> CoordinatorClient::Refit(int64_t version, absl::
 
 absl::StatusOr<v1::StatusResponse> CoordinatorClient::Status(absl::Duration timeout) {
   grpc::ClientContext context;
-  SetDeadline(&context, timeout);
+  if (absl::Status ready = Prepare(&context, timeout); !ready.ok()) return ready;
   v1::StatusResponse response;
   absl::Status status = FromGrpc(stub_->Status(&context, v1::StatusRequest(), &response));
   if (!status.ok()) return status;
@@ -136,7 +153,7 @@ absl::StatusOr<v1::StatusResponse> CoordinatorClient::Status(absl::Duration time
 
 absl::StatusOr<v1::LayoutsResponse> CoordinatorClient::Layouts(absl::Duration timeout) {
   grpc::ClientContext context;
-  SetDeadline(&context, timeout);
+  if (absl::Status ready = Prepare(&context, timeout); !ready.ok()) return ready;
   v1::LayoutsResponse response;
   absl::Status status = FromGrpc(stub_->Layouts(&context, v1::LayoutsRequest(), &response));
   if (!status.ok()) return status;
@@ -146,7 +163,7 @@ absl::StatusOr<v1::LayoutsResponse> CoordinatorClient::Layouts(absl::Duration ti
 absl::Status CoordinatorClient::WatchNextEpoch(
     const std::function<void(const v1::EpochProgress&)>& on_progress, absl::Duration timeout,
     grpc::ClientContext* context) {
-  SetDeadline(context, timeout + absl::Seconds(5));
+  if (absl::Status ready = Prepare(context, timeout + absl::Seconds(5)); !ready.ok()) return ready;
   v1::WatchEpochRequest request;
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
   auto reader = stub_->WatchEpoch(context, request);

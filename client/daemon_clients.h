@@ -12,6 +12,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/client_context.h"
 #include "proto/refit.grpc.pb.h"
+#include "security/grpc_security.h"
 
 namespace refit::client {
 
@@ -53,6 +54,8 @@ class LocalDaemonClient {
 
 class CoordinatorClient {
  public:
+  // TLS and the token come from the environment (security/grpc_security.h); a bad setting
+  // there is the error of every call.
   explicit CoordinatorClient(const std::string& address);
 
   absl::StatusOr<v1::RefitReport> Refit(int64_t version, absl::Duration timeout);
@@ -65,6 +68,11 @@ class CoordinatorClient {
                               absl::Duration timeout, grpc::ClientContext* context);
 
  private:
+  // Sets the deadline and the token; the setup error, if any.
+  absl::Status Prepare(grpc::ClientContext* context, absl::Duration timeout) const;
+
+  absl::Status setup_;
+  security::ClientSecurity security_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
 };
 

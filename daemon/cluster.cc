@@ -250,6 +250,14 @@ std::string Cluster::NodeOf(int32_t daemon) const {
   return it == daemons_.end() ? absl::StrCat("daemon ", daemon) : it->second.peer.node();
 }
 
+std::string Cluster::IncarnationOf(const std::string& node) const {
+  absl::MutexLock lock(&mu_);
+  auto index = index_of_node_.find(node);
+  if (index == index_of_node_.end()) return "";
+  const DaemonRecord& record = daemons_.at(index->second);
+  return record.connected ? record.incarnation : "";
+}
+
 int64_t Cluster::RankCount(v1::Role role) const {
   absl::MutexLock lock(&mu_);
   int64_t count = 0;

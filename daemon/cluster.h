@@ -83,6 +83,8 @@ class Cluster {
   // The node of daemon `daemon` ("daemon N" if unknown), for messages.
   std::string NodeOf(int32_t daemon) const;
   int64_t RankCount(v1::Role role) const;
+  // The incarnation of the node's current session ("" if none is connected).
+  std::string IncarnationOf(const std::string& node) const;
 
  private:
   struct DaemonRecord {

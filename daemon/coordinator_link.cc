@@ -110,9 +110,19 @@ void CoordinatorLink::Run() {
 }
 
 void CoordinatorLink::Session(transport::UcxWorker* worker) {
-  auto channel = grpc::CreateChannel(coordinator_, grpc::InsecureChannelCredentials());
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      security::MakeChannelCredentials(security_);
+  if (!credentials.ok()) {
+    if (std::string(credentials.status().message()) != last_stream_error_) {
+      spdlog::error("refitd {}: {}", node_, std::string(credentials.status().message()));
+    }
+    last_stream_error_ = std::string(credentials.status().message());
+    return;
+  }
+  auto channel = grpc::CreateChannel(coordinator_, *credentials);
   auto stub = v1::Coordinator::NewStub(channel);
   grpc::ClientContext context;
+  security::AttachToken(security_, &context);
   std::unique_ptr<Stream> stream = stub->Control(&context);
   {
     absl::MutexLock lock(&mu_);

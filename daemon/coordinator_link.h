@@ -20,6 +20,7 @@
 #include "daemon/metrics.h"
 #include "daemon/rank_registry.h"
 #include "proto/refit.grpc.pb.h"
+#include "security/grpc_security.h"
 #include "transport/gpu/nccl_group.h"
 #include "transport/plan_executor.h"
 #include "transport/ucx_worker.h"
@@ -39,6 +40,8 @@ class CoordinatorLink {
         metrics_(metrics),
         incarnation_(NewIncarnation()) {}
 
+  // TLS and token for the control stream (set before Start; default: plaintext, no token).
+  void SetSecurity(security::ClientSecurity security) { security_ = std::move(security); }
   // What the daemon tells the coordinator about its GPUs (set before Start).
   void SetGpuDescription(std::string gpu) { gpu_ = std::move(gpu); }
   ~CoordinatorLink() { Stop(); }
@@ -49,7 +52,7 @@ class CoordinatorLink {
   // New for every link: what fences this daemon's sessions from its earlier lives.
   const std::string& incarnation() const { return incarnation_; }
   // Debug: after executing an epoch of `version`, flip a byte of a destination view before
-  // the checksums are taken, to prove the coordinator catches it (set before Start).
+  // the checksums are taken, to prove the coordinator catches it.
   void CorruptAfterEpoch(int64_t version) { corrupt_version_ = version; }
 
  private:
@@ -77,14 +80,15 @@ class CoordinatorLink {
   const std::string coordinator_;
   const std::string node_;
   std::string gpu_;
+  security::ClientSecurity security_;
   RankRegistry* registry_;
   DaemonMetrics* metrics_;
   const std::string incarnation_;
   std::thread thread_;
   std::thread heartbeat_thread_;
   std::atomic<bool> stopping_{false};
-  std::atomic<int64_t> lease_ms_{5000};
-  int64_t corrupt_version_ = -1;  // from the coordinator's Welcome
+  std::atomic<int64_t> lease_ms_{5000};  // from the coordinator's Welcome
+  std::atomic<int64_t> corrupt_version_{-1};
   std::atomic<bool> connected_{false};
   std::atomic<bool> welcomed_{false};
   // Set to stop the running epoch; the UCX worker and the executor both watch it.

@@ -12,10 +12,17 @@
 #include "daemon/metrics.h"
 #include "daemon/shutdown_signal.h"
 #include "planner/reference_refits.h"
+#include "security/grpc_security.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7700", "address to serve on, HOST:PORT (port 0: any)");
 ABSL_FLAG(std::string, job, "", "the refit group, a refit.v1.JobSpec JSON file");
+ABSL_FLAG(std::string, tls_cert, "", "TLS: this server's certificate (PEM); empty: plaintext");
+ABSL_FLAG(std::string, tls_key, "", "TLS: this server's private key (PEM, mode 600)");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "mutual TLS: clients must present a certificate this CA (PEM) signed");
+ABSL_FLAG(std::string, token_file, "",
+          "control RPCs must carry the token in this file (mode 600; clients: REFIT_TOKEN_FILE)");
 ABSL_FLAG(int, metrics_port, -1,
           "HTTP port for /metrics, /healthz and /readyz (0: any free port; -1: none)");
 
@@ -43,11 +50,24 @@ int main(int argc, char** argv) {
   }
   const absl::Duration deadline =
       absl::Milliseconds(job.epoch_deadline_ms() > 0 ? job.epoch_deadline_ms() : 60000);
+  refit::security::ServerSecurity security;
+  security.cert_file = absl::GetFlag(FLAGS_tls_cert);
+  security.key_file = absl::GetFlag(FLAGS_tls_key);
+  security.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+    absl::StatusOr<std::string> token =
+        refit::security::ReadSecretFile(absl::GetFlag(FLAGS_token_file));
+    if (!token.ok()) {
+      spdlog::error("refit-coordinator: {}", std::string(token.status().message()));
+      return 2;
+    }
+    security.token = *token;
+  }
   auto registry = std::make_shared<prometheus::Registry>();
   refit::daemon::CoordinatorMetrics metrics(registry);
   const std::string listen = absl::GetFlag(FLAGS_listen);
   absl::StatusOr<std::unique_ptr<refit::daemon::CoordinatorServer>> server =
-      refit::daemon::CoordinatorServer::Start(listen, job, deadline, &metrics);
+      refit::daemon::CoordinatorServer::Start(listen, job, deadline, &metrics, security);
   if (!server.ok()) {
     spdlog::error("refit-coordinator: {}", std::string(server.status().message()));
     return 1;

@@ -10,13 +10,16 @@ namespace refit::daemon {
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const std::string& listen, v1::JobSpec job, absl::Duration default_deadline,
-    CoordinatorMetrics* metrics) {
+    CoordinatorMetrics* metrics, const security::ServerSecurity& security) {
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      security::MakeServerCredentials(security);
+  if (!credentials.ok()) return credentials.status();
   std::unique_ptr<CoordinatorServer> server(
-      new CoordinatorServer(std::move(job), default_deadline, metrics));
+      new CoordinatorServer(std::move(job), default_deadline, metrics, security.token));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, *credentials, &port);
   builder.RegisterService(&server->service_);
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.SetMaxSendMessageSize(256 << 20);

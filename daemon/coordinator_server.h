@@ -17,15 +17,17 @@
 #include "daemon/coordinator_service.h"
 #include "daemon/epoch_runner.h"
 #include "daemon/metrics.h"
+#include "security/grpc_security.h"
 
 namespace refit::daemon {
 
 class CoordinatorServer {
  public:
   // Listens on `listen` (HOST:PORT; port 0 picks a free one). `metrics` may be null.
+  // `security`: TLS, mutual TLS and the token control RPCs must carry (default: none).
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
       const std::string& listen, v1::JobSpec job, absl::Duration default_deadline,
-      CoordinatorMetrics* metrics = nullptr);
+      CoordinatorMetrics* metrics = nullptr, const security::ServerSecurity& security = {});
   ~CoordinatorServer();
 
   // HOST:PORT with the port actually bound.
@@ -33,10 +35,11 @@ class CoordinatorServer {
   Cluster& cluster() { return cluster_; }
 
  private:
-  CoordinatorServer(v1::JobSpec job, absl::Duration default_deadline, CoordinatorMetrics* metrics)
+  CoordinatorServer(v1::JobSpec job, absl::Duration default_deadline, CoordinatorMetrics* metrics,
+                    std::string token)
       : lease_(absl::Milliseconds(job.lease_ms() > 0 ? job.lease_ms() : 5000)),
         runner_(&cluster_, std::move(job), metrics),
-        service_(&cluster_, &runner_, default_deadline, lease_, metrics) {}
+        service_(&cluster_, &runner_, default_deadline, lease_, metrics, std::move(token)) {}
   // Cuts off daemons whose lease expired, every quarter lease, until the server stops.
   void EnforceLeases();
 

@@ -4,6 +4,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "daemon/status_mapping.h"
+#include "security/grpc_security.h"
 #include "spdlog/spdlog.h"
 
 namespace refit::daemon {
@@ -52,6 +53,7 @@ void CoordinatorService::UpdateRankGauges() {
 grpc::Status CoordinatorService::Control(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::DaemonMessage>* stream) {
+  if (grpc::Status allowed = security::CheckToken(token_, *context); !allowed.ok()) return allowed;
   v1::DaemonMessage message;
   if (!stream->Read(&message) || !message.has_hello() || message.hello().node().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
@@ -116,8 +118,9 @@ grpc::Status CoordinatorService::Control(
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::Refit(grpc::ServerContext*, const v1::RefitRequest* request,
-                                       v1::RefitReport* response) {
+grpc::Status CoordinatorService::Refit(grpc::ServerContext* context,
+                                       const v1::RefitRequest* request, v1::RefitReport* response) {
+  if (grpc::Status allowed = security::CheckToken(token_, *context); !allowed.ok()) return allowed;
   const absl::Duration timeout =
       request->deadline_ms() > 0 ? absl::Milliseconds(request->deadline_ms()) : default_deadline_;
   absl::StatusOr<v1::RefitReport> report = runner_->Refit(request->version(), timeout);
@@ -126,8 +129,9 @@ grpc::Status CoordinatorService::Refit(grpc::ServerContext*, const v1::RefitRequ
   return grpc::Status::OK;
 }
 
-grpc::Status CoordinatorService::Status(grpc::ServerContext*, const v1::StatusRequest*,
+grpc::Status CoordinatorService::Status(grpc::ServerContext* context, const v1::StatusRequest*,
                                         v1::StatusResponse* response) {
+  if (grpc::Status allowed = security::CheckToken(token_, *context); !allowed.ok()) return allowed;
   *response = runner_->Status();
   return grpc::Status::OK;
 }
@@ -136,8 +140,9 @@ grpc::Status CoordinatorService::Status(grpc::ServerContext*, const v1::StatusRe
 
 namespace refit::daemon {
 
-grpc::Status CoordinatorService::Layouts(grpc::ServerContext*, const v1::LayoutsRequest*,
+grpc::Status CoordinatorService::Layouts(grpc::ServerContext* context, const v1::LayoutsRequest*,
                                          v1::LayoutsResponse* response) {
+  if (grpc::Status allowed = security::CheckToken(token_, *context); !allowed.ok()) return allowed;
   absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot();
   if (!snapshot.ok()) return ToGrpc(snapshot.status());
   *response->mutable_sources() = snapshot->sources;
@@ -158,6 +163,7 @@ namespace refit::daemon {
 grpc::Status CoordinatorService::WatchEpoch(grpc::ServerContext* context,
                                             const v1::WatchEpochRequest* request,
                                             grpc::ServerWriter<v1::EpochProgress>* writer) {
+  if (grpc::Status allowed = security::CheckToken(token_, *context); !allowed.ok()) return allowed;
   const absl::Duration timeout =
       request->timeout_ms() > 0 ? absl::Milliseconds(request->timeout_ms()) : default_deadline_;
   const bool found = runner_->Watch(

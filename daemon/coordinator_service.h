@@ -14,13 +14,16 @@ class CoordinatorService final : public v1::Coordinator::Service {
   // `metrics` may be null.
   // A daemon is told to heartbeat within `lease` (the lease itself is enforced by whoever
   // calls Cluster::CutExpired).
+  // With a `token`, every call must carry it (security::AttachToken).
   CoordinatorService(Cluster* cluster, EpochRunner* runner, absl::Duration default_deadline,
-                     absl::Duration lease, CoordinatorMetrics* metrics = nullptr)
+                     absl::Duration lease, CoordinatorMetrics* metrics = nullptr,
+                     std::string token = "")
       : cluster_(cluster),
         runner_(runner),
         default_deadline_(default_deadline),
         lease_(lease),
-        metrics_(metrics) {}
+        metrics_(metrics),
+        token_(std::move(token)) {}
 
   grpc::Status Control(
       grpc::ServerContext* context,
@@ -42,6 +45,7 @@ class CoordinatorService final : public v1::Coordinator::Service {
   const absl::Duration default_deadline_;
   const absl::Duration lease_;
   CoordinatorMetrics* metrics_;
+  const std::string token_;
 };
 
 }  // namespace refit::daemon

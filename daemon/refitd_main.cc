@@ -1,5 +1,7 @@
 // refitd: the per-node refit daemon. Serves the local API to the node's ranks on a unix
 // socket, keeps a control stream to the coordinator, and runs its part of every epoch.
+// TLS and the coordinator's token come from REFIT_TLS_CA, REFIT_TLS_CERT, REFIT_TLS_KEY and
+// REFIT_TOKEN_FILE (security/grpc_security.h).
 #include <cstdio>
 #include <string>
 
@@ -11,6 +13,7 @@
 #include "daemon/metrics.h"
 #include "daemon/rank_registry.h"
 #include "daemon/shutdown_signal.h"
+#include "security/grpc_security.h"
 #include "spdlog/spdlog.h"
 #include "transport/gpu/gpu_support.h"
 
@@ -43,6 +46,13 @@ int main(int argc, char** argv) {
   refit::daemon::DaemonMetrics metrics(metrics_registry);
   refit::daemon::CoordinatorLink link(absl::GetFlag(FLAGS_coordinator), node, &registry, &metrics);
   const refit::transport::gpu::GpuSupport gpu = refit::transport::gpu::DetectGpu();
+  absl::StatusOr<refit::security::ClientSecurity> security =
+      refit::security::ClientSecurityFromEnvironment();
+  if (!security.ok()) {
+    spdlog::error("refitd {}: {}", node, std::string(security.status().message()));
+    return 2;
+  }
+  link.SetSecurity(*security);
   link.SetGpuDescription(gpu.description);
   link.CorruptAfterEpoch(absl::GetFlag(FLAGS_debug_corrupt_version));
   link.Start();

@@ -10,7 +10,9 @@ PACKAGES=(
   libabsl-dev libspdlog-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libucx-dev prometheus-cpp-dev libcpp-httplib-dev
+  openssl  # the TLS test makes its certificates
 )
+# tests/fuzz/run_fuzzers.sh also needs clang (libFuzzer); the test command does not.
 
 missing=()
 for package in "${PACKAGES[@]}"; do

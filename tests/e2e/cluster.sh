@@ -2,6 +2,8 @@
 # real processes under $work, talk to their HTTP endpoints, stop them. Callers set `bin`
 # (the folder with the binaries) and `work` (a scratch folder), and append to `pids`.
 
+coordinator_flags=()  # more flags for the coordinator (TLS, token)
+
 # start_coordinator JOB_FILE [PORT]: sets `coordinator` (HOST:PORT), `coordinator_pid` and
 # `metrics_port`. PORT (default: any free one) lets a restarted coordinator take the old
 # one's address. The log is appended to, so a restart keeps the first life's lines.
@@ -9,7 +11,7 @@ start_coordinator() {
   local lines=0
   [[ -f $work/coordinator.log ]] && lines=$(wc -l < "$work/coordinator.log")
   "$bin/refit-coordinator" --listen=127.0.0.1:"${2:-0}" --job="$1" --metrics_port=0 \
-    >> "$work/coordinator.log" 2>&1 &
+    "${coordinator_flags[@]}" >> "$work/coordinator.log" 2>&1 &
   pids+=($!)
   coordinator_pid=$!
   local log=$work/coordinator.log.new

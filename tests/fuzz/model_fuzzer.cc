@@ -6,10 +6,17 @@
 #include <string>
 
 #include "absl/strings/str_split.h"
+#include "google/protobuf/stubs/logging.h"
 #include "google/protobuf/util/json_util.h"
 #include "planner/layout.h"
 #include "planner/model_spec.h"
 #include "proto/refit.pb.h"
+
+// Invalid UTF-8 in string fields is an ordinary parse failure here, not worth a log line.
+static const bool kQuietProtobuf = [] {
+  google::protobuf::SetLogHandler(nullptr);
+  return true;
+}();
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string text(reinterpret_cast<const char*>(data), size);

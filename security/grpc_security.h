@@ -1,0 +1,54 @@
+// Who may talk to the coordinator: TLS (and mutual TLS) on its gRPC port, and a shared
+// token that every control RPC must carry ("authorization: Bearer TOKEN"). Clients (refitd,
+// refitctl, the C++ CoordinatorClient) take their settings from the environment, so
+// orchestration code hands them over as it hands over any secret:
+//   REFIT_TLS_CA     CA certificate (PEM) that signed the coordinator's certificate: use TLS
+//   REFIT_TLS_CERT   this client's certificate and
+//   REFIT_TLS_KEY    key (PEM), for mutual TLS
+//   REFIT_TOKEN_FILE file holding the shared token
+// Token files and keys must not be readable by group or others.
+#ifndef REFIT_SECURITY_GRPC_SECURITY_H_
+#define REFIT_SECURITY_GRPC_SECURITY_H_
+
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace refit::security {
+
+struct ClientSecurity {
+  std::string ca_file;    // empty: plaintext
+  std::string cert_file;  // with key_file: present a client certificate
+  std::string key_file;
+  std::string token;  // empty: none sent
+};
+
+struct ServerSecurity {
+  std::string cert_file;  // empty: plaintext
+  std::string key_file;
+  std::string client_ca_file;  // set: mutual TLS, clients must present a certificate it signed
+  std::string token;           // set: control RPCs must carry it
+};
+
+// The client settings from the environment (see above); errors name the file and why.
+absl::StatusOr<ClientSecurity> ClientSecurityFromEnvironment();
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const ClientSecurity& security);
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const ServerSecurity& security);
+
+// Adds the token, if any, to a call.
+void AttachToken(const ClientSecurity& security, grpc::ClientContext* context);
+// OK when no token is required or the call carries it; UNAUTHENTICATED otherwise.
+grpc::Status CheckToken(const std::string& required, const grpc::ServerContext& context);
+
+// Reads a token file: refused if group or others may read it, or if it is empty.
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path);
+
+}  // namespace refit::security
+
+#endif  // REFIT_SECURITY_GRPC_SECURITY_H_
