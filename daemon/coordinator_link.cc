@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <random>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -347,12 +348,24 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
         &nccl);
     if (!joined.ok()) return fail(joined);
   }
+  // Connections only to the daemons this slice exchanges pieces with: a large group's
+  // daemons would otherwise each hold an endpoint to every other.
+  std::set<int32_t> exchanged_with;
+  for (const v1::Batch& batch : slice.plan().batches()) {
+    for (const v1::Transfer& t : batch.transfers()) {
+      for (const v1::Endpoint* end : {&t.src(), &t.dst()}) {
+        absl::StatusOr<int32_t> daemon =
+            placement.DaemonOf(transport::EndpointRole(end->kind()), end->rank());
+        if (daemon.ok()) exchanged_with.insert(*daemon);
+      }
+    }
+  }
   std::vector<transport::UcxEndpoint*> peers;
   for (const v1::DaemonPeer& peer : slice.daemons()) {
     if (peer.index() < 0 || peer.index() > 1 << 20)
       return fail(absl::InvalidArgumentError("bad daemon index"));
     if (peers.size() <= static_cast<size_t>(peer.index())) peers.resize(peer.index() + 1, nullptr);
-    if (peer.index() == slice.daemon_index()) continue;
+    if (peer.index() == slice.daemon_index() || !exchanged_with.count(peer.index())) continue;
     auto& [address, endpoint] = peers_[peer.index()];
     if (endpoint == nullptr || endpoint->broken() || address != peer.data_plane_address()) {
       absl::StatusOr<std::unique_ptr<transport::UcxEndpoint>> connected =

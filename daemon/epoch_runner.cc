@@ -1,6 +1,7 @@
 #include "daemon/epoch_runner.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "daemon/nccl_members.h"
@@ -70,16 +71,38 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
     absl::MutexLock lock(&mu_);
     number = next_epoch_;
   }
+  // What every slice holds besides the daemon's own transfers: the same for all daemons.
+  std::string slice_key = plan.digest();
+  for (const v1::DaemonPeer& peer : snapshot.daemons) {
+    absl::StrAppend(&slice_key, "|", peer.index(), "@",
+                    absl::CHexEscape(peer.data_plane_address()));
+  }
+  for (const v1::RankPlacement& p : snapshot.placement) {
+    absl::StrAppend(&slice_key, "|", p.role(), ":", p.rank(), ">", p.daemon(), ":", p.device());
+  }
+  if (nccl->has_value())
+    absl::StrAppend(&slice_key, "|nccl ", absl::CHexEscape((*nccl)->unique_id()));
   std::set<int32_t> asked;
   for (const auto& [index, channel] : snapshot.channels) {
-    v1::CoordinatorMessage slice_message;
-    v1::PlanSlice* slice = slice_message.mutable_plan();
-    slice->set_digest(plan.digest());
-    *slice->mutable_plan() = transport::SlicePlan(plan, where, index);
-    slice->set_daemon_index(index);
-    for (const v1::DaemonPeer& peer : snapshot.daemons) *slice->add_daemons() = peer;
-    for (const v1::RankPlacement& p : snapshot.placement) *slice->add_placement() = p;
-    if (nccl->has_value()) *slice->mutable_nccl() = **nccl;
+    // A daemon keeps its slice across epochs: it is sent again only when the plan, the
+    // group or the daemon's session changed.
+    auto& [sent_to, sent_key] = slices_sent_[index];
+    if (sent_to.lock() != channel || sent_key != slice_key) {
+      v1::CoordinatorMessage slice_message;
+      v1::PlanSlice* slice = slice_message.mutable_plan();
+      slice->set_digest(plan.digest());
+      *slice->mutable_plan() = transport::SlicePlan(plan, where, index);
+      slice->set_daemon_index(index);
+      for (const v1::DaemonPeer& peer : snapshot.daemons) *slice->add_daemons() = peer;
+      for (const v1::RankPlacement& p : snapshot.placement) *slice->add_placement() = p;
+      if (nccl->has_value()) *slice->mutable_nccl() = **nccl;
+      sent_to.reset();
+      if (!channel->Send(slice_message)) {
+        return absl::UnavailableError(absl::StrCat("daemon ", index, " is unreachable"));
+      }
+      sent_to = channel;
+      sent_key = slice_key;
+    }
     v1::CoordinatorMessage execute_message;
     v1::ExecuteEpoch* execute = execute_message.mutable_execute();
     execute->set_epoch_id(epoch_id);
@@ -88,7 +111,7 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
     execute->set_deadline_ms(absl::ToInt64Milliseconds(deadline - absl::Now()));
     execute->set_epoch_number(number);
     execute->set_checksums(!job_.skip_checksums());
-    if (!channel->Send(slice_message) || !channel->Send(execute_message)) {
+    if (!channel->Send(execute_message)) {
       return absl::UnavailableError(absl::StrCat("daemon ", index, " is unreachable"));
     }
     asked.insert(index);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -64,6 +65,9 @@ class EpochRunner {
   // Under run_mu_: the NCCL members last set up and their unique id.
   std::string nccl_members_;
   std::string nccl_unique_id_;
+  // Under run_mu_: per daemon, the session (its channel) its last slice went to and what
+  // that slice held (plan digest, group, placement, NCCL id).
+  std::map<int32_t, std::pair<std::weak_ptr<DaemonChannel>, std::string>> slices_sent_;
   CoordinatorMetrics* metrics_;
   planner::PlanCache plans_;
   absl::Mutex run_mu_;  // one epoch at a time

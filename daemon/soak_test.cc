@@ -4,10 +4,11 @@
 // publish in time, a destination rank that leaves and comes back, the inference daemon
 // restarting as a new incarnation. Every epoch without a fault commits with every byte
 // right, every faulty one fails, and at the end the process holds no more file
-// descriptors, threads or shared-memory segments than after the first epochs, and its
-// memory has not grown.
+// descriptors or shared-memory segments than after the first epochs, no more threads
+// than gRPC's pools may vary by, and its memory has not grown beyond allocator noise.
 #include <dirent.h>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 #include <string>
@@ -158,7 +159,12 @@ TEST(SoakTest, AThousandEpochsWithFaultsLeakNothing) {
     }
     ASSERT_TRUE(group_seen());
   }
-  const Resources end = Measure();
+  // gRPC sizes its thread pools as it goes: take the quietest of a few looks.
+  Resources end = Measure();
+  for (int i = 0; i < 10; ++i) {
+    absl::SleepFor(absl::Milliseconds(50));
+    end.threads = std::min(end.threads, Measure().threads);
+  }
   std::printf("%d epochs: %d committed, %d failed by injected faults\n", kEpochs, committed,
               failed);
   std::printf(
@@ -169,7 +175,9 @@ TEST(SoakTest, AThousandEpochsWithFaultsLeakNothing) {
       (long long)end.rss_kib);
   EXPECT_GT(failed, 50);
   EXPECT_LE(end.fds, warm.fds);
-  EXPECT_LE(end.threads, warm.threads);
+  // A leak would grow with the ~40 daemon restarts (3 threads each); gRPC's pools may
+  // hold a couple more or fewer than at epoch 50.
+  EXPECT_LE(end.threads, warm.threads + 4);
   EXPECT_LE(end.segments, warm.segments);
   // Allocator noise aside, 950 epochs must not have grown the process.
   EXPECT_LT(end.rss_kib - warm.rss_kib, 16 * 1024);
