@@ -145,24 +145,23 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
   if (!snapshot.ok()) return snapshot.status();
   const int sources = snapshot->sources.ranks_size();
   const int destinations = snapshot->destinations.ranks_size();
-  if (sources < job_.source_ranks() || destinations < job_.destination_ranks()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the refit group is incomplete: ", sources, " of ", job_.source_ranks(),
-        " source ranks and ", destinations, " of ", job_.destination_ranks(),
-        " destination ranks registered",
-        MissingRanks(snapshot->sources, job_.source_ranks(), "source"),
-        MissingRanks(snapshot->destinations, job_.destination_ranks(), "destination")));
-  }
-  // Trainers may still be finishing the step: wait (within the deadline) for every source
-  // rank to publish this version, so no half-updated weights are sent.
-  const std::vector<int64_t> unpublished = cluster_->AwaitPublished(version, deadline);
-  if (!unpublished.empty()) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("version ", version, " was not published before the deadline by source ranks ",
-                     absl::StrJoin(unpublished, ", ")));
+  const std::string incomplete = absl::StrCat(
+      "the refit group is incomplete: ", sources, " of ", job_.source_ranks(), " source ranks and ",
+      destinations, " of ", job_.destination_ranks(), " destination ranks registered",
+      MissingRanks(snapshot->sources, job_.source_ranks(), "source"),
+      MissingRanks(snapshot->destinations, job_.destination_ranks(), "destination"));
+  // Every destination must be there. Missing sources are planned around when the others
+  // hold their data (data-parallel replicas, replicated tensors); the planner says which
+  // boxes nobody holds otherwise.
+  const bool sources_missing = sources < job_.source_ranks();
+  if (destinations < job_.destination_ranks() || sources == 0) {
+    return absl::FailedPreconditionError(incomplete);
   }
   absl::StatusOr<planner::Layout> src = planner::CompileLayout(snapshot->sources, "source");
-  if (!src.ok()) return src.status();
+  if (!src.ok()) {
+    if (sources_missing) return absl::FailedPreconditionError(incomplete);
+    return src.status();
+  }
   absl::StatusOr<planner::Layout> dst =
       planner::CompileLayout(snapshot->destinations, "destination");
   if (!dst.ok()) return dst.status();
@@ -172,8 +171,35 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
   const v1::Topology topology = job_.has_topology() ? job_.topology() : planner::DgxH100Topology();
   absl::StatusOr<std::shared_ptr<const planner::Plan>> plan =
       plans_.GetOrBuild(*src, *dst, topology, options);
-  if (!plan.ok()) return plan.status();
+  if (!plan.ok()) {
+    if (sources_missing) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          incomplete, "; the other sources do not hold everything: ", plan.status().message()));
+    }
+    return plan.status();
+  }
+  std::vector<int64_t> planned_around;
+  if (sources_missing) {
+    std::set<int64_t> present;
+    for (const v1::RankLayout& r : snapshot->sources.ranks()) present.insert(r.rank());
+    for (int64_t r = 0; r < job_.source_ranks(); ++r) {
+      if (!present.count(r)) planned_around.push_back(r);
+    }
+    spdlog::warn(
+        "version {}: source ranks {} are missing; the plan takes their data from the "
+        "others",
+        version, absl::StrJoin(planned_around, ", "));
+  }
   const v1::Plan wire = planner::PlanToProto(**plan, *src, *dst);
+  // Planned while the trainers may still be finishing the step; now wait (within the
+  // deadline) for every source rank to publish this version, so no half-updated weights
+  // are sent.
+  const std::vector<int64_t> unpublished = cluster_->AwaitPublished(version, deadline);
+  if (!unpublished.empty()) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("version ", version, " was not published before the deadline by source ranks ",
+                     absl::StrJoin(unpublished, ", ")));
+  }
 
   std::string epoch_id;
   const uint32_t last_epoch_run = cluster_->LastEpochNumber();
@@ -298,6 +324,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
   report.set_seconds(seconds);
   report.set_views_checksummed(views_checksummed);
   report.set_pieces_checksummed(pieces_checksummed);
+  for (int64_t r : planned_around) report.add_missing_source_ranks(r);
   report.set_slowest_rank(slowest_rank);
   report.set_slowest_rank_seconds(slowest_rank_seconds);
   if (slowest_node >= 0) report.set_slowest_node(cluster_->NodeOf(slowest_node));
