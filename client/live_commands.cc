@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "client/command_line.h"
 #include "client/daemon_clients.h"
 #include "client/plan_command.h"
@@ -119,6 +120,10 @@ int RunRefitCommand(const std::vector<std::string>& args, std::ostream& out, std
         "pieces checksummed\n",
         report->slowest_node(), report->slowest_node_seconds(), report->slowest_rank(),
         report->slowest_rank_seconds(), report->views_checksummed(), report->pieces_checksummed());
+  }
+  if (!line->Has("json") && report->missing_source_ranks_size() > 0) {
+    out << "  source ranks " << absl::StrJoin(report->missing_source_ranks(), ", ")
+        << " were missing: their data came from the other sources\n";
   }
   return kExitOk;
 }
