@@ -5,6 +5,7 @@
 // same report; an incomplete group is refused, naming what is missing.
 #include <grpcpp/grpcpp.h>
 
+#include <functional>
 #include <map>
 #include <random>
 #include <thread>
@@ -292,6 +293,21 @@ TEST_F(ControlPlaneTest, ARestartedCoordinatorRecoversTheVersionFromTheDaemons) 
 namespace refit::daemon {
 namespace {
 
+// Registers every rank of both sides with the registry `registry_of` picks for it.
+void RegisterAll(const v1::LayoutSpec& sources, const v1::LayoutSpec& destinations,
+                 const std::function<RankRegistry*(const v1::RankLayout&)>& registry_of) {
+  for (auto [spec, role] : {std::make_pair(&sources, v1::ROLE_SOURCE),
+                            std::make_pair(&destinations, v1::ROLE_DESTINATION)}) {
+    for (const v1::RankLayout& r : spec->ranks()) {
+      v1::RegisterRankRequest request;
+      request.set_role(role);
+      *request.mutable_layout() = r;
+      *request.mutable_tensors() = spec->tensors();
+      ASSERT_TRUE(registry_of(r)->Register(request).ok()) << "rank " << r.rank();
+    }
+  }
+}
+
 // Two data-parallel trainers on two nodes, each holding all of the weights: when one
 // node's daemon is gone, the refit takes everything from the other, without a restart.
 TEST(ControlPlaneReplicasTest, ALostSourceIsPlannedAroundWhenAReplicaHoldsItsData) {
@@ -318,19 +334,11 @@ TEST(ControlPlaneReplicasTest, ALostSourceIsPlannedAroundWhenAReplicaHoldsItsDat
     links[node] = std::make_unique<CoordinatorLink>(address, node, registries[node].get());
     links[node]->Start();
   }
-  for (auto [spec, role] : {std::make_pair(&sources, v1::ROLE_SOURCE),
-                            std::make_pair(&destinations, v1::ROLE_DESTINATION)}) {
-    for (const v1::RankLayout& r : spec->ranks()) {
-      v1::RegisterRankRequest request;
-      request.set_role(role);
-      *request.mutable_layout() = r;
-      *request.mutable_tensors() = spec->tensors();
-      ASSERT_TRUE(registries[r.host()]->Register(request).ok());
-      if (role == v1::ROLE_SOURCE) {
-        transport::testing::FillViews(registries[r.host()]->buffers(), role, r);
-        ASSERT_TRUE(registries[r.host()]->Publish(r.rank(), 1).ok());
-      }
-    }
+  ASSERT_NO_FATAL_FAILURE(RegisterAll(
+      sources, destinations, [&](const v1::RankLayout& r) { return registries[r.host()].get(); }));
+  for (const v1::RankLayout& r : sources.ranks()) {
+    transport::testing::FillViews(registries[r.host()]->buffers(), v1::ROLE_SOURCE, r);
+    ASSERT_TRUE(registries[r.host()]->Publish(r.rank(), 1).ok());
   }
   for (int i = 0; i < 250 && cluster.RankCount(v1::ROLE_DESTINATION) < 2; ++i) {
     absl::SleepFor(absl::Milliseconds(20));
@@ -395,16 +403,9 @@ TEST(ControlPlaneFourDaemonsTest, RandomLayoutsOverSeveralEpochs) {
         links[node] = std::make_unique<CoordinatorLink>(address, node, registries[node].get());
         links[node]->Start();
       }
-      for (auto [spec, role] : {std::make_pair(&sources, v1::ROLE_SOURCE),
-                                std::make_pair(&destinations, v1::ROLE_DESTINATION)}) {
-        for (const v1::RankLayout& r : spec->ranks()) {
-          v1::RegisterRankRequest request;
-          request.set_role(role);
-          *request.mutable_layout() = r;
-          *request.mutable_tensors() = spec->tensors();
-          ASSERT_TRUE(registries[node_of(r.host())]->Register(request).ok());
-        }
-      }
+      ASSERT_NO_FATAL_FAILURE(RegisterAll(sources, destinations, [&](const v1::RankLayout& r) {
+        return registries[node_of(r.host())].get();
+      }));
       for (int i = 0;
            i < 250 && (cluster.RankCount(v1::ROLE_SOURCE) < sources.ranks_size() ||
                        cluster.RankCount(v1::ROLE_DESTINATION) < destinations.ranks_size());

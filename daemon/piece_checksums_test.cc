@@ -50,6 +50,15 @@ void Execute(const refit::testing::LayoutPair& pair, const char* strategy, Execu
   out->placement.SetDefault(0);
 }
 
+// Rows of an [8, 6] tensor on two trainers, columns on two inference ranks: no box is
+// held on both sides, so there are four pieces.
+void ExecuteRowsToColumns(Executed* run) {
+  refit::testing::LayoutBuilder src, dst;
+  src.Tensor("w", {8, 6}).Chunked("w", 0, {0, 1}).Rank(0, "a", 0).Rank(1, "a", 1);
+  dst.Tensor("w", {8, 6}).Chunked("w", 1, {0, 1}).Rank(0, "b", 0).Rank(1, "b", 1);
+  Execute({src.spec(), dst.spec(), "rows to columns"}, planner::kStrategyReshard, run);
+}
+
 TEST(PieceChecksumsTest, BothEndsAgreeAfterRandomReshards) {
   std::mt19937_64 rng(5);
   for (int trial = 0; trial < 40; ++trial) {
@@ -69,13 +78,8 @@ TEST(PieceChecksumsTest, BothEndsAgreeAfterRandomReshards) {
 }
 
 TEST(PieceChecksumsTest, AFlippedDestinationByteNamesThePiece) {
-  // Rows on the trainers, columns on the inference ranks: no box is held on both sides.
-  refit::testing::LayoutBuilder src, dst;
-  src.Tensor("w", {8, 6}).Chunked("w", 0, {0, 1}).Rank(0, "a", 0).Rank(1, "a", 1);
-  dst.Tensor("w", {8, 6}).Chunked("w", 1, {0, 1}).Rank(0, "b", 0).Rank(1, "b", 1);
   Executed run;
-  ASSERT_NO_FATAL_FAILURE(
-      Execute({src.spec(), dst.spec(), "rows to columns"}, planner::kStrategyReshard, &run));
+  ASSERT_NO_FATAL_FAILURE(ExecuteRowsToColumns(&run));
   // Element [5, 4] lands in destination rank 1's view at [5, 1].
   absl::StatusOr<transport::StridedRef> memory =
       run.buffers->Locate(v1::ROLE_DESTINATION, 1, 0, "w", {5, 4}, {1, 1});
@@ -93,12 +97,8 @@ TEST(PieceChecksumsTest, AFlippedDestinationByteNamesThePiece) {
 }
 
 TEST(PieceChecksumsTest, OnlyTheDaemonsOwnEndsAreHashed) {
-  refit::testing::LayoutBuilder src, dst;
-  src.Tensor("w", {8, 6}).Chunked("w", 0, {0, 1}).Rank(0, "a", 0).Rank(1, "a", 1);
-  dst.Tensor("w", {8, 6}).Chunked("w", 1, {0, 1}).Rank(0, "b", 0).Rank(1, "b", 1);
   Executed run;
-  ASSERT_NO_FATAL_FAILURE(
-      Execute({src.spec(), dst.spec(), "rows to columns"}, planner::kStrategyReshard, &run));
+  ASSERT_NO_FATAL_FAILURE(ExecuteRowsToColumns(&run));
   transport::RankPlacement placement;  // sources on daemon 0, destinations on daemon 1
   for (int64_t r : {0, 1}) {
     placement.Place(v1::ROLE_SOURCE, r, 0);

@@ -50,8 +50,9 @@ struct Resources {
   int64_t fds, threads, segments, rss_kib;
 };
 
-Resources Measure() {
-  return {Entries("/proc/self/fd"), Entries("/proc/self/task"), Entries("/dev/shm", "refit-"),
+// `shm_prefix`: the name this process's segments start with (other tests run beside it).
+Resources Measure(const std::string& shm_prefix) {
+  return {Entries("/proc/self/fd"), Entries("/proc/self/task"), Entries("/dev/shm", shm_prefix),
           ResidentKib()};
 }
 
@@ -107,12 +108,14 @@ TEST(SoakTest, AThousandEpochsWithFaultsLeakNothing) {
   };
   ASSERT_TRUE(group_seen());
   client::CoordinatorClient client(address);
+  const std::string first_segment = sources.ranks(0).buffers(0).shm_name();  // "/refit-test-T-N"
+  const std::string shm_prefix = first_segment.substr(1, first_segment.rfind('-'));
   std::mt19937 rng(2026);
   Resources warm{};
   int committed = 0, failed = 0;
   for (int version = 1; version <= kEpochs; ++version) {
     SCOPED_TRACE(absl::StrCat("version ", version));
-    if (version == 50) warm = Measure();  // after everything has been created once
+    if (version == 50) warm = Measure(shm_prefix);  // after everything has been created once
     const int fault = version > 20 && rng() % 6 == 0 ? 1 + rng() % 4 : 0;
     for (const v1::RankLayout& r : sources.ranks()) {
       transport::testing::FillViews(trainer.buffers(), v1::ROLE_SOURCE, r);
@@ -160,10 +163,12 @@ TEST(SoakTest, AThousandEpochsWithFaultsLeakNothing) {
     ASSERT_TRUE(group_seen());
   }
   // gRPC sizes its thread pools as it goes: take the quietest of a few looks.
-  Resources end = Measure();
+  Resources end = Measure(shm_prefix);
   for (int i = 0; i < 10; ++i) {
     absl::SleepFor(absl::Milliseconds(50));
-    end.threads = std::min(end.threads, Measure().threads);
+    const Resources again = Measure(shm_prefix);
+    end.threads = std::min(end.threads, again.threads);
+    end.fds = std::min(end.fds, again.fds);
   }
   std::printf("%d epochs: %d committed, %d failed by injected faults\n", kEpochs, committed,
               failed);
@@ -174,13 +179,18 @@ TEST(SoakTest, AThousandEpochsWithFaultsLeakNothing) {
       (long long)warm.segments, (long long)end.segments, (long long)warm.rss_kib,
       (long long)end.rss_kib);
   EXPECT_GT(failed, 50);
-  EXPECT_LE(end.fds, warm.fds);
+  // Each of the ~40 daemon restarts opens a control channel and a UCX worker (several
+  // descriptors): a leak would show as dozens. One may be a connection still closing.
+  EXPECT_LE(end.fds, warm.fds + 2);
   // A leak would grow with the ~40 daemon restarts (3 threads each); gRPC's pools may
   // hold a couple more or fewer than at epoch 50.
   EXPECT_LE(end.threads, warm.threads + 4);
   EXPECT_LE(end.segments, warm.segments);
-  // Allocator noise aside, 950 epochs must not have grown the process.
+  // Allocator noise aside, 950 epochs must not have grown the process. (AddressSanitizer
+  // keeps freed memory in quarantine, so there the number says nothing.)
+#if !defined(__SANITIZE_ADDRESS__)
   EXPECT_LT(end.rss_kib - warm.rss_kib, 16 * 1024);
+#endif
   inference_link.reset();
   trainer_link.reset();
 }

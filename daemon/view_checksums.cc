@@ -26,16 +26,28 @@ std::string Describe(const ViewRef& v) {
 
 }  // namespace
 
+namespace {
+
+// The memory of view `v` of registration `r`, and the view's extent.
+absl::StatusOr<transport::StridedRef> LocateView(const v1::RankRegistration& r, int v,
+                                                 const transport::BufferMap& buffers,
+                                                 transport::Dims* extent) {
+  const v1::ShardView& view = r.layout().views(v);
+  const transport::Dims offset(view.offset().begin(), view.offset().end());
+  extent->assign(view.extent().begin(), view.extent().end());
+  return buffers.Locate(r.role(), r.layout().rank(), v, view.tensor(), offset, *extent);
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> CorruptFirstDestinationByte(
     const std::vector<v1::RankRegistration>& registrations, const transport::BufferMap& buffers) {
   for (const v1::RankRegistration& r : registrations) {
     if (r.role() != v1::ROLE_DESTINATION) continue;
     for (int v = 0; v < r.layout().views_size(); ++v) {
       const v1::ShardView& view = r.layout().views(v);
-      const transport::Dims offset(view.offset().begin(), view.offset().end());
-      const transport::Dims extent(view.extent().begin(), view.extent().end());
-      absl::StatusOr<transport::StridedRef> memory =
-          buffers.Locate(r.role(), r.layout().rank(), v, view.tensor(), offset, extent);
+      transport::Dims extent;
+      absl::StatusOr<transport::StridedRef> memory = LocateView(r, v, buffers, &extent);
       if (!memory.ok()) return memory.status();
       const bool empty =
           std::any_of(extent.begin(), extent.end(), [](int64_t e) { return e <= 0; });
@@ -53,10 +65,8 @@ absl::StatusOr<std::vector<v1::ViewChecksum>> ChecksumViews(
   for (const v1::RankRegistration& r : registrations) {
     for (int v = 0; v < r.layout().views_size(); ++v) {
       const v1::ShardView& view = r.layout().views(v);
-      const transport::Dims offset(view.offset().begin(), view.offset().end());
-      const transport::Dims extent(view.extent().begin(), view.extent().end());
-      absl::StatusOr<transport::StridedRef> memory =
-          buffers.Locate(r.role(), r.layout().rank(), v, view.tensor(), offset, extent);
+      transport::Dims extent;
+      absl::StatusOr<transport::StridedRef> memory = LocateView(r, v, buffers, &extent);
       if (!memory.ok()) return memory.status();
       if (memory->device >= 0) continue;  // GPU views: no device-side hash yet
       v1::ViewChecksum& checksum = out.emplace_back();
