@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
       return 2;
     }
     security.token = *token;
+    if (security.cert_file.empty()) {
+      spdlog::warn("refit-coordinator: --token_file without --tls_cert: the token crosses the "
+                   "network in plaintext");
+    }
   }
   auto registry = std::make_shared<prometheus::Registry>();
   refit::daemon::CoordinatorMetrics metrics(registry);

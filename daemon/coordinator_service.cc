@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "absl/synchronization/mutex.h"
+#include "daemon/request_limits.h"
 #include "daemon/status_mapping.h"
 #include "security/grpc_security.h"
 #include "spdlog/spdlog.h"
@@ -80,11 +81,19 @@ grpc::Status CoordinatorService::Control(
   while (stream->Read(&message)) {
     if (!cluster_->Touch(session)) break;  // fenced: a newer session of the node took over
     switch (message.body_case()) {
-      case v1::DaemonMessage::kRegisterRank:
-        // A conflicting registration is left out of the group; the rank's Refit reports it.
-        cluster_->AddRank(session, message.register_rank()).IgnoreError();
+      case v1::DaemonMessage::kRegisterRank: {
+        // An oversized or conflicting registration is left out of the group; the Refit
+        // reports the rank missing.
+        const v1::RankRegistration& rank = message.register_rank();
+        absl::Status within = CheckRegistrationLimits(rank.role(), rank.layout(), rank.tensors());
+        if (!within.ok()) {
+          spdlog::warn("refitd on {}: {}", hello.node(), std::string(within.message()));
+          break;
+        }
+        cluster_->AddRank(session, rank).IgnoreError();
         UpdateRankGauges();
         break;
+      }
       case v1::DaemonMessage::kDeregisterRank:
         cluster_
             ->RemoveRank(session, message.deregister_rank().role(),

@@ -3,6 +3,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/request_limits.h"
 #include "planner/dtype.h"
 #include "planner/layout.h"
 #include "spdlog/spdlog.h"
@@ -41,6 +42,8 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", layout.rank(), ": role must be source or destination"));
   }
+  absl::Status within = CheckRegistrationLimits(request.role(), layout, request.tensors());
+  if (!within.ok()) return within;
   const std::string who = RankName(request.role(), layout.rank());
   // The planner's validation, on a layout of this one rank.
   v1::LayoutSpec single;
