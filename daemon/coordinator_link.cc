@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 #include <set>
 
@@ -415,8 +416,20 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
                                 : std::string(corrupted.status().message()));
   }
   if (execute.checksums()) {
+    // Where every destination byte arrives by a view-to-view piece (unordered plans), the
+    // piece checksums cover the destination views; their view checksums would hash the
+    // same bytes again. Source views are still compared (data-parallel trainers must
+    // agree). Ordered plans go through scratch buffers: there every view is hashed.
+    std::vector<v1::RankRegistration> hashed = registry_->Registrations();
+    if (!slice.plan().ordered_batches()) {
+      hashed.erase(std::remove_if(hashed.begin(), hashed.end(),
+                                  [](const v1::RankRegistration& r) {
+                                    return r.role() == v1::ROLE_DESTINATION;
+                                  }),
+                   hashed.end());
+    }
     absl::StatusOr<std::vector<v1::ViewChecksum>> checksums =
-        ChecksumViews(registry_->Registrations(), registry_->buffers());
+        ChecksumViews(hashed, registry_->buffers());
     if (!checksums.ok()) return fail(checksums.status());
     for (v1::ViewChecksum& c : *checksums) *done.add_checksums() = std::move(c);
     absl::StatusOr<std::vector<v1::PieceChecksum>> pieces =

@@ -3,6 +3,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +29,10 @@ absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
     const v1::Plan& slice, const transport::RankPlacement& placement, int32_t self,
     const transport::BufferMap& buffers) {
   std::vector<v1::PieceChecksum> out;
+  // A source box sent to several replicas is hashed once.
+  std::map<std::tuple<int, int64_t, int32_t, std::string, transport::Dims, transport::Dims>,
+           uint64_t>
+      hashed;
   for (const v1::Batch& batch : slice.batches()) {
     for (const v1::Transfer& t : batch.transfers()) {
       if (!IsView(t.src()) || !IsView(t.dst())) continue;
@@ -38,15 +43,23 @@ absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
         const v1::Role role = transport::EndpointRole(end.kind());
         absl::StatusOr<int32_t> daemon = placement.DaemonOf(role, end.rank());
         if (!daemon.ok() || *daemon != self) continue;
-        absl::StatusOr<transport::StridedRef> memory =
-            buffers.Locate(role, end.rank(), end.view(), t.tensor(), offset, extent);
-        if (!memory.ok()) return memory.status();
-        if (memory->device >= 0) continue;  // GPU memory: no device-side hash yet
+        auto [known, fresh] =
+            hashed.try_emplace({role, end.rank(), end.view(), t.tensor(), offset, extent}, 0);
+        if (fresh) {
+          absl::StatusOr<transport::StridedRef> memory =
+              buffers.Locate(role, end.rank(), end.view(), t.tensor(), offset, extent);
+          if (!memory.ok()) return memory.status();
+          if (memory->device >= 0) {  // GPU memory: no device-side hash yet
+            hashed.erase(known);
+            continue;
+          }
+          known->second =
+              transport::HashBox(extent, buffers.tensors().at(t.tensor()).element_bytes, *memory);
+        }
         v1::PieceChecksum& checksum = out.emplace_back();
         checksum.set_sequence(t.sequence());
         checksum.set_destination(destination);
-        checksum.set_xxh64(
-            transport::HashBox(extent, buffers.tensors().at(t.tensor()).element_bytes, *memory));
+        checksum.set_xxh64(known->second);
       }
     }
   }
