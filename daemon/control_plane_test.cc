@@ -40,17 +40,9 @@ class ControlPlaneTest : public ::testing::Test {
         v1::Coordinator::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
 
     // Trainers hold rows of w and a norm; inference ranks hold columns of w and the norm.
-    refit::testing::LayoutBuilder src, dst;
-    src.Tensor("w", {16, 12}).Tensor("norm", {12});
-    dst.Tensor("w", {16, 12}).Tensor("norm", {12});
-    src.Chunked("w", 0, {0, 1}).Replicated("norm", {0, 1});
-    dst.Chunked("w", 1, {0, 1}).Replicated("norm", {0, 1});
-    for (int r = 0; r < 2; ++r) {
-      src.Rank(r, "trainer", r);
-      dst.Rank(r, "inference", r);
-    }
-    sources_ = backed_.Back(src.spec(), "source");
-    destinations_ = backed_.Back(dst.spec(), "destination");
+    const refit::testing::LayoutPair pair = refit::testing::RowsToColumnsPair();
+    sources_ = backed_.Back(pair.sources, "source");
+    destinations_ = backed_.Back(pair.destinations, "destination");
     trainer_link_ = std::make_unique<CoordinatorLink>(address_, "trainer", &trainer_);
     inference_link_ = std::make_unique<CoordinatorLink>(address_, "inference", &inference_);
     trainer_link_->Start();

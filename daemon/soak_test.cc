@@ -69,18 +69,10 @@ TEST(SoakTest, AThousandEpochsWithFaultsLeakNothing) {
   const std::string address = (*coordinator)->address();
   Cluster& cluster = (*coordinator)->cluster();
 
-  refit::testing::LayoutBuilder src, dst;
-  src.Tensor("w", {16, 12}).Tensor("norm", {12});
-  dst.Tensor("w", {16, 12}).Tensor("norm", {12});
-  src.Chunked("w", 0, {0, 1}).Replicated("norm", {0, 1});
-  dst.Chunked("w", 1, {0, 1}).Replicated("norm", {0, 1});
-  for (int r = 0; r < 2; ++r) {
-    src.Rank(r, "trainer", r);
-    dst.Rank(r, "inference", r);
-  }
+  const refit::testing::LayoutPair pair = refit::testing::RowsToColumnsPair();
   transport::testing::BackedLayouts backed;
-  const v1::LayoutSpec sources = backed.Back(src.spec(), "source");
-  const v1::LayoutSpec destinations = backed.Back(dst.spec(), "destination");
+  const v1::LayoutSpec sources = backed.Back(pair.sources, "source");
+  const v1::LayoutSpec destinations = backed.Back(pair.destinations, "destination");
   RankRegistry trainer("trainer"), inference("inference");
   auto trainer_link = std::make_unique<CoordinatorLink>(address, "trainer", &trainer);
   auto inference_link = std::make_unique<CoordinatorLink>(address, "inference", &inference);

@@ -245,4 +245,17 @@ LayoutPair RandomLayoutPair(std::mt19937_64& rng, const RandomLayoutOptions& o) 
   return pair;
 }
 
+LayoutPair RowsToColumnsPair() {
+  LayoutBuilder src, dst;
+  src.Tensor("w", {16, 12}).Tensor("norm", {12});
+  dst.Tensor("w", {16, 12}).Tensor("norm", {12});
+  src.Chunked("w", 0, {0, 1}).Replicated("norm", {0, 1});
+  dst.Chunked("w", 1, {0, 1}).Replicated("norm", {0, 1});
+  for (int r = 0; r < 2; ++r) {
+    src.Rank(r, "trainer", r);
+    dst.Rank(r, "inference", r);
+  }
+  return {src.spec(), dst.spec(), "rows of w to columns, norm replicated"};
+}
+
 }  // namespace refit::testing

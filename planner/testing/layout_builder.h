@@ -52,6 +52,11 @@ struct LayoutPair {
 
 LayoutPair RandomLayoutPair(std::mt19937_64& rng, const RandomLayoutOptions& options);
 
+// The control plane's small pair: two trainers (host "trainer") hold rows of a [16, 12]
+// w and a replicated norm; two inference ranks (host "inference") hold columns of w and
+// the norm.
+LayoutPair RowsToColumnsPair();
+
 }  // namespace refit::testing
 
 #endif  // REFIT_PLANNER_TESTING_LAYOUT_BUILDER_H_
