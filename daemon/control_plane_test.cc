@@ -285,6 +285,20 @@ TEST_F(ControlPlaneTest, ARestartedCoordinatorRecoversTheVersionFromTheDaemons) 
 namespace refit::daemon {
 namespace {
 
+// refitd halves (a registry and a started coordinator link each) for `nodes`; the links
+// go first when it is destroyed.
+struct Daemons {
+  Daemons(const std::string& coordinator, const std::vector<std::string>& nodes) {
+    for (const std::string& node : nodes) {
+      registries[node] = std::make_unique<RankRegistry>(node);
+      links[node] = std::make_unique<CoordinatorLink>(coordinator, node, registries[node].get());
+      links[node]->Start();
+    }
+  }
+  std::map<std::string, std::unique_ptr<RankRegistry>> registries;
+  std::map<std::string, std::unique_ptr<CoordinatorLink>> links;
+};
+
 // Registers every rank of both sides with the registry `registry_of` picks for it.
 void RegisterAll(const v1::LayoutSpec& sources, const v1::LayoutSpec& destinations,
                  const std::function<RankRegistry*(const v1::RankLayout&)>& registry_of) {
@@ -319,13 +333,8 @@ TEST(ControlPlaneReplicasTest, ALostSourceIsPlannedAroundWhenAReplicaHoldsItsDat
   ASSERT_TRUE(coordinator.ok()) << coordinator.status();
   const std::string address = (*coordinator)->address();
   Cluster& cluster = (*coordinator)->cluster();
-  std::map<std::string, std::unique_ptr<RankRegistry>> registries;
-  std::map<std::string, std::unique_ptr<CoordinatorLink>> links;
-  for (const char* node : {"trainer-a", "trainer-b", "inference"}) {
-    registries[node] = std::make_unique<RankRegistry>(node);
-    links[node] = std::make_unique<CoordinatorLink>(address, node, registries[node].get());
-    links[node]->Start();
-  }
+  Daemons daemons(address, {"trainer-a", "trainer-b", "inference"});
+  auto& [registries, links] = daemons;
   ASSERT_NO_FATAL_FAILURE(RegisterAll(
       sources, destinations, [&](const v1::RankLayout& r) { return registries[r.host()].get(); }));
   for (const v1::RankLayout& r : sources.ranks()) {
@@ -387,14 +396,10 @@ TEST(ControlPlaneFourDaemonsTest, RandomLayoutsOverSeveralEpochs) {
       const std::string address = (*coordinator)->address();
       Cluster& cluster = (*coordinator)->cluster();
 
-      std::map<std::string, std::unique_ptr<RankRegistry>> registries;
-      std::map<std::string, std::unique_ptr<CoordinatorLink>> links;
-      for (int d = 0; d < kDaemons; ++d) {
-        const std::string node = "node-" + std::to_string(d);
-        registries[node] = std::make_unique<RankRegistry>(node);
-        links[node] = std::make_unique<CoordinatorLink>(address, node, registries[node].get());
-        links[node]->Start();
-      }
+      std::vector<std::string> nodes;
+      for (int d = 0; d < kDaemons; ++d) nodes.push_back("node-" + std::to_string(d));
+      Daemons daemons(address, nodes);
+      auto& [registries, links] = daemons;
       ASSERT_NO_FATAL_FAILURE(RegisterAll(sources, destinations, [&](const v1::RankLayout& r) {
         return registries[node_of(r.host())].get();
       }));

@@ -115,10 +115,7 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       security::MakeChannelCredentials(security_);
   if (!credentials.ok()) {
-    if (std::string(credentials.status().message()) != last_stream_error_) {
-      spdlog::error("refitd {}: {}", node_, std::string(credentials.status().message()));
-    }
-    last_stream_error_ = std::string(credentials.status().message());
+    WarnOnce(std::string(credentials.status().message()));
     return;
   }
   auto channel = grpc::CreateChannel(coordinator_, *credentials);
@@ -229,12 +226,17 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
   }
   stream->WritesDone();
   const grpc::Status finished = stream->Finish();
-  // Said once per kind of failure, not at every retry.
-  if (!finished.ok() && !stopping_ && finished.error_message() != last_stream_error_) {
-    spdlog::warn("refitd {}: control stream to {} ended: {}", node_, coordinator_,
-                 finished.error_message());
+  if (finished.ok() || stopping_) {
+    last_stream_error_.clear();
+  } else {
+    WarnOnce(
+        absl::StrCat("control stream to ", coordinator_, " ended: ", finished.error_message()));
   }
-  last_stream_error_ = finished.ok() ? "" : finished.error_message();
+}
+
+void CoordinatorLink::WarnOnce(const std::string& problem) {
+  if (problem != last_stream_error_) spdlog::warn("refitd {}: {}", node_, problem);
+  last_stream_error_ = problem;
 }
 
 void CoordinatorLink::FinishEpoch() {

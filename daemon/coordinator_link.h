@@ -64,6 +64,8 @@ class CoordinatorLink {
   // One control-stream session; returns when the stream ends.
   void Session(transport::UcxWorker* worker);
   bool Write(const v1::DaemonMessage& message);
+  // Logs a connection problem once, not at every retry, until a different one comes.
+  void WarnOnce(const std::string& problem);
   // Interrupts the running or queued epoch (if any) and waits until it has reported.
   void FinishEpoch();
   // The epoch thread: runs each epoch handed to it, one at a time, until told to exit.
@@ -116,7 +118,7 @@ class CoordinatorLink {
 
   // Owned by the link's thread.
   std::shared_ptr<const v1::PlanSlice> slice_;
-  std::string last_stream_error_;
+  std::string last_stream_error_;  // what WarnOnce said last
   uint32_t last_epoch_number_ = 0;
   // Set when an epoch this daemon ran was aborted: the next epoch connects anew.
   std::atomic<bool> reconnect_peers_{false};

@@ -14,15 +14,21 @@ namespace {
 
 constexpr char kAuthorization[] = "authorization";
 
-absl::StatusOr<std::string> ReadPem(const std::string& path) {
+absl::StatusOr<std::string> ReadText(const std::string& path) {
   std::ifstream file(path);
   if (!file) return absl::NotFoundError(absl::StrCat("cannot read ", path));
   std::stringstream text;
   text << file.rdbuf();
-  if (text.str().find("-----BEGIN") == std::string::npos) {
+  return text.str();
+}
+
+absl::StatusOr<std::string> ReadPem(const std::string& path) {
+  absl::StatusOr<std::string> text = ReadText(path);
+  if (!text.ok()) return text.status();
+  if (text->find("-----BEGIN") == std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a PEM file"));
   }
-  return text.str();
+  return text;
 }
 
 std::string Env(const char* name) {
@@ -47,10 +53,9 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& path) {
     return absl::PermissionDeniedError(
         absl::StrCat(path, " may be read by group or others; chmod 600 it"));
   }
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  const std::string secret(absl::StripAsciiWhitespace(text.str()));
+  absl::StatusOr<std::string> text = ReadText(path);
+  if (!text.ok()) return text.status();
+  const std::string secret(absl::StripAsciiWhitespace(*text));
   if (secret.empty()) return absl::InvalidArgumentError(absl::StrCat(path, " is empty"));
   return secret;
 }
