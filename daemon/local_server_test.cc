@@ -189,6 +189,24 @@ TEST_F(LocalServerTest, ARankWhoseHoldEndsIsDeregistered) {
   EXPECT_EQ(client.Hold("elsewhere/1").status().code(), absl::StatusCode::kNotFound);
 }
 
+// A rank process that dies and is restarted at once registers again before refitd has
+// seen the old connection close: the new registration waits for the old one to go.
+TEST_F(LocalServerTest, ARankRestartedRightAfterItsProcessDiedIsNotRefused) {
+  client::LocalDaemonClient client(socket_);
+  const v1::RegisterRankRequest first = Request(v1::ROLE_DESTINATION, 3);
+  absl::StatusOr<std::string> session =
+      client.Register(first.role(), first.layout(), first.tensors());
+  ASSERT_TRUE(session.ok()) << session.status();
+  absl::StatusOr<std::unique_ptr<client::RegistrationHold>> hold = client.Hold(*session);
+  ASSERT_TRUE(hold.ok()) << hold.status();
+  absl::SleepFor(absl::Milliseconds(200));  // the hold is being watched
+  hold->reset();                            // the process dies...
+  const v1::RegisterRankRequest second = Request(v1::ROLE_DESTINATION, 3);
+  session = client.Register(second.role(), second.layout(), second.tensors());  // ...and is back
+  ASSERT_TRUE(session.ok()) << session.status();
+  EXPECT_TRUE(AwaitRegistered(registry_, v1::ROLE_DESTINATION, 3, true, absl::ZeroDuration()));
+}
+
 TEST_F(LocalServerTest, AnswersTheStandardHealthCheck) {
   auto health = grpc::health::v1::Health::NewStub(
       grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials()));

@@ -4,6 +4,7 @@
 #include <chrono>
 
 #include "daemon/status_mapping.h"
+#include "spdlog/spdlog.h"
 
 namespace refit::daemon {
 namespace {
@@ -54,6 +55,8 @@ grpc::Status LocalService::HoldRegistration(grpc::ServerContext* context,
     ended = registry_->AwaitSessionEnd(request->session(), absl::Now() + absl::Milliseconds(100));
     if (ended.ok() && *ended) return grpc::Status::OK;
     if (context->IsCancelled()) {
+      spdlog::info("refitd: the process holding registration session {} went away",
+                   request->session());
       registry_->DeregisterSession(request->session(), /*reclaim_shared_memory=*/true);
       return grpc::Status(grpc::StatusCode::CANCELLED, "the rank went away");
     }

@@ -12,6 +12,9 @@
 namespace refit::daemon {
 namespace {
 
+// How long a registration waits for an earlier registration of the same rank to go.
+constexpr absl::Duration kPredecessorGrace = absl::Seconds(1);
+
 std::string RankName(v1::Role role, int64_t rank) {
   return absl::StrCat(role == v1::ROLE_SOURCE ? "source" : "destination", " rank ", rank);
 }
@@ -65,13 +68,26 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
   std::string session;
   {
     absl::MutexLock lock(&mu_);
-    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !epoch_running_; };
-    if (!mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Minutes(1))) {
-      return absl::UnavailableError(
-          absl::StrCat(who, ": an epoch has been running on ", node_, " for a minute; retry"));
-    }
-    if (ranks_.count({request.role(), layout.rank()})) {
-      return absl::AlreadyExistsError(absl::StrCat(who, " is already registered on ", node_));
+    // Waits for a running epoch to end (up to a minute), and for a predecessor of the same
+    // rank to leave (up to kPredecessorGrace): a rank restarted right after its process
+    // died may come before refitd has noticed the old connection closed (it looks every
+    // 100 ms).
+    const std::pair<int, int64_t> key{request.role(), layout.rank()};
+    auto free = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return !epoch_running_ && ranks_.count(key) == 0;
+    };
+    const absl::Time give_up = absl::Now() + absl::Minutes(1);
+    const absl::Time grace_end = absl::Now() + kPredecessorGrace;
+    while (!free()) {
+      const absl::Time now = absl::Now();
+      if (!epoch_running_ && now >= grace_end) {
+        return absl::AlreadyExistsError(absl::StrCat(who, " is already registered on ", node_));
+      }
+      if (now >= give_up) {
+        return absl::UnavailableError(
+            absl::StrCat(who, ": an epoch has been running on ", node_, " for a minute; retry"));
+      }
+      mu_.AwaitWithDeadline(absl::Condition(&free), epoch_running_ ? give_up : grace_end);
     }
     for (const planner::TensorInfo& t : compiled->tensors) {
       absl::Status declared =
@@ -85,6 +101,7 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
     entry.registration = registration;
     entry.session = session;
   }
+  spdlog::info("refitd {}: {} registered (session {})", node_, who, session);
   Notify(Event{Event::kRegistered, registration});
   return session;
 }
@@ -106,6 +123,7 @@ absl::Status RankRegistry::Deregister(v1::Role role, int64_t rank) {
       buffers_.RemoveRank(role, rank);
     }
   }
+  spdlog::info("refitd {}: {} left", node_, RankName(role, rank));
   Notify(Event{Event::kDeregistered, gone});
   return absl::OkStatus();
 }

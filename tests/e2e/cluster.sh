@@ -9,7 +9,9 @@ coordinator_flags=()  # more flags for the coordinator (TLS, token)
 # one's address. The log is appended to, so a restart keeps the first life's lines.
 start_coordinator() {
   local lines=0
-  [[ -f $work/coordinator.log ]] && lines=$(wc -l < "$work/coordinator.log")
+  # The log exists before the process does: its shell creates it only after the fork.
+  touch "$work/coordinator.log"
+  lines=$(wc -l < "$work/coordinator.log")
   "$bin/refit-coordinator" --listen=127.0.0.1:"${2:-0}" --job="$1" --metrics_port=0 \
     "${coordinator_flags[@]}" >> "$work/coordinator.log" 2>&1 &
   pids+=($!)
@@ -35,6 +37,7 @@ start_daemons() {
   local node
   for node in "$@"; do
     rm -f "$work/$node.sock"  # a restart waits for the new socket, not the old one
+    touch "$work/$node.log"
     "$bin/refitd" --coordinator="$coordinator" --node="$node" --socket="$work/$node.sock" \
       --metrics_port=0 >> "$work/$node.log" 2>&1 &
     pids+=($!)
@@ -79,7 +82,9 @@ stop_all() {
   pids=()
 }
 
-# A failing command names its script and line, and the daemons' logs are shown.
+# A failing command names its script and line, and the daemons' logs are shown, also when
+# it fails inside one of these functions.
+set -o errtrace
 on_error() {
   echo "$(basename "$0"): failed at line $1" >&2
   tail -n 15 "$work"/*.log >&2 2>/dev/null || true

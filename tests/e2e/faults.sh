@@ -125,6 +125,7 @@ if [[ $fault == trainer-ranks ]]; then
   fi
 fi
 for _ in $(seq 300); do destinations_seen 0 && break; sleep 0.1; done
+destinations_seen 0 || { echo "the first round's inference ranks are still registered" >&2; false; }
 start_ranks 2
 await_exit "$trainer_ranks" 60
 wait "$trainer_ranks" || { cat "$work/trainer-ranks-2.log" "$work"/*.log >&2; exit 1; }
