@@ -46,6 +46,9 @@ ABSL_FLAG(int32_t, gpus_per_node, 8, "with --model: GPUs per node (hosts of the 
 ABSL_FLAG(int32_t, gpu, -1,
           "hold the weights in GPU memory on this CUDA device (registered by CUDA IPC handle; "
           "host memory stages the fill and the check); -1: shared memory");
+ABSL_FLAG(bool, staged, false,
+          "destination ranks: register staged (refitd writes a shadow and copies it into the "
+          "buffers at commit, so a failed epoch leaves them as they were)");
 
 namespace refit::client {
 namespace {
@@ -88,6 +91,7 @@ int Run() {
   for (const v1::RankLayout& layout : spec.ranks()) {
     if (!absl::GetFlag(FLAGS_host).empty() && layout.host() != absl::GetFlag(FLAGS_host)) continue;
     v1::RankLayout registered = layout;
+    registered.set_staged(!source && absl::GetFlag(FLAGS_staged));
     for (int i = 0; i < registered.views_size(); ++i) {
       v1::ShardView* view = registered.mutable_views(i);
       const v1::TensorSpec& tensor = *tensors.at(view->tensor());

@@ -247,6 +247,63 @@ TEST_F(ControlPlaneTest, ACorruptedViewAbortsTheEpochAndTheWaitersLearnWhatTheBu
   }
 }
 
+// The bytes of every buffer of `ranks`, read through their own mappings.
+std::vector<std::string> BufferBytes(const v1::LayoutSpec& ranks) {
+  std::vector<std::string> bytes;
+  for (const v1::RankLayout& r : ranks.ranks()) {
+    for (const v1::BufferSpec& buffer : r.buffers()) {
+      auto segment = transport::SharedMemorySegment::Open(buffer.shm_name(), buffer.bytes());
+      EXPECT_TRUE(segment.ok()) << segment.status();
+      if (!segment.ok()) return {};
+      bytes.emplace_back(reinterpret_cast<const char*>((*segment)->data()), buffer.bytes());
+    }
+  }
+  return bytes;
+}
+
+TEST_F(ControlPlaneTest, AStagedDestinationKeepsItsBuffersThroughAFailedEpoch) {
+  // The inference ranks come back staged, on a daemon that corrupts version 1.
+  for (const v1::RankLayout& r : destinations_.ranks()) {
+    ASSERT_TRUE(inference_.Deregister(v1::ROLE_DESTINATION, r.rank()).ok());
+  }
+  inference_link_.reset();
+  inference_link_ = std::make_unique<CoordinatorLink>(address_, "inference", &inference_);
+  inference_link_->CorruptAfterEpoch(1);
+  inference_link_->Start();
+  for (v1::RankLayout& r : *destinations_.mutable_ranks()) {
+    r.set_staged(true);
+    Register(&inference_, v1::ROLE_DESTINATION, r, destinations_);
+  }
+  ASSERT_TRUE(GroupSeen(2, 2));
+  const std::vector<std::string> before = BufferBytes(destinations_);
+  ASSERT_FALSE(before.empty());
+
+  PublishAll(&trainer_, sources_, 1);
+  v1::RefitReport report;
+  const grpc::Status failed = Refit(1, &report);
+  EXPECT_EQ(failed.error_code(), grpc::StatusCode::DATA_LOSS) << failed.error_message();
+  // Not a byte of the buffers changed, and the waiters hear that they hold no part of it.
+  EXPECT_EQ(BufferBytes(destinations_), before);
+  const absl::Status waited =
+      inference_.WaitForVersion(0, 1, absl::Now() + absl::Milliseconds(100)).status();
+  EXPECT_TRUE(absl::StrContains(waited.message(), "its buffers hold version -1")) << waited;
+  EXPECT_FALSE(absl::StrContains(waited.message(), "may hold parts")) << waited;
+  EXPECT_EQ(*inference_.PartialVersion(0), -1);
+
+  // Version 2 goes through, and at the commit the buffers hold every byte of it.
+  PublishAll(&trainer_, sources_, 2);
+  const grpc::Status committed = Refit(2, &report);
+  ASSERT_TRUE(committed.ok()) << committed.error_message();
+  transport::BufferMap own(transport::testing::TensorsOf(destinations_));
+  for (v1::RankLayout r : destinations_.ranks()) {
+    ASSERT_TRUE(inference_.WaitForVersion(r.rank(), 2, absl::Now() + absl::Seconds(5)).ok());
+    r.set_staged(false);  // this map reads the buffers themselves, not the shadows
+    ASSERT_TRUE(own.AddRank(v1::ROLE_DESTINATION, r).ok());
+    EXPECT_EQ(transport::testing::WrongBytes(own, v1::ROLE_DESTINATION, r), 0)
+        << "destination rank " << r.rank();
+  }
+}
+
 TEST_F(ControlPlaneTest, ARestartedCoordinatorRecoversTheVersionFromTheDaemons) {
   ASSERT_TRUE(GroupSeen(2, 2));
   PublishAll(&trainer_, sources_, 1);

@@ -101,7 +101,9 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
     entry.registration = registration;
     entry.session = session;
   }
-  spdlog::info("refitd {}: {} registered (session {})", node_, who, session);
+  spdlog::info(
+      "refitd {}: {} registered (session {}){}", node_, who, session,
+      layout.staged() ? ", staged: the data plane writes a shadow copied in at commit" : "");
   Notify(Event{Event::kRegistered, registration});
   return session;
 }
@@ -238,6 +240,7 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
 void RankRegistry::BeginEpoch() {
   absl::MutexLock lock(&mu_);
   epoch_running_ = true;
+  buffers_.StageEpoch();
 }
 
 void RankRegistry::EndEpoch() {
@@ -249,6 +252,7 @@ void RankRegistry::EndEpoch() {
 
 void RankRegistry::Commit(int64_t version) {
   absl::MutexLock lock(&mu_);
+  buffers_.CommitStaged();  // before anyone is told the version is there
   committed_ = std::max(committed_, version);
   for (auto& [key, entry] : ranks_) {
     if (key.first != v1::ROLE_DESTINATION) continue;
@@ -259,8 +263,10 @@ void RankRegistry::Commit(int64_t version) {
 
 void RankRegistry::Abort(int64_t version, const std::string& epoch_id, const std::string& reason) {
   absl::MutexLock lock(&mu_);
+  buffers_.DiscardStaged();  // staged ranks' buffers were never written
   for (auto& [key, entry] : ranks_) {
-    if (key.first == v1::ROLE_DESTINATION && entry.version < version) {
+    if (key.first == v1::ROLE_DESTINATION && entry.version < version &&
+        !entry.registration.layout().staged()) {
       entry.partial = std::max(entry.partial, version);
     }
   }

@@ -57,10 +57,12 @@ class RankRegistry {
   // written parts of a newer one into them.
   absl::StatusOr<int64_t> WaitForVersion(int64_t rank, int64_t version, absl::Time deadline);
 
-  // Marks `version` committed into every destination rank registered here.
+  // Marks `version` committed into every destination rank registered here, after copying
+  // the shadows of staged ranks into their buffers.
   void Commit(int64_t version);
   // The epoch `epoch_id` moving `version` was aborted after it started writing: every
-  // destination rank here still holding an older version may hold parts of this one.
+  // destination rank here still holding an older version may hold parts of this one,
+  // except staged ranks, whose buffers were not written (their shadows are dropped).
   void Abort(int64_t version, const std::string& epoch_id, const std::string& reason);
   // The newest version committed into a destination rank here (-1: none).
   int64_t CommittedVersion() const;

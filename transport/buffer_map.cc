@@ -3,6 +3,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "transport/gpu/cuda_ipc_buffer.h"
+#include "transport/host_memory.h"
 
 namespace refit::transport {
 namespace {
@@ -49,6 +50,27 @@ absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout) {
     segment_of[buffer.name()] = memory.segments.size();
     memory.segments.push_back(std::move(*segment));
   }
+  if (layout.staged()) {
+    if (role != v1::ROLE_DESTINATION) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": only destination ranks can be staged"));
+    }
+    for (int i = 0; i < layout.buffers_size(); ++i) {
+      const MappedBuffer& segment = *memory.segments[i];
+      if (segment.device() >= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(who, ": buffer \"", layout.buffers(i).name(),
+                         "\" is GPU memory; staged ranks need host (shared-memory) buffers"));
+      }
+      absl::StatusOr<std::unique_ptr<HostMemory>> shadow = HostMemory::Allocate(segment.bytes());
+      if (!shadow.ok()) {
+        return absl::Status(shadow.status().code(),
+                            absl::StrCat(who, ": shadow of buffer \"", layout.buffers(i).name(),
+                                         "\": ", shadow.status().message()));
+      }
+      memory.shadows.push_back(std::move(*shadow));
+    }
+  }
   for (int i = 0; i < layout.views_size(); ++i) {
     const v1::ShardView& v = layout.views(i);
     const std::string where = absl::StrCat(who, ": view ", i, " (", v.tensor(), ")");
@@ -92,6 +114,10 @@ absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout) {
     }
     view.base = mapped.data() + v.byte_offset();
     view.device = mapped.device();
+    if (layout.staged()) {
+      memory.committed_bases.push_back(view.base);
+      view.base = memory.shadows[segment->second]->data() + v.byte_offset();
+    }
     memory.views.push_back(std::move(view));
   }
   ranks_.emplace(std::make_pair(static_cast<int>(role), layout.rank()), std::move(memory));
@@ -99,6 +125,39 @@ absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout) {
 }
 
 void BufferMap::RemoveRank(v1::Role role, int64_t rank) { ranks_.erase({role, rank}); }
+
+void BufferMap::StageEpoch() {
+  for (auto& [key, memory] : ranks_) memory.written_by_epoch = !memory.shadows.empty();
+}
+
+void BufferMap::CommitStaged() {
+  for (auto& [key, memory] : ranks_) {
+    if (!memory.written_by_epoch) continue;
+    for (size_t i = 0; i < memory.views.size(); ++i) {
+      const MappedView& view = memory.views[i];
+      CopyBox(view.extent, view.element_bytes, StridedRef{view.base, view.strides},
+              StridedRef{memory.committed_bases[i], view.strides});
+    }
+    memory.written_by_epoch = false;
+  }
+}
+
+void BufferMap::DiscardStaged() {
+  for (auto& [key, memory] : ranks_) memory.written_by_epoch = false;
+}
+
+bool BufferMap::IsStaged(v1::Role role, int64_t rank) const {
+  auto it = ranks_.find({role, rank});
+  return it != ranks_.end() && !it->second.shadows.empty();
+}
+
+int64_t BufferMap::ShadowBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [key, memory] : ranks_) {
+    for (const auto& shadow : memory.shadows) bytes += shadow->bytes();
+  }
+  return bytes;
+}
 
 absl::StatusOr<StridedRef> BufferMap::Locate(v1::Role role, int64_t rank, int32_t view,
                                              const std::string& tensor, const Dims& offset,

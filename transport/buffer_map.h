@@ -58,10 +58,28 @@ class BufferMap {
 
   const TensorTable& tensors() const { return tensors_; }
 
+  // Staged destination ranks (RankLayout.staged): the views point into shadow copies of
+  // the buffers, which the data plane writes. StageEpoch marks every staged rank mapped
+  // now as written by the epoch about to run; CommitStaged copies those ranks' views from
+  // the shadows into their buffers; DiscardStaged forgets them (the epoch failed: the
+  // buffers keep what they held). A rank registered after StageEpoch is left alone.
+  void StageEpoch();
+  void CommitStaged();
+  void DiscardStaged();
+  // Whether the rank is mapped and staged.
+  bool IsStaged(v1::Role role, int64_t rank) const;
+  // Host memory the shadows take.
+  int64_t ShadowBytes() const;
+
  private:
   struct RankMemory {
     std::vector<std::unique_ptr<MappedBuffer>> segments;
     std::vector<MappedView> views;
+    // Staged ranks: one shadow per segment, and per view its first element in the
+    // rank's own buffer (views[i].base is in the shadow).
+    std::vector<std::unique_ptr<MappedBuffer>> shadows;
+    std::vector<uint8_t*> committed_bases;
+    bool written_by_epoch = false;
   };
 
   TensorTable tensors_;

@@ -29,11 +29,11 @@ cat > "$work/job.json" <<JSON
 JSON
 ranks=("$bin/refit-synthetic-ranks" --refit=mini --versions=1 --timeout_ms=30000)
 
-# start_ranks VERSION: inference ranks, then trainer ranks (which publish and ask for the
-# refit); sets inference_ranks and trainer_ranks.
+# start_ranks VERSION [FLAGS...]: inference ranks (with FLAGS), then trainer ranks (which
+# publish and ask for the refit); sets inference_ranks and trainer_ranks.
 start_ranks() {
   "${ranks[@]}" --side=destination --host="$inference" --socket="$work/$inference.sock" \
-    --first_version="$1" > "$work/inference-ranks-$1.log" 2>&1 &
+    --first_version="$1" "${@:2}" > "$work/inference-ranks-$1.log" 2>&1 &
   inference_ranks=$!
   pids+=($inference_ranks)
   for _ in $(seq 300); do destinations_seen 4 && break; sleep 0.1; done
@@ -126,12 +126,20 @@ if [[ $fault == trainer-ranks ]]; then
 fi
 for _ in $(seq 300); do destinations_seen 0 && break; sleep 0.1; done
 destinations_seen 0 || { echo "the first round's inference ranks are still registered" >&2; false; }
-start_ranks 2
+# After the coordinator and daemon-stop faults the new inference ranks are staged (refitd
+# writes shadows and copies them in at the commit): that path is checked byte for byte too.
+case $fault in
+  coordinator|daemon-stop) start_ranks 2 --staged ;;
+  *) start_ranks 2 ;;
+esac
 await_exit "$trainer_ranks" 60
 wait "$trainer_ranks" || { cat "$work/trainer-ranks-2.log" "$work"/*.log >&2; exit 1; }
 await_exit "$inference_ranks" 30
 wait "$inference_ranks" || { cat "$work/inference-ranks-2.log" >&2; exit 1; }
 grep -q "^version 2: 0 of" "$work/inference-ranks-2.log"
+case $fault in
+  coordinator|daemon-stop) grep -q "destination rank 0 registered .*staged" "$work/$inference.log" ;;
+esac
 "$bin/refitctl" status --coordinator="$coordinator" | grep -q "^current version  2$"
 stop_all
 echo "fault $fault: the epoch ended cleanly (committed: $committed) and version 2 went through"

@@ -1,0 +1,99 @@
+// Staged destination ranks in the buffer map: the views point into shadows, the buffers
+// change only at CommitStaged, and only for ranks the epoch wrote.
+#include "transport/buffer_map.h"
+
+#include <cstring>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "planner/testing/layout_builder.h"
+#include "transport/testing/backed_layouts.h"
+
+namespace refit::transport {
+namespace {
+
+class StagedBufferMapTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    destinations_ = backed_.Back(refit::testing::RowsToColumnsPair().destinations, "destination");
+    map_ = BufferMap(testing::TensorsOf(destinations_));
+  }
+
+  // The rank's buffers, read through their own mappings.
+  std::string Buffers(const v1::RankLayout& rank) {
+    std::string bytes;
+    for (const v1::BufferSpec& buffer : rank.buffers()) {
+      auto segment = SharedMemorySegment::Open(buffer.shm_name(), buffer.bytes());
+      EXPECT_TRUE(segment.ok()) << segment.status();
+      if (segment.ok()) bytes.append(reinterpret_cast<char*>((*segment)->data()), buffer.bytes());
+    }
+    return bytes;
+  }
+
+  // Wrong bytes of the rank's views in the buffers themselves.
+  int64_t WrongInBuffers(v1::RankLayout rank) {
+    BufferMap own(testing::TensorsOf(destinations_));
+    rank.set_staged(false);
+    EXPECT_TRUE(own.AddRank(v1::ROLE_DESTINATION, rank).ok());
+    return testing::WrongBytes(own, v1::ROLE_DESTINATION, rank);
+  }
+
+  testing::BackedLayouts backed_;
+  v1::LayoutSpec destinations_;
+  BufferMap map_;
+};
+
+TEST_F(StagedBufferMapTest, TheBuffersChangeOnlyAtCommitAndOnlyForRanksTheEpochWrote) {
+  v1::RankLayout staged = destinations_.ranks(0);
+  staged.set_staged(true);
+  ASSERT_TRUE(map_.AddRank(v1::ROLE_DESTINATION, staged).ok());
+  EXPECT_TRUE(map_.IsStaged(v1::ROLE_DESTINATION, 0));
+  int64_t buffer_bytes = 0;
+  for (const v1::BufferSpec& buffer : staged.buffers()) buffer_bytes += buffer.bytes();
+  EXPECT_EQ(map_.ShadowBytes(), buffer_bytes);
+  const std::string before = Buffers(staged);
+
+  // An epoch writes every view (through the map, as the data plane does) and fails.
+  map_.StageEpoch();
+  testing::FillViews(map_, v1::ROLE_DESTINATION, staged);
+  EXPECT_EQ(testing::WrongBytes(map_, v1::ROLE_DESTINATION, staged), 0);
+  EXPECT_EQ(Buffers(staged), before);
+  map_.DiscardStaged();
+  map_.CommitStaged();  // a commit of nothing: the failed epoch's writes stay out
+  EXPECT_EQ(Buffers(staged), before);
+
+  // The next epoch commits: the buffers hold every view's bytes.
+  map_.StageEpoch();
+  testing::FillViews(map_, v1::ROLE_DESTINATION, staged);
+  map_.CommitStaged();
+  EXPECT_EQ(WrongInBuffers(staged), 0);
+
+  // A staged rank that joined after the epoch began is not copied at its commit.
+  v1::RankLayout late = destinations_.ranks(1);
+  late.set_staged(true);
+  const std::string late_before = Buffers(late);
+  map_.StageEpoch();
+  ASSERT_TRUE(map_.AddRank(v1::ROLE_DESTINATION, late).ok());
+  map_.CommitStaged();
+  EXPECT_EQ(Buffers(late), late_before);
+}
+
+TEST_F(StagedBufferMapTest, OnlyDestinationsCanBeStaged) {
+  v1::RankLayout source = destinations_.ranks(0);
+  source.set_staged(true);
+  const absl::Status refused = map_.AddRank(v1::ROLE_SOURCE, source);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.message(), "source rank 0: only destination ranks can be staged");
+}
+
+TEST_F(StagedBufferMapTest, UnstagedRanksAreWrittenInPlace) {
+  const v1::RankLayout rank = destinations_.ranks(0);
+  ASSERT_TRUE(map_.AddRank(v1::ROLE_DESTINATION, rank).ok());
+  EXPECT_FALSE(map_.IsStaged(v1::ROLE_DESTINATION, 0));
+  EXPECT_EQ(map_.ShadowBytes(), 0);
+  testing::FillViews(map_, v1::ROLE_DESTINATION, rank);
+  EXPECT_EQ(WrongInBuffers(rank), 0);
+}
+
+}  // namespace
+}  // namespace refit::transport
