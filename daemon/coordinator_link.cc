@@ -118,7 +118,16 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
     WarnOnce(std::string(credentials.status().message()));
     return;
   }
-  auto channel = grpc::CreateChannel(coordinator_, *credentials);
+  // Keepalive pings notice a coordinator that became unreachable (a partition, a host gone
+  // without closing its connections) within about a lease: the session ends, and the
+  // epoch with it, instead of waiting for the epoch deadline.
+  const int keepalive_ms = static_cast<int>(std::max<int64_t>(lease_ms_ / 2, 250));
+  grpc::ChannelArguments arguments;
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, keepalive_ms);
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
+  arguments.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  arguments.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  auto channel = grpc::CreateCustomChannel(coordinator_, *credentials, arguments);
   auto stub = v1::Coordinator::NewStub(channel);
   grpc::ClientContext context;
   security::AttachToken(security_, &context);

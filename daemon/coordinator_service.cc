@@ -19,28 +19,40 @@ class StreamChannel : public DaemonChannel {
       : context_(context), stream_(stream) {}
 
   bool Send(const v1::CoordinatorMessage& message) override {
-    absl::MutexLock lock(&mu_);
-    return stream_ != nullptr && stream_->Write(message);
+    absl::MutexLock write(&write_mu_);
+    {
+      absl::MutexLock lock(&state_mu_);
+      if (closed_) return false;
+    }
+    return stream_->Write(message);
   }
+  // The handler is returning: no Send may touch the stream after this.
   void Close() {
-    absl::MutexLock lock(&mu_);
-    stream_ = nullptr;
+    {
+      absl::MutexLock lock(&state_mu_);
+      closed_ = true;
+    }
+    absl::MutexLock write(&write_mu_);  // waits out a Send in flight (the call is over)
   }
+  // Never waits for a Send: a write to a peer that stopped reading blocks until this
+  // cancellation ends it.
   void Cut() override {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&state_mu_);
     cut_ = true;
-    if (stream_ != nullptr) context_->TryCancel();
+    if (!closed_) context_->TryCancel();
   }
   bool was_cut() {
-    absl::MutexLock lock(&mu_);
+    absl::MutexLock lock(&state_mu_);
     return cut_;
   }
 
  private:
-  absl::Mutex mu_;
+  absl::Mutex write_mu_;  // one Write at a time
+  absl::Mutex state_mu_;
   grpc::ServerContext* context_;
-  bool cut_ ABSL_GUARDED_BY(mu_) = false;
-  grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::DaemonMessage>* stream_ ABSL_GUARDED_BY(mu_);
+  bool cut_ ABSL_GUARDED_BY(state_mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(state_mu_) = false;
+  grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::DaemonMessage>* stream_;
 };
 
 }  // namespace

@@ -3,6 +3,9 @@
 # (the folder with the binaries) and `work` (a scratch folder), and append to `pids`.
 
 coordinator_flags=()  # more flags for the coordinator (TLS, token)
+coordinator_host=127.0.0.1  # the address the coordinator listens on
+# Words to run a node's refitd under (a network namespace, environment), by node.
+declare -A daemon_prefix
 
 # start_coordinator JOB_FILE [PORT]: sets `coordinator` (HOST:PORT), `coordinator_pid` and
 # `metrics_port`. PORT (default: any free one) lets a restarted coordinator take the old
@@ -12,7 +15,7 @@ start_coordinator() {
   # The log exists before the process does: its shell creates it only after the fork.
   touch "$work/coordinator.log"
   lines=$(wc -l < "$work/coordinator.log")
-  "$bin/refit-coordinator" --listen=127.0.0.1:"${2:-0}" --job="$1" --metrics_port=0 \
+  "$bin/refit-coordinator" --listen="$coordinator_host:${2:-0}" --job="$1" --metrics_port=0 \
     "${coordinator_flags[@]}" >> "$work/coordinator.log" 2>&1 &
   pids+=($!)
   coordinator_pid=$!
@@ -23,10 +26,10 @@ start_coordinator() {
     sleep 0.1
   done
   local port
-  port=$(grep -o "listening on 127.0.0.1:[0-9]*" "$log" | cut -d: -f2)
+  port=$(grep -o "listening on $coordinator_host:[0-9]*" "$log" | cut -d: -f2)
   [[ -n $port ]] || { cat "$work/coordinator.log"; echo "coordinator did not start" >&2; exit 1; }
-  coordinator=127.0.0.1:$port
-  metrics_port=$(grep -o "metrics on http://127.0.0.1:[0-9]*" "$log" | cut -d: -f3)
+  coordinator=$coordinator_host:$port
+  metrics_port=$(grep -o "metrics on http://[0-9.]*:[0-9]*" "$log" | cut -d: -f3)
   rm -f "$log"
 }
 
@@ -38,7 +41,9 @@ start_daemons() {
   for node in "$@"; do
     rm -f "$work/$node.sock"  # a restart waits for the new socket, not the old one
     touch "$work/$node.log"
-    "$bin/refitd" --coordinator="$coordinator" --node="$node" --socket="$work/$node.sock" \
+    # shellcheck disable=SC2086  # the prefix is words
+    ${daemon_prefix[$node]:-} "$bin/refitd" --coordinator="$coordinator" --node="$node" \
+      --socket="$work/$node.sock" \
       --metrics_port=0 >> "$work/$node.log" 2>&1 &
     pids+=($!)
     daemon_pid[$node]=$!
