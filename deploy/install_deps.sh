@@ -11,6 +11,9 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libucx-dev prometheus-cpp-dev libcpp-httplib-dev
   openssl  # the TLS test makes its certificates
+  iproute2  # the partition test's network namespaces and veth pair
+  # The Python client and its tests (Debian's /usr/bin/python3 sees these).
+  python3-grpcio python3-protobuf python3-numpy python3-torch python3-yaml
 )
 # tests/fuzz/run_fuzzers.sh also needs clang (libFuzzer); the test command does not.
 

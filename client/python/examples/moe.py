@@ -1,0 +1,62 @@
+"""A small mixture-of-experts model and two layouts of it, for the example and the
+end-to-end test: trainers split the experts (expert parallel) and the embedding rows;
+inference ranks split every expert's hidden dimension and the embedding columns (tensor
+parallel), with the router and norms replicated."""
+import torch
+from torch import nn
+
+import refit
+
+
+class MoELayer(nn.Module):
+    def __init__(self, dim, hidden, experts):
+        super().__init__()
+        self.norm = nn.Parameter(torch.ones(dim))
+        self.router = nn.Linear(dim, experts, bias=False)
+        self.w_in = nn.Parameter(torch.randn(experts, hidden, dim) / dim ** 0.5)
+        self.w_out = nn.Parameter(torch.randn(experts, dim, hidden) / hidden ** 0.5)
+
+    def forward(self, x):
+        h = x * self.norm
+        gate = torch.softmax(self.router(h), dim=-1)                   # [tokens, experts]
+        inner = torch.relu(torch.einsum("td,ehd->teh", h, self.w_in))  # every expert, dense
+        out = torch.einsum("teh,edh->ted", inner, self.w_out)
+        return x + torch.einsum("te,ted->td", gate, out)
+
+
+class MoEModel(nn.Module):
+    def __init__(self, vocab=64, dim=32, hidden=48, experts=4, layers=2):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList(MoELayer(dim, hidden, experts) for _ in range(layers))
+        self.head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, tokens):
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def trainer_placement(rank, ranks=2):
+    """Expert parallel: rank r holds experts r*E/ranks.. and rows of embed and head; the
+    router and norms are replicated on every trainer."""
+    def place(name, shape):
+        if name.endswith(("w_in", "w_out")) or name in ("embed.weight", "head.weight"):
+            return refit.split(shape, 0, rank, ranks)
+        return refit.replicated(shape)
+    return place
+
+
+def inference_placement(rank, ranks=2):
+    """Tensor parallel: rank r holds a slice of every expert's hidden dimension and of the
+    embedding columns; the router and norms are replicated."""
+    def place(name, shape):
+        if name.endswith("w_in"):
+            return refit.split(shape, 1, rank, ranks)
+        if name.endswith("w_out"):
+            return refit.split(shape, 2, rank, ranks)
+        if name in ("embed.weight", "head.weight"):
+            return refit.split(shape, 1, rank, ranks)
+        return refit.replicated(shape)
+    return place

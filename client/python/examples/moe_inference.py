@@ -1,0 +1,52 @@
+"""The inference side of the example: one process holding inference ranks 0 and 1 of the
+MoE model in a tensor-parallel layout. For each version it waits, then compares every
+shard with torch.equal against the trainer's full weights of that version.
+
+    moe_inference.py --socket S --out DIR [--steps N] [--staged]
+"""
+import argparse
+import os
+
+import torch
+
+import refit
+from moe import MoEModel, inference_placement
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--first-version", type=int, default=1,
+                        help="versions are numbered from this (the cluster's next version)")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--staged", action="store_true")
+    args = parser.parse_args()
+
+    shapes = MoEModel().state_dict()  # the shapes and dtypes; values arrive by refit
+    with refit.LocalDaemon(args.socket) as daemon:
+        ranks = [daemon.register_destination(r, refit.torch_layout.shards_for(
+                     shapes, inference_placement(r, args.ranks)), staged=args.staged)
+                 for r in range(args.ranks)]
+        print("inference ranks registered", flush=True)
+        for version in range(args.first_version, args.first_version + args.steps):
+            daemon.wait_for_version(version, timeout=60)
+            full = torch.load(os.path.join(args.out, f"weights-{version}.pt"))
+            wrong = []
+            for rank in ranks:
+                place = inference_placement(rank.rank, args.ranks)
+                for name, tensor in rank.tensors.items():
+                    expected = full[name][place(name, tuple(full[name].shape)).slices()]
+                    if not torch.equal(tensor, expected):
+                        wrong.append(f"rank {rank.rank} {name}")
+            if wrong:
+                raise SystemExit(f"version {version}: wrong shards: {', '.join(wrong)}")
+            tensors = sum(len(rank.tensors) for rank in ranks)
+            print(f"version {version}: {tensors} shards equal to the trainer's weights",
+                  flush=True)
+            open(os.path.join(args.out, f"checked-{version}"), "w").close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""The trainer side of the example: one process holding trainer ranks 0 and 1 of the MoE
+model. Each step: an optimizer step, the new weights copied into refit's memory, publish,
+refit. The full weights of each version are saved so the inference side can check them.
+
+    moe_trainer.py --socket S --coordinator HOST:PORT --out DIR [--steps N]
+"""
+import argparse
+import os
+import time
+
+import torch
+
+import refit
+from moe import MoEModel, trainer_placement
+
+
+def wait_for_file(path, timeout):
+    give_up = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > give_up:
+            raise TimeoutError(f"{path} did not appear in {timeout} s")
+        time.sleep(0.02)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--coordinator", required=True)
+    parser.add_argument("--out", required=True, help="folder for weights and hand-offs")
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--first-version", type=int, default=1,
+                        help="versions are numbered from this (the cluster's next version)")
+    parser.add_argument("--ranks", type=int, default=2)
+    args = parser.parse_args()
+
+    torch.manual_seed(0)
+    model = MoEModel()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    state = model.state_dict()
+    with refit.LocalDaemon(args.socket) as daemon, refit.RefitClient(args.coordinator) as client:
+        ranks = [daemon.register_source(r, refit.torch_layout.shards_for(
+                     state, trainer_placement(r, args.ranks)))
+                 for r in range(args.ranks)]
+        for version in range(args.first_version, args.first_version + args.steps):
+            tokens = torch.randint(0, 64, (16,))
+            loss = torch.nn.functional.cross_entropy(model(tokens), torch.roll(tokens, 1))
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            # The inference side must be done reading the previous version.
+            if version > args.first_version:
+                wait_for_file(os.path.join(args.out, f"checked-{version - 1}"), 60)
+            with torch.no_grad():
+                full = {name: t.detach().clone() for name, t in model.state_dict().items()}
+                for rank in ranks:
+                    rank.load(full)
+            torch.save(full, os.path.join(args.out, f"weights-{version}.pt"))
+            daemon.publish(version)
+            report = client.refit(version, timeout=60)
+            print(f"version {version}: loss {loss.item():.4f}, {report.bytes} bytes in "
+                  f"{report.seconds:.3f} s, epoch {report.epoch_id}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The Python client end to end: a torch MoE model trained by one process holding two
+# trainer ranks (expert parallel), a second process holding two inference ranks (tensor
+# parallel), a refitd beside each and a coordinator between them. Two optimizer steps,
+# two refits; after each, every inference shard is compared with torch.equal against the
+# trainer's full weights. The second run registers the inference ranks staged.
+#   torch_refit.sh BIN_DIR
+set -euo pipefail
+bin=$1
+python=/usr/bin/python3  # Debian's, which sees python3-torch and python3-grpcio
+work=$(mktemp -d /tmp/refit-torch-XXXXXX)
+pids=()
+source "$(dirname "$0")/cluster.sh"
+trap cleanup EXIT
+client=$(cd "$(dirname "$0")/../../client/python" && pwd)
+mkdir -p "$work/py/refit"
+cp -r "$client/refit/." "$work/py/refit/"
+"$client/generate_stubs.sh" "$work/py/refit/_proto"
+export PYTHONPATH=$work/py:$client/examples
+export PYTHONDONTWRITEBYTECODE=1
+
+cat > "$work/job.json" << JSON
+{"name": "torch", "sourceRanks": 2, "destinationRanks": 2, "epochDeadlineMs": 30000}
+JSON
+start_coordinator "$work/job.json"
+start_daemons trainer-node inference-node
+
+# run NAME FIRST_VERSION [INFERENCE FLAGS...]: one trainer process and one inference
+# process, two steps, versions FIRST_VERSION and the next.
+run() {
+  local out=$work/$1
+  mkdir -p "$out"
+  "$python" "$client/examples/moe_inference.py" --socket="$work/inference-node.sock" \
+    --out="$out" --first-version="$2" "${@:3}" > "$out/inference.log" 2>&1 &
+  local inference=$!
+  pids+=($inference)
+  for _ in $(seq 300); do destinations_seen 2 && break; sleep 0.1; done
+  "$python" "$client/examples/moe_trainer.py" --socket="$work/trainer-node.sock" \
+    --coordinator="$coordinator" --out="$out" --first-version="$2" > "$out/trainer.log" 2>&1 ||
+    { cat "$out/trainer.log" "$out/inference.log" >&2; false; }
+  await_exit "$inference" 60
+  wait "$inference" || { cat "$out/inference.log" >&2; false; }
+  cat "$out/trainer.log" "$out/inference.log"
+  grep -q "^version $(($2 + 1)): 20 shards equal to the trainer's weights" "$out/inference.log"
+  for _ in $(seq 100); do destinations_seen 0 && break; sleep 0.1; done
+}
+run in-place 1
+run staged 3 --staged
+grep -q "destination rank 0 registered .*staged" "$work/inference-node.log"
+# The processes' segments went with them.
+if ls /dev/shm | grep -q "^refit-py-"; then
+  echo "shared-memory segments of the Python client remain: $(ls /dev/shm | grep refit-py-)" >&2
+  false
+fi
+stop_all
+echo "torch refit: two versions through twice (in place, staged), every shard equal"
