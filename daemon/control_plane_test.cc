@@ -44,7 +44,8 @@ class ControlPlaneTest : public ::testing::Test {
     sources_ = backed_.Back(pair.sources, "source");
     destinations_ = backed_.Back(pair.destinations, "destination");
     trainer_link_ = std::make_unique<CoordinatorLink>(address_, "trainer", &trainer_);
-    inference_link_ = std::make_unique<CoordinatorLink>(address_, "inference", &inference_);
+    inference_link_ =
+        std::make_unique<CoordinatorLink>(address_, "inference", &inference_, &inference_metrics_);
     trainer_link_->Start();
     inference_link_->Start();
     for (const v1::RankLayout& r : sources_.ranks())
@@ -91,6 +92,7 @@ class ControlPlaneTest : public ::testing::Test {
   }
 
   CoordinatorMetrics metrics_{std::make_shared<prometheus::Registry>()};
+  DaemonMetrics inference_metrics_{std::make_shared<prometheus::Registry>(), "inference"};
   v1::JobSpec coordinator_job_;
   std::unique_ptr<CoordinatorServer> coordinator_;
   std::string address_;
@@ -159,6 +161,15 @@ TEST_F(ControlPlaneTest, RefitMovesEveryByteAndCommitsTheVersion) {
   EXPECT_EQ(metrics_.committed.Value(), 1);
   EXPECT_EQ(metrics_.current_version.Value(), 1);
   EXPECT_EQ(metrics_.ranks.Add({{"role", "destination"}}).Value(), 2);
+  // The inference daemon's gauges say which version each of its destination ranks holds,
+  // and forget a rank that leaves.
+  for (const v1::RankLayout& r : destinations_.ranks()) {
+    const prometheus::Labels rank{{"rank", std::to_string(r.rank())}};
+    ASSERT_TRUE(inference_metrics_.destination_version.Has(rank));
+    EXPECT_EQ(inference_metrics_.destination_version.Add(rank).Value(), 1);
+  }
+  ASSERT_TRUE(inference_.Deregister(v1::ROLE_DESTINATION, 0).ok());
+  EXPECT_FALSE(inference_metrics_.destination_version.Has({{"rank", "0"}}));
 }
 
 TEST_F(ControlPlaneTest, AnUnpublishedVersionFailsAtTheDeadlineNamingTheRanks) {

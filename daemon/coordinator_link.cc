@@ -27,6 +27,14 @@ void CoordinatorLink::Start() {
     if (metrics_ != nullptr && event.kind != RankRegistry::Event::kPublished) {
       const char* role = event.rank.role() == v1::ROLE_SOURCE ? "source" : "destination";
       metrics_->ranks.Add({{"role", role}}).Increment(registered ? 1 : -1);
+      if (event.rank.role() == v1::ROLE_DESTINATION) {
+        const int64_t rank = event.rank.layout().rank();
+        if (registered) {
+          metrics_->DestinationVersion(rank, -1);
+        } else {
+          metrics_->ForgetDestination(rank);
+        }
+      }
     }
     v1::DaemonMessage message;
     switch (event.kind) {
@@ -209,6 +217,12 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
         break;
       case v1::CoordinatorMessage::kCommit: {
         registry_->Commit(message.commit().version());
+        if (metrics_ != nullptr) {
+          for (const v1::RankRegistration& rank : registry_->Registrations()) {
+            if (rank.role() != v1::ROLE_DESTINATION) continue;
+            metrics_->DestinationVersion(rank.layout().rank(), message.commit().version());
+          }
+        }
         absl::MutexLock lock(&mu_);
         if (message.commit().epoch_id() == executed_epoch_) executed_epoch_.clear();
         break;

@@ -20,6 +20,11 @@ prometheus::Histogram::BucketBoundaries EpochBuckets() {
   return {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 60};
 }
 
+prometheus::Labels NodeLabel(const std::string& node) {
+  if (node.empty()) return {};
+  return {{"node", node}};
+}
+
 }  // namespace
 
 CoordinatorMetrics::CoordinatorMetrics(std::shared_ptr<prometheus::Registry> r)
@@ -69,24 +74,44 @@ void CoordinatorMetrics::EpochAborted(double seconds) {
   epoch_seconds.Observe(seconds);
 }
 
-DaemonMetrics::DaemonMetrics(std::shared_ptr<prometheus::Registry> r)
+DaemonMetrics::DaemonMetrics(std::shared_ptr<prometheus::Registry> r, const std::string& node)
     : registry(r),
       epochs(prometheus::BuildCounter()
                  .Name("refitd_epochs_total")
                  .Help("Epochs this daemon ran, by result")
+                 .Labels(NodeLabel(node))
                  .Register(*r)),
       bytes(prometheus::BuildCounter()
                 .Name("refitd_bytes_total")
                 .Help("Bytes this daemon's data plane moved, by route")
+                .Labels(NodeLabel(node))
                 .Register(*r)),
       peer_bytes(prometheus::BuildCounter()
                      .Name("refitd_peer_bytes_total")
                      .Help("Bytes exchanged with other daemons, by peer node and direction")
+                     .Labels(NodeLabel(node))
                      .Register(*r)),
       ranks(prometheus::BuildGauge()
                 .Name("refitd_registered_ranks")
                 .Help("Ranks registered with this daemon, by role")
-                .Register(*r)) {}
+                .Labels(NodeLabel(node))
+                .Register(*r)),
+      destination_version(prometheus::BuildGauge()
+                              .Name("refitd_destination_version")
+                              .Help("The version committed into each destination rank here")
+                              .Labels(NodeLabel(node))
+                              .Register(*r)) {}
+
+void DaemonMetrics::DestinationVersion(int64_t rank, int64_t version) {
+  destination_version.Add({{"rank", std::to_string(rank)}}).Set(version);
+}
+
+void DaemonMetrics::ForgetDestination(int64_t rank) {
+  const prometheus::Labels labels{{"rank", std::to_string(rank)}};
+  if (destination_version.Has(labels)) {
+    destination_version.Remove(&destination_version.Add(labels));
+  }
+}
 
 void DaemonMetrics::EpochDone(bool ok) {
   epochs.Add({{"result", ok ? "ok" : "failed"}}).Increment();

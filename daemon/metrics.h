@@ -1,6 +1,7 @@
 // The Prometheus metrics refit exports. The coordinator counts epochs by result, epoch
 // durations, bytes by route, registered ranks, the current version and plan build time;
-// refitd counts its epochs and the bytes its data plane moved by route.
+// refitd counts its epochs and the bytes its data plane moved by route and by peer, and
+// the version each of its destination ranks holds.
 #ifndef REFIT_DAEMON_METRICS_H_
 #define REFIT_DAEMON_METRICS_H_
 
@@ -34,19 +35,24 @@ struct CoordinatorMetrics {
   prometheus::Gauge& plan_build_seconds;
 };
 
+// Every series carries the daemon's node as the label `node`.
 struct DaemonMetrics {
-  explicit DaemonMetrics(std::shared_ptr<prometheus::Registry> registry);
+  DaemonMetrics(std::shared_ptr<prometheus::Registry> registry, const std::string& node = "");
 
   void EpochDone(bool ok);
   void AddBytes(const int64_t (&bytes_by_route)[v1::Route_ARRAYSIZE]);
   // Bytes one epoch exchanged with the daemon of node `peer`.
   void PeerBytes(const std::string& peer, int64_t sent, int64_t received);
+  // The version committed into destination rank `rank`; Forget when the rank leaves.
+  void DestinationVersion(int64_t rank, int64_t version);
+  void ForgetDestination(int64_t rank);
 
   std::shared_ptr<prometheus::Registry> registry;
   prometheus::Family<prometheus::Counter>& epochs;
   prometheus::Family<prometheus::Counter>& bytes;
   prometheus::Family<prometheus::Counter>& peer_bytes;
   prometheus::Family<prometheus::Gauge>& ranks;
+  prometheus::Family<prometheus::Gauge>& destination_version;
 };
 
 }  // namespace refit::daemon

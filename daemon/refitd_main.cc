@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   auto metrics_registry = std::make_shared<prometheus::Registry>();
-  refit::daemon::DaemonMetrics metrics(metrics_registry);
+  refit::daemon::DaemonMetrics metrics(metrics_registry, node);
   refit::daemon::CoordinatorLink link(absl::GetFlag(FLAGS_coordinator), node, &registry, &metrics);
   const refit::transport::gpu::GpuSupport gpu = refit::transport::gpu::DetectGpu();
   absl::StatusOr<refit::security::ClientSecurity> security =

@@ -105,9 +105,11 @@ grep -q "^  $inference  \[GPU: " "$work/status.txt" || { cat "$work/status.txt";
 # Each daemon counts what it exchanged with the other, by peer node.
 # (grep reads all of the output: with -q it could stop early and fail the pipe.)
 http_get /metrics "${daemon_metrics_port[$trainer]}" |
-  grep "^refitd_peer_bytes_total{direction=\"sent\",peer=\"$inference\"} [1-9]" > /dev/null
+  grep "^refitd_peer_bytes_total{direction=\"sent\",node=\"$trainer\",peer=\"$inference\"} [1-9]" \
+  > /dev/null
 http_get /metrics "${daemon_metrics_port[$inference]}" |
-  grep "^refitd_peer_bytes_total{direction=\"received\",peer=\"$trainer\"} [1-9]" > /dev/null
+  grep "^refitd_peer_bytes_total{direction=\"received\",node=\"$inference\",peer=\"$trainer\"} [1-9]" \
+  > /dev/null
 
 # Inference ranks that die without deregistering (kill -9): their daemon notices the closed
 # connection and deregisters them, and the coordinator forgets them.
