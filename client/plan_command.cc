@@ -9,6 +9,7 @@
 #include "client/command_line.h"
 #include "client/json_files.h"
 #include "client/plan_report.h"
+#include "client/plan_svg.h"
 #include "google/protobuf/util/json_util.h"
 #include "planner/check/byte_checker.h"
 #include "planner/check/coverage_checker.h"
@@ -28,6 +29,7 @@ const char kPlanUsage[] =
     "                     [--verify=bytes|coverage] [--json] [--staging-budget 1GiB]\n"
     "                     [--split-threshold 32MiB] [--flat] [--verify-max-bytes 4GiB]\n"
     "                     [--plan-out PLAN.json]  (the plan itself, as refit.v1.Plan JSON)\n"
+    "                     [--svg PLAN.svg]  (transfer matrix and link loads, drawn)\n"
     "                     [--debug-drop-transfer N]  (testing: corrupt the plan)\n"
     "  reference refits: dsv3-h100, dsv3-gb200, qwen3-235b, mini\n"
     "  builtin models: deepseek-v3, dsv3-mini, qwen3-235b-a22b\n"
@@ -118,12 +120,12 @@ absl::StatusOr<planner::PlanOptions> LoadOptions(const CommandLine& line) {
 }  // namespace
 
 int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  absl::StatusOr<CommandLine> line =
-      CommandLine::Parse(args,
-                         {"src", "dst", "topology", "strategy", "verify", "model", "src-parallel",
-                          "dst-parallel", "gpus-per-node", "refit", "staging-budget",
-                          "split-threshold", "verify-max-bytes", "debug-drop-transfer", "plan-out"},
-                         {"json", "colocated", "flat", "help"});
+  absl::StatusOr<CommandLine> line = CommandLine::Parse(
+      args,
+      {"src", "dst", "topology", "strategy", "verify", "model", "src-parallel", "dst-parallel",
+       "gpus-per-node", "refit", "staging-budget", "split-threshold", "verify-max-bytes",
+       "debug-drop-transfer", "plan-out", "svg"},
+      {"json", "colocated", "flat", "help"});
   if (!line.ok()) {
     err << "refitctl plan: " << line.status().message() << "\n" << kPlanUsage;
     return kExitInvalidInput;
@@ -205,6 +207,14 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
     file << json << "\n";
     if (!file) {
       err << "refitctl plan: cannot write " << line->Get("plan-out") << "\n";
+      return kExitInvalidInput;
+    }
+  }
+  if (line->Has("svg")) {
+    std::ofstream file(line->Get("svg"));
+    file << PlanSvg(summary, inputs->topology);
+    if (!file) {
+      err << "refitctl plan: cannot write " << line->Get("svg") << "\n";
       return kExitInvalidInput;
     }
   }

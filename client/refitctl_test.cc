@@ -103,6 +103,39 @@ TEST(RefitctlTest, WritesThePlanAsProtoJson) {
       << json;
 }
 
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(RefitctlTest, DrawsTheTransferMatrixAndLinkLoads) {
+  // The two source ranks on two hosts (two NVLink domains), the destinations on a third.
+  std::string sources = kSources;
+  sources.replace(sources.rfind("node-0"), 6, "node-2");
+  const std::string src = WriteFile("src.json", sources);
+  const std::string dst = WriteFile("dst.json", kDestinations);
+  const std::string svg_path = TempPath("plan.svg");
+  const CommandResult run = Refitctl("plan --src " + src + " --dst " + dst + " --svg " + svg_path);
+  ASSERT_EQ(run.exit_code, 0) << run.err;
+  const std::string svg = Slurp(svg_path);
+  EXPECT_TRUE(absl::StartsWith(svg, "<svg xmlns=\"http://www.w3.org/2000/svg\"")) << svg;
+  EXPECT_TRUE(absl::EndsWith(svg, "</svg>\n"));
+  // Every source rank sends each destination rank a quarter of w (512 x 2048 BF16).
+  for (const char* pair : {"source rank 0 to destination rank 0: 2.1 MB",
+                           "source rank 0 to destination rank 1: 2.1 MB",
+                           "source rank 1 to destination rank 0: 2.1 MB",
+                           "source rank 1 to destination rank 1: 2.1 MB"}) {
+    EXPECT_EQ(Count(svg, pair), 1) << pair;
+  }
+  // One boundary between the sources' two domains (rows); the destinations share one.
+  EXPECT_EQ(Count(svg, "class=\"domain\""), 1) << svg;
+  // Four GPUs' busiest links: the sources' NIC out, the destinations' NIC in.
+  EXPECT_EQ(Count(svg, ": NIC out "), 2) << svg;
+  EXPECT_EQ(Count(svg, ": NIC in "), 2) << svg;
+  EXPECT_EQ(Count(svg, "id=\"lower-bound\""), 1);
+}
+
 TEST(RefitctlTest, ReadableTableWithoutJson) {
   const CommandResult run = Refitctl("plan --refit mini --strategy gather_broadcast");
   EXPECT_EQ(run.exit_code, 0) << run.err;

@@ -104,12 +104,17 @@ http_get /readyz "${daemon_metrics_port[$inference]}" | grep -q "^gpu: "
 grep -q "^  $inference  \[GPU: " "$work/status.txt" || { cat "$work/status.txt"; exit 1; }
 # Each daemon counts what it exchanged with the other, by peer node.
 # (grep reads all of the output: with -q it could stop early and fail the pipe.)
+# series_in NAME LABEL=VALUE...: a series of NAME on stdin has every label and a value > 0.
+series_in() {
+  local lines
+  lines=$(grep "^$1{")
+  for label in "${@:2}"; do lines=$(grep -F "${label%%=*}=\"${label#*=}\"" <<< "$lines"); done
+  grep " [1-9][0-9.e+]*$" <<< "$lines" > /dev/null
+}
 http_get /metrics "${daemon_metrics_port[$trainer]}" |
-  grep "^refitd_peer_bytes_total{direction=\"sent\",node=\"$trainer\",peer=\"$inference\"} [1-9]" \
-  > /dev/null
+  series_in refitd_peer_bytes_total direction=sent node="$trainer" peer="$inference"
 http_get /metrics "${daemon_metrics_port[$inference]}" |
-  grep "^refitd_peer_bytes_total{direction=\"received\",node=\"$inference\",peer=\"$trainer\"} [1-9]" \
-  > /dev/null
+  series_in refitd_peer_bytes_total direction=received node="$inference" peer="$trainer"
 
 # Inference ranks that die without deregistering (kill -9): their daemon notices the closed
 # connection and deregisters them, and the coordinator forgets them.
