@@ -1,9 +1,10 @@
 // refitctl: the refit command line. `plan` works offline; the live commands (status,
-// refit, layouts) talk to a coordinator.
+// refit, layouts) talk to a coordinator; `doctor` checks the node it runs on.
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "client/doctor_command.h"
 #include "client/live_commands.h"
 #include "client/plan_command.h"
 
@@ -14,7 +15,8 @@ int main(int argc, char** argv) {
       "  plan    plan a refit offline and report its cost (refitctl plan --help)\n"
       "  status  the coordinator's view: daemons, current version, last epochs\n"
       "  refit   run a refit epoch for a version and print its report\n"
-      "  layouts the layouts and placement the coordinator has registered\n";
+      "  layouts the layouts and placement the coordinator has registered\n"
+      "  doctor  check this node for what refit needs and say what to fix\n";
   if (argc < 2) {
     std::cerr << usage;
     return refit::client::kExitInvalidInput;
@@ -25,6 +27,7 @@ int main(int argc, char** argv) {
   if (command == "status") return refit::client::RunStatusCommand(args, std::cout, std::cerr);
   if (command == "refit") return refit::client::RunRefitCommand(args, std::cout, std::cerr);
   if (command == "layouts") return refit::client::RunLayoutsCommand(args, std::cout, std::cerr);
+  if (command == "doctor") return refit::client::RunDoctorCommand(args, std::cout, std::cerr);
   if (command == "--help" || command == "help") {
     std::cout << usage;
     return 0;

@@ -136,6 +136,26 @@ TEST(RefitctlTest, DrawsTheTransferMatrixAndLinkLoads) {
   EXPECT_EQ(Count(svg, "id=\"lower-bound\""), 1);
 }
 
+TEST(RefitctlTest, DoctorSaysWhatIsMissingAndWhatToDo) {
+  const std::string socket = TempPath("no-such-refitd.sock");
+  CommandResult run = Refitctl("doctor --socket " + socket + " --shm-need 1000000GiB");
+  EXPECT_EQ(run.exit_code, 1) << run.out << run.err;
+  EXPECT_TRUE(absl::StrContains(
+      run.out, "refitd socket    FAIL  " + socket + ": No such file or directory\n"))
+      << run.out;
+  EXPECT_TRUE(absl::StrContains(run.out, "fix: start refitd")) << run.out;
+  EXPECT_TRUE(absl::StrContains(run.out, "shared memory    FAIL  /dev/shm: ")) << run.out;
+  EXPECT_TRUE(absl::StrContains(run.out, "UCX              ok    UCX 1.")) << run.out;
+  EXPECT_TRUE(absl::StrContains(run.out, "GPU, CUDA, NCCL  ")) << run.out;
+  EXPECT_TRUE(absl::EndsWith(run.out, "something needs fixing (FAIL above)\n")) << run.out;
+
+  run = Refitctl("doctor --socket " + socket + " --json");
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_TRUE(absl::StartsWith(run.out, "[{\"check\": \"refitd socket\", \"status\": \"FAIL\""))
+      << run.out;
+  EXPECT_EQ(Refitctl("doctor --shm-need lots").exit_code, 2);
+}
+
 TEST(RefitctlTest, ReadableTableWithoutJson) {
   const CommandResult run = Refitctl("plan --refit mini --strategy gather_broadcast");
   EXPECT_EQ(run.exit_code, 0) << run.err;

@@ -102,6 +102,12 @@ http_get /readyz | grep -q "503"
 # and through the coordinator's Status.
 http_get /readyz "${daemon_metrics_port[$inference]}" | grep -q "^gpu: "
 grep -q "^  $inference  \[GPU: " "$work/status.txt" || { cat "$work/status.txt"; exit 1; }
+# refitctl doctor on the inference node: refitd answers, the coordinator knows the node.
+"$bin/refitctl" doctor --socket="$work/$inference.sock" --coordinator="$coordinator" \
+  --node="$inference" > "$work/doctor.txt" || { cat "$work/doctor.txt"; exit 1; }
+grep -q "^refitd           ok    answers on the socket" "$work/doctor.txt"
+grep -q "^coordinator      ok    $coordinator: version $versions, .* $inference among them" \
+  "$work/doctor.txt" || { cat "$work/doctor.txt"; exit 1; }
 # Each daemon counts what it exchanged with the other, by peer node.
 # (grep reads all of the output: with -q it could stop early and fail the pipe.)
 # series_in NAME LABEL=VALUE...: a series of NAME on stdin has every label and a value > 0.
