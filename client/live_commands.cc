@@ -1,11 +1,16 @@
 #include "client/live_commands.h"
 
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <thread>
 #include <tuple>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/command_line.h"
@@ -31,6 +36,32 @@ std::string ReportLine(const v1::RefitReport& report) {
                          report.bytes() / std::max(report.seconds(), 1e-9) / 1e9);
 }
 
+// On a terminal, a line cut to its width; elsewhere (pipes, files) the whole line.
+std::string FitTerminal(const std::string& text) {
+  struct winsize size;
+  if (!isatty(STDOUT_FILENO) || ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) != 0 || size.ws_col < 20 ||
+      text.size() <= size.ws_col) {
+    return text;
+  }
+  return text.substr(0, size.ws_col - 3) + "...";
+}
+
+// "0-7,16,18-19": sorted ranks as ranges, cut short past 24 characters.
+std::string RankRanges(std::vector<int64_t> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  std::string text;
+  for (size_t i = 0; i < ranks.size();) {
+    size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (!text.empty()) text += ",";
+    absl::StrAppend(&text, ranks[i]);
+    if (j > i) absl::StrAppend(&text, "-", ranks[j]);
+    i = j + 1;
+  }
+  if (text.size() > 24) text = text.substr(0, 21) + "...";
+  return text;
+}
+
 }  // namespace
 
 int RunStatusCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -53,11 +84,11 @@ int RunStatusCommand(const std::vector<std::string>& args, std::ostream& out, st
       << "\n";
   out << "daemons          " << status->daemons_size() << "\n";
   for (int d = 0; d < status->daemons_size(); ++d) {
-    out << "  " << status->daemons(d);
+    std::string daemon = "  " + status->daemons(d);
     if (d < status->daemon_gpus_size() && !status->daemon_gpus(d).empty()) {
-      out << "  [GPU: " << status->daemon_gpus(d) << "]";
+      absl::StrAppend(&daemon, "  [GPU: ", status->daemon_gpus(d), "]");
     }
-    out << "\n";
+    out << FitTerminal(daemon) << "\n";
   }
   out << "last epochs\n";
   for (const v1::RefitReport& report : status->last_epochs())
@@ -129,9 +160,10 @@ int RunRefitCommand(const std::vector<std::string>& args, std::ostream& out, std
 }
 
 int RunLayoutsCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  absl::StatusOr<CommandLine> line = CommandLine::Parse(args, {"coordinator"}, {"json"});
+  absl::StatusOr<CommandLine> line = CommandLine::Parse(args, {"coordinator"}, {"json", "ranks"});
   if (!line.ok() || !line->Has("coordinator")) {
-    err << "usage: refitctl layouts --coordinator HOST:PORT [--json]\n";
+    err << "usage: refitctl layouts --coordinator HOST:PORT [--ranks] [--json]\n"
+           "  (a line per node; --ranks: a line per rank)\n";
     return kExitInvalidInput;
   }
   absl::StatusOr<v1::LayoutsResponse> layouts =
@@ -153,10 +185,25 @@ int RunLayoutsCommand(const std::vector<std::string>& args, std::ostream& out, s
        {std::make_tuple(&layouts->sources(), v1::ROLE_SOURCE, "sources"),
         std::make_tuple(&layouts->destinations(), v1::ROLE_DESTINATION, "destinations")}) {
     out << name << ": " << spec->ranks_size() << " ranks, " << spec->tensors_size() << " tensors\n";
+    if (line->Has("ranks")) {
+      for (const v1::RankLayout& rank : spec->ranks()) {
+        out << absl::StrFormat("  rank %-5d %-16s device %-3d %5d views  on %s\n", rank.rank(),
+                               rank.host(), rank.device(), rank.views_size(),
+                               node_of[daemon_of[{role, rank.rank()}]]);
+      }
+      continue;
+    }
+    // A line per refitd: which ranks it serves (as ranges) and their views.
+    std::map<std::string, std::vector<int64_t>> ranks_on;
+    std::map<std::string, int64_t> views_on;
     for (const v1::RankLayout& rank : spec->ranks()) {
-      out << absl::StrFormat("  rank %-5d %-16s device %-3d %5d views  on %s\n", rank.rank(),
-                             rank.host(), rank.device(), rank.views_size(),
-                             node_of[daemon_of[{role, rank.rank()}]]);
+      const std::string& node = node_of[daemon_of[{role, rank.rank()}]];
+      ranks_on[node].push_back(rank.rank());
+      views_on[node] += rank.views_size();
+    }
+    for (auto& [node, ranks] : ranks_on) {
+      out << absl::StrFormat("  %-24s %5d ranks %7d views  on %s\n", RankRanges(ranks),
+                             ranks.size(), views_on[node], node);
     }
   }
   return kExitOk;

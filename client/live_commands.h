@@ -14,7 +14,7 @@ int RunStatusCommand(const std::vector<std::string>& args, std::ostream& out, st
 // `refitctl refit --coordinator HOST:PORT --version N [--timeout-ms MS] [--json]`
 int RunRefitCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
-// `refitctl layouts --coordinator HOST:PORT [--json]`
+// `refitctl layouts --coordinator HOST:PORT [--ranks] [--json]`: a line per node, or per rank
 int RunLayoutsCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 }  // namespace refit::client

@@ -97,13 +97,18 @@ void CoordinatorLink::Run() {
       transport::UcxWorker::Create(node_);
   if (!worker.ok()) return;  // no data plane: nothing this daemon could do
   (*worker)->SetInterrupt(&interrupt_);
-  epoch_thread_ = std::thread(&CoordinatorLink::EpochLoop, this, worker->get());
+  worker_ = std::move(*worker);
+  {
+    absl::MutexLock lock(&mu_);
+    data_plane_address_ = worker_->address();
+  }
+  epoch_thread_ = std::thread(&CoordinatorLink::EpochLoop, this);
   // Reconnects with exponential backoff (0.1 s doubling to 5 s), from the start again
   // after a session that was welcomed.
   absl::Duration backoff = absl::Milliseconds(100);
   while (!stopping_) {
     welcomed_ = false;
-    Session(worker->get());
+    Session();
     connected_ = false;
     if (welcomed_) backoff = absl::Milliseconds(100);
     const absl::Time retry = absl::Now() + backoff;
@@ -116,10 +121,11 @@ void CoordinatorLink::Run() {
   }
   epoch_thread_.join();
   peers_.clear();  // endpoints before their worker
+  worker_.reset();
   nccl_group_.reset();
 }
 
-void CoordinatorLink::Session(transport::UcxWorker* worker) {
+void CoordinatorLink::Session() {
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       security::MakeChannelCredentials(security_);
   if (!credentials.ok()) {
@@ -148,7 +154,10 @@ void CoordinatorLink::Session(transport::UcxWorker* worker) {
   if (stopping_) context.TryCancel();
   v1::DaemonMessage hello;
   hello.mutable_hello()->set_node(node_);
-  hello.mutable_hello()->set_data_plane_address(worker->address());
+  {
+    absl::MutexLock lock(&mu_);
+    hello.mutable_hello()->set_data_plane_address(data_plane_address_);
+  }
   hello.mutable_hello()->set_gpu(gpu_);
   hello.mutable_hello()->set_incarnation(incarnation_);
   hello.mutable_hello()->set_committed_version(registry_->CommittedVersion());
@@ -272,32 +281,55 @@ void CoordinatorLink::FinishEpoch() {
   epoch_mu_.Await(absl::Condition(&idle));
 }
 
-void CoordinatorLink::EpochLoop(transport::UcxWorker* worker) {
+void CoordinatorLink::EpochLoop() {
   while (true) {
+    if (worker_ == nullptr) TryMakeWorker();
     EpochJob job;
     {
       absl::MutexLock lock(&epoch_mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(epoch_mu_) {
         return queued_epoch_.has_value() || epoch_loop_exit_;
       };
-      epoch_mu_.Await(absl::Condition(&ready));
-      if (!queued_epoch_.has_value()) return;
+      if (worker_ == nullptr) {  // try again in a moment
+        epoch_mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(500));
+      } else {
+        epoch_mu_.Await(absl::Condition(&ready));
+      }
+      if (!queued_epoch_.has_value()) {
+        if (epoch_loop_exit_) return;
+        continue;
+      }
       job = std::move(*queued_epoch_);
       queued_epoch_.reset();
       epoch_busy_ = true;
     }
-    RunEpoch(job.execute, job.slice.get(), worker);
+    RunEpoch(job.execute, job.slice.get());
     absl::MutexLock lock(&epoch_mu_);
     epoch_busy_ = false;
   }
 }
 
-void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
-                               transport::UcxWorker* worker) {
+void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice) {
   v1::DaemonMessage done;
   if (reconnect_peers_.exchange(false)) peers_.clear();
   registry_->BeginEpoch();
-  *done.mutable_done() = Execute(execute, slice, worker);
+  if (worker_ != nullptr) {
+    *done.mutable_done() = Execute(execute, slice, worker_.get());
+  } else {
+    done.mutable_done()->set_epoch_id(execute.epoch_id());
+    done.mutable_done()->set_error(absl::StrCat(
+        "refitd on ", node_, " has no data plane (its UCX worker could not be made again)"));
+  }
+  // Before the buffers can be unmapped or reused: an operation left running could still
+  // write into them. Destroying the worker ends them; the epoch loop makes a new one.
+  if (worker_ != nullptr && worker_->abandoned_operations() > 0) {
+    spdlog::warn(
+        "refitd {}: epoch {} left {} UCX operations that would not end; dropping the "
+        "data-plane worker so they cannot write into memory later",
+        node_, execute.epoch_id(), worker_->abandoned_operations());
+    peers_.clear();  // endpoints before their worker
+    worker_.reset();
+  }
   registry_->EndEpoch();
   if (metrics_ != nullptr) metrics_->EpochDone(done.done().ok());
   // After a failure, a peer may have closed its side of a connection (or died): the next
@@ -308,6 +340,26 @@ void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSl
     running_epoch_.clear();
   }
   Write(done);
+}
+
+void CoordinatorLink::TryMakeWorker() {
+  absl::StatusOr<std::unique_ptr<transport::UcxWorker>> worker =
+      transport::UcxWorker::Create(node_);
+  if (!worker.ok()) {
+    if (!worker_failing_) {
+      spdlog::error("refitd {}: no data-plane worker yet ({}); trying again every 0.5 s", node_,
+                    worker.status().ToString());
+    }
+    worker_failing_ = true;
+    return;
+  }
+  worker_failing_ = false;
+  (*worker)->SetInterrupt(&interrupt_);
+  worker_ = std::move(*worker);
+  spdlog::info("refitd {}: new data-plane worker; reconnecting to say its address", node_);
+  absl::MutexLock lock(&mu_);
+  data_plane_address_ = worker_->address();
+  if (context_ != nullptr) context_->TryCancel();  // the next hello carries the new address
 }
 
 absl::Status CoordinatorLink::JoinNccl(const v1::PlanSlice& slice, absl::Time deadline,

@@ -62,17 +62,21 @@ class CoordinatorLink {
   // Sends a heartbeat every quarter of the coordinator's lease while connected.
   void Heartbeat();
   // One control-stream session; returns when the stream ends.
-  void Session(transport::UcxWorker* worker);
+  void Session();
   bool Write(const v1::DaemonMessage& message);
   // Logs a connection problem once, not at every retry, until a different one comes.
   void WarnOnce(const std::string& problem);
   // Interrupts the running or queued epoch (if any) and waits until it has reported.
   void FinishEpoch();
   // The epoch thread: runs each epoch handed to it, one at a time, until told to exit.
-  void EpochLoop(transport::UcxWorker* worker);
+  void EpochLoop();
   // Executes, records metrics, reports to the coordinator.
-  void RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
-                transport::UcxWorker* worker);
+  void RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice);
+  // Makes the data-plane worker again after an epoch dropped one (it left UCX operations
+  // it could not end; destroying the worker ends them, so no late data lands in memory
+  // that is reused), then ends the control session so the next hello carries the new
+  // address. Failures (a network device still down) are retried by the epoch loop.
+  void TryMakeWorker();
   v1::EpochDone Execute(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
                         transport::UcxWorker* worker);
   // Joins (or keeps) the slice's NCCL group with this daemon's GPUs and fills `route`.
@@ -96,6 +100,9 @@ class CoordinatorLink {
   // Set to stop the running epoch; the UCX worker and the executor both watch it.
   std::atomic<bool> interrupt_{false};
   std::thread epoch_thread_;  // started and joined by the link's thread
+  // The data plane's UCX worker: used by the epoch thread, replaced by it (ReplaceWorker).
+  std::unique_ptr<transport::UcxWorker> worker_;
+  bool worker_failing_ = false;  // epoch thread: the last TryMakeWorker failed
 
   struct EpochJob {
     v1::ExecuteEpoch execute;
@@ -108,6 +115,7 @@ class CoordinatorLink {
 
   absl::Mutex mu_;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::string data_plane_address_ ABSL_GUARDED_BY(mu_);  // worker_'s, for the hello
   Stream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;
 
   std::string running_epoch_ ABSL_GUARDED_BY(mu_);

@@ -62,6 +62,11 @@ class UcxWorker {
   // it to abort an epoch; null: never interrupted. The flag must outlive the worker's use.
   void SetInterrupt(const std::atomic<bool>* interrupt) { interrupt_ = interrupt; }
 
+  // Operations WaitAll could neither finish nor cancel (a rendezvous whose peer vanished
+  // mid-transfer). Their buffers may still be written if the peer comes back, so the
+  // owner must destroy this worker (which ends them) before reusing any of that memory.
+  int64_t abandoned_operations() const { return abandoned_; }
+
  private:
   friend class UcxEndpoint;
   UcxWorker(ucp_context_h context, ucp_worker_h worker, std::string address)
@@ -71,6 +76,7 @@ class UcxWorker {
   ucp_worker_h worker_;
   std::string address_;
   const std::atomic<bool>* interrupt_ = nullptr;
+  std::atomic<int64_t> abandoned_{0};
 };
 
 class UcxEndpoint {

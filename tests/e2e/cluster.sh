@@ -79,6 +79,30 @@ await_exit() {
   return 1
 }
 
+# start_ranks VERSION [FLAGS...]: the inference node's synthetic ranks (with FLAGS), once the
+# coordinator sees all four, then the trainer node's (which publish and ask for the refit).
+# Needs `ranks` (the synthetic-ranks command line), `trainer` and `inference` (nodes); sets
+# inference_ranks and trainer_ranks.
+start_ranks() {
+  "${ranks[@]}" --side=destination --host="$inference" --socket="$work/$inference.sock" \
+    --first_version="$1" "${@:2}" > "$work/inference-ranks-$1.log" 2>&1 &
+  inference_ranks=$!
+  pids+=($inference_ranks)
+  for _ in $(seq 300); do destinations_seen 4 && break; sleep 0.1; done
+  destinations_seen 4 || { cat "$work/inference-ranks-$1.log"; exit 1; }
+  "${ranks[@]}" --side=source --host="$trainer" --socket="$work/$trainer.sock" \
+    --coordinator="$coordinator" --first_version="$1" > "$work/trainer-ranks-$1.log" 2>&1 &
+  trainer_ranks=$!
+  pids+=($trainer_ranks)
+}
+
+# expect_in FILE TEXT [SECONDS]: TEXT shows up in FILE within SECONDS (default 10).
+expect_in() {
+  for _ in $(seq $((${3:-10} * 10))); do grep -qF "$2" "$1" && return 0; sleep 0.1; done
+  echo "expected in $(basename "$1"): $2" >&2
+  return 1
+}
+
 # stop_all: SIGTERM to every process; each must end by itself.
 stop_all() {
   local pid

@@ -29,28 +29,6 @@ cat > "$work/job.json" <<JSON
 JSON
 ranks=("$bin/refit-synthetic-ranks" --refit=mini --versions=1 --timeout_ms=30000)
 
-# start_ranks VERSION [FLAGS...]: inference ranks (with FLAGS), then trainer ranks (which
-# publish and ask for the refit); sets inference_ranks and trainer_ranks.
-start_ranks() {
-  "${ranks[@]}" --side=destination --host="$inference" --socket="$work/$inference.sock" \
-    --first_version="$1" "${@:2}" > "$work/inference-ranks-$1.log" 2>&1 &
-  inference_ranks=$!
-  pids+=($inference_ranks)
-  for _ in $(seq 300); do destinations_seen 4 && break; sleep 0.1; done
-  destinations_seen 4 || { cat "$work/inference-ranks-$1.log"; exit 1; }
-  "${ranks[@]}" --side=source --host="$trainer" --socket="$work/$trainer.sock" \
-    --coordinator="$coordinator" --first_version="$1" > "$work/trainer-ranks-$1.log" 2>&1 &
-  trainer_ranks=$!
-  pids+=($trainer_ranks)
-}
-
-# expect_in FILE TEXT [SECONDS]: TEXT shows up in FILE within SECONDS (default 10).
-expect_in() {
-  for _ in $(seq $((${3:-10} * 10))); do grep -qF "$2" "$1" && return 0; sleep 0.1; done
-  echo "expected in $(basename "$1"): $2" >&2
-  return 1
-}
-
 start_coordinator "$work/job.json"
 coordinator_port=${coordinator##*:}
 start_daemons "$trainer" "$inference"

@@ -53,6 +53,11 @@ for _ in $(seq 300); do
 done
 grep -q "^destinations: $destinations ranks" "$work/layouts.txt" || { cat "$work/layouts.txt"; exit 1; }
 grep -q "on $inference$" "$work/layouts.txt"
+# A line per node, the node's ranks as ranges; --ranks lists every rank.
+per_node=$((destinations / ${#inferences[@]}))
+grep -q "^  0-$((per_node - 1)) .* $per_node ranks .* on $inference$" "$work/layouts.txt" ||
+  { cat "$work/layouts.txt"; exit 1; }
+[[ $("$bin/refitctl" layouts --coordinator="$coordinator" --ranks | grep -c "^  rank .* on infer-node-") == "$destinations" ]]
 # Every trainer process publishes each version and asks for the refit (the coordinator
 # runs it once every source rank has published).
 trainer_ranks=()

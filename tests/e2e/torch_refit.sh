@@ -47,6 +47,23 @@ run() {
 run in-place 1
 run staged 3 --staged
 grep -q "destination rank 0 registered .*staged" "$work/inference-node.log"
+# The orchestration side of the client: status, and a refused refit named as such.
+"$python" - "$coordinator" << 'PY'
+import sys
+import grpc
+import refit
+with refit.RefitClient(sys.argv[1]) as client:
+    status = client.status()
+    assert status.current_version == 4, status
+    assert len(status.daemons) == 2, status
+    assert client.refit(4).epoch_id == "torch-4"  # a repeat returns the committed report
+    try:
+        client.refit(0)  # older than the current version, and never committed
+        raise SystemExit("an older version was not refused")
+    except refit.RefitError as refused:
+        assert refused.code == grpc.StatusCode.FAILED_PRECONDITION, refused
+        print("refused:", refused.message)
+PY
 # The processes' segments went with them.
 if ls /dev/shm | grep -q "^refit-py-"; then
   echo "shared-memory segments of the Python client remain: $(ls /dev/shm | grep refit-py-)" >&2
