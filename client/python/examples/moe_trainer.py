@@ -6,6 +6,7 @@ refit. The full weights of each version are saved so the inference side can chec
 """
 import argparse
 import os
+import threading
 import time
 
 import torch
@@ -55,8 +56,20 @@ def main():
                 for rank in ranks:
                     rank.load(full)
             torch.save(full, os.path.join(args.out, f"weights-{version}.pt"))
+            # A watcher sees the epoch through to its commit, as a dashboard or an
+            # orchestrator's progress bar would.
+            seen = []
+            watcher = threading.Thread(target=lambda: seen.extend(client.watch(timeout=60)))
+            watcher.start()
+            time.sleep(0.2)  # the watch is open before the epoch starts
             daemon.publish(version)
             report = client.refit(version, timeout=60)
+            watcher.join(timeout=60)
+            if not seen or not (seen[-1].finished and seen[-1].committed) or \
+                    seen[-1].epoch_id != report.epoch_id or \
+                    seen[-1].bytes_done != seen[-1].bytes_total:
+                raise SystemExit(f"version {version}: the watch saw {seen[-1:]} of epoch "
+                                 f"{report.epoch_id}")
             print(f"version {version}: loss {loss.item():.4f}, {report.bytes} bytes in "
                   f"{report.seconds:.3f} s, epoch {report.epoch_id}", flush=True)
 
