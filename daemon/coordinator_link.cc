@@ -225,11 +225,10 @@ void CoordinatorLink::Session() {
         welcomed_ = true;
         break;
       case v1::CoordinatorMessage::kCommit: {
-        registry_->Commit(message.commit().version());
+        const std::vector<int64_t> committed = registry_->Commit(message.commit().version());
         if (metrics_ != nullptr) {
-          for (const v1::RankRegistration& rank : registry_->Registrations()) {
-            if (rank.role() != v1::ROLE_DESTINATION) continue;
-            metrics_->DestinationVersion(rank.layout().rank(), message.commit().version());
+          for (int64_t rank : committed) {
+            metrics_->DestinationVersion(rank, message.commit().version());
           }
         }
         absl::MutexLock lock(&mu_);

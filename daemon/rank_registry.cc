@@ -73,12 +73,12 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
     // died may come before refitd has noticed the old connection closed (it looks every
     // 100 ms).
     const std::pair<int, int64_t> key{request.role(), layout.rank()};
-    auto free = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto can_register = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return !epoch_running_ && ranks_.count(key) == 0;
     };
     const absl::Time give_up = absl::Now() + absl::Minutes(1);
     const absl::Time grace_end = absl::Now() + kPredecessorGrace;
-    while (!free()) {
+    while (!can_register()) {
       const absl::Time now = absl::Now();
       if (!epoch_running_ && now >= grace_end) {
         return absl::AlreadyExistsError(absl::StrCat(who, " is already registered on ", node_));
@@ -87,7 +87,7 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
         return absl::UnavailableError(
             absl::StrCat(who, ": an epoch has been running on ", node_, " for a minute; retry"));
       }
-      mu_.AwaitWithDeadline(absl::Condition(&free), epoch_running_ ? give_up : grace_end);
+      mu_.AwaitWithDeadline(absl::Condition(&can_register), epoch_running_ ? give_up : grace_end);
     }
     for (const planner::TensorInfo& t : compiled->tensors) {
       absl::Status declared =
@@ -250,15 +250,18 @@ void RankRegistry::EndEpoch() {
   retiring_.clear();
 }
 
-void RankRegistry::Commit(int64_t version) {
+std::vector<int64_t> RankRegistry::Commit(int64_t version) {
   absl::MutexLock lock(&mu_);
   buffers_.CommitStaged();  // before anyone is told the version is there
   committed_ = std::max(committed_, version);
+  std::vector<int64_t> destinations;
   for (auto& [key, entry] : ranks_) {
     if (key.first != v1::ROLE_DESTINATION) continue;
     entry.version = std::max(entry.version, version);
     if (entry.partial <= entry.version) entry.partial = -1;
+    destinations.push_back(key.second);
   }
+  return destinations;
 }
 
 void RankRegistry::Abort(int64_t version, const std::string& epoch_id, const std::string& reason) {

@@ -58,8 +58,8 @@ class RankRegistry {
   absl::StatusOr<int64_t> WaitForVersion(int64_t rank, int64_t version, absl::Time deadline);
 
   // Marks `version` committed into every destination rank registered here, after copying
-  // the shadows of staged ranks into their buffers.
-  void Commit(int64_t version);
+  // the shadows of staged ranks into their buffers. Returns those ranks.
+  std::vector<int64_t> Commit(int64_t version);
   // The epoch `epoch_id` moving `version` was aborted after it started writing: every
   // destination rank here still holding an older version may hold parts of this one,
   // except staged ranks, whose buffers were not written (their shadows are dropped).
