@@ -115,7 +115,17 @@ class LocalDaemon:
             memory.close()
             raise from_rpc_error(e) from None
         self._shards[role, rank] = {name: shard for name, (shard, _) in shards.items()}
-        registered = RegisteredRank(self, role, rank, memory, session)
+        try:
+            registered = RegisteredRank(self, role, rank, memory, session)
+        except BaseException:
+            # No hold: take the registration back and free the memory before saying so.
+            try:
+                self._stub.DeregisterRank(refit_pb2.DeregisterRankRequest(role=role, rank=rank),
+                                          timeout=10)
+            except grpc.RpcError:
+                pass  # refitd is unreachable: the original error says more
+            memory.close()
+            raise
         self._ranks.append(registered)
         return registered
 
