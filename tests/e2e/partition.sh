@@ -49,13 +49,13 @@ inference=infer-node-0
 lease_ms=2000
 cat > "$work/job.json" << JSON
 {"name": "partition", "model": "dsv3-mini", "sourceParallel": "pp=2,ep=2",
- "destinationParallel": "tp=2,dp=2", "epochDeadlineMs": 30000, "leaseMs": $lease_ms,
+ "destinationParallel": "tp=2,dp=2", "epochDeadlineMs": 90000, "leaseMs": $lease_ms,
  "strategy": "gather_broadcast"}
 JSON
 coordinator_host=$subnet.1
 daemon_prefix[$trainer]="env UCX_TLS=tcp UCX_NET_DEVICES=$near"
 daemon_prefix[$inference]="ip netns exec $netns env UCX_TLS=tcp UCX_NET_DEVICES=$far"
-ranks=("$bin/refit-synthetic-ranks" --refit=mini --versions=1 --timeout_ms=30000)
+ranks=("$bin/refit-synthetic-ranks" --refit=mini --versions=1 --timeout_ms=90000)
 
 start_coordinator "$work/job.json"
 start_daemons "$trainer" "$inference"
@@ -87,9 +87,9 @@ for pid in "$inference_ranks" "$trainer_ranks"; do kill -TERM "$pid" 2> /dev/nul
 for pid in "$inference_ranks" "$trainer_ranks"; do await_exit "$pid" 10; done
 for _ in $(seq 300); do destinations_seen 0 && break; sleep 0.1; done
 start_ranks 2
-await_exit "$trainer_ranks" 60
+await_exit "$trainer_ranks" 120
 wait "$trainer_ranks" || { cat "$work/trainer-ranks-2.log" >&2; false; }
-await_exit "$inference_ranks" 30
+await_exit "$inference_ranks" 120
 wait "$inference_ranks" || { cat "$work/inference-ranks-2.log" >&2; false; }
 grep -q "^version 2: 0 of" "$work/inference-ranks-2.log"
 "$bin/refitctl" status --coordinator="$coordinator" | grep -q "^current version  2$"
