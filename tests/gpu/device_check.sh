@@ -7,7 +7,10 @@
 #     inference process, each with its own allocations, one refitd between them, three
 #     versions, every destination byte checked;
 #  3. the bandwidth table: the refit's GB/s next to plain cudaMemcpy device to device of
-#     the same bytes, measured in the same run.
+#     the same bytes, measured in the same run;
+#  4. the Python client with CUDA tensors (registered by CUDA IPC handle): the MoE example's
+#     trainer and inference processes, two refits, every shard compared with torch.equal.
+#     Skipped, saying why, when the machine's Python lacks grpcio.
 # Writes its logs and results.txt to $OUT when set. Exit status: the number of failures.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -100,5 +103,39 @@ if (( refit_ok == 1 )); then
       "ratio $(awk -v a="$refit_gbps" -v b="$memcpy_gbps" 'BEGIN {printf "%.2f", a / b}')" \
       "(target 0.8)"
 fi
+# 4. The Python client with CUDA tensors: the MoE example on cuda:0, one refitd.
+if python3 -c "import grpc, torch; assert torch.cuda.is_available(), 'no CUDA in torch'" \
+    2> "$OUT/python-check.log"; then
+  cleanup  # step 2's processes and folder
+  pids=()
+  work=$(mktemp -d /tmp/refit-gpu-py-XXXXXX)
+  cat > "$work/job.json" <<JSON
+{"name": "torch-gpu", "sourceRanks": 2, "destinationRanks": 2, "epochDeadlineMs": 120000}
+JSON
+  export PYTHONPATH=$here/python:$here/python/examples
+  torch_ok=0
+  if start_coordinator "$work/job.json" && start_daemons node-0; then
+    python3 "$here/python/examples/moe_inference.py" --socket="$work/node-0.sock" \
+      --out="$work" --device=cuda:0 > "$OUT/torch-inference.log" 2>&1 &
+    inference=$!
+    for _ in $(seq 600); do
+      destinations_seen 2 || ! kill -0 "$inference" 2>/dev/null && break
+      sleep 0.1
+    done
+    timeout 300 python3 "$here/python/examples/moe_trainer.py" --socket="$work/node-0.sock" \
+      --coordinator="$coordinator" --out="$work" --device=cuda:0 > "$OUT/torch-trainer.log" 2>&1
+    wait "$inference"
+    grep -q "^version 2: 20 shards equal" "$OUT/torch-inference.log" && torch_ok=1
+  fi
+  if (( torch_ok == 1 )); then
+    say "PASS Python client, CUDA tensors by IPC handle: 2 refits, every shard torch.equal"
+  else
+    say "FAIL Python client with CUDA tensors (see torch-inference.log, torch-trainer.log)"
+    failures=$((failures + 1))
+  fi
+else
+  say "SKIP Python client with CUDA tensors: $(tail -1 "$OUT/python-check.log")"
+fi
+
 say "failures: $failures"
 exit "$failures"

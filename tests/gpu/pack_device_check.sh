@@ -2,7 +2,8 @@
 # Builds the GPU checks on a development machine (CUDA toolkit under /usr/local/cuda) and
 # gathers them into one git-ignored folder, .device_check/, of at most 60 MiB: the GPU
 # tests, refitd, the coordinator, the synthetic ranks, refitctl, the memcpy bound, the
-# shared libraries they need (from ldd) and UCX's transport modules. Left out: libc and
+# shared libraries they need (from ldd), UCX's transport modules, and the Python client with
+# its MoE example. Left out: libc and
 # the toolchain's runtime (the GPU machine's system is newer), the CUDA driver, and NCCL
 # and the CUDA runtime, which the GPU machine's PyTorch installation carries
 # (device_check.sh finds them there).
@@ -37,6 +38,11 @@ done
 ucx_modules=$(dirname "$(ldd "$out/bin/refitd" | awk '/libucs\.so/ {print $3}')")/ucx
 [[ -d $ucx_modules ]] && cp -rL "$ucx_modules" "$out/lib/ucx" && rm -f "$out"/lib/ucx/*.a
 cp tests/gpu/device_check.sh tests/e2e/cluster.sh "$out/"
+# The Python client and its MoE example, with stubs made here (the GPU machine has no protoc).
+mkdir -p "$out/python"
+cp -r client/python/refit client/python/examples "$out/python/"
+rm -f "$out"/python/refit/_proto/refit_pb2*.py
+client/python/generate_stubs.sh "$out/python/refit/_proto"
 strip --strip-unneeded "$out"/bin/* "$out"/lib/*.so* 2>/dev/null || true
 size=$(du -sm "$out" | cut -f1)
 echo "packed $out: ${size} MiB ($(ls "$out/bin" | wc -l) binaries, $(ls "$out/lib" | wc -l) libraries)"

@@ -2,7 +2,7 @@
 MoE model in a tensor-parallel layout. For each version it waits, then compares every
 shard with torch.equal against the trainer's full weights of that version.
 
-    moe_inference.py --socket S --out DIR [--steps N] [--staged]
+    moe_inference.py --socket S --out DIR [--steps N] [--staged] [--device cuda:0]
 """
 import argparse
 import os
@@ -21,13 +21,17 @@ def main():
     parser.add_argument("--first-version", type=int, default=1,
                         help="versions are numbered from this (the cluster's next version)")
     parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--device", default="cpu",
+                        help="where refit's memory for the ranks lives: cpu (shared memory) "
+                             "or cuda:N (registered by CUDA IPC handle)")
     parser.add_argument("--staged", action="store_true")
     args = parser.parse_args()
 
     shapes = MoEModel().state_dict()  # the shapes and dtypes; values arrive by refit
     with refit.LocalDaemon(args.socket) as daemon:
         ranks = [daemon.register_destination(r, refit.torch_layout.shards_for(
-                     shapes, inference_placement(r, args.ranks)), staged=args.staged)
+                     shapes, inference_placement(r, args.ranks)), device=args.device,
+                     staged=args.staged)
                  for r in range(args.ranks)]
         print("inference ranks registered", flush=True)
         for version in range(args.first_version, args.first_version + args.steps):
@@ -38,7 +42,7 @@ def main():
                 place = inference_placement(rank.rank, args.ranks)
                 for name, tensor in rank.tensors.items():
                     expected = full[name][place(name, tuple(full[name].shape)).slices()]
-                    if not torch.equal(tensor, expected):
+                    if not torch.equal(tensor.cpu(), expected):
                         wrong.append(f"rank {rank.rank} {name}")
             if wrong:
                 raise SystemExit(f"version {version}: wrong shards: {', '.join(wrong)}")

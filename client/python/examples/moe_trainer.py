@@ -2,7 +2,7 @@
 model. Each step: an optimizer step, the new weights copied into refit's memory, publish,
 refit. The full weights of each version are saved so the inference side can check them.
 
-    moe_trainer.py --socket S --coordinator HOST:PORT --out DIR [--steps N]
+    moe_trainer.py --socket S --coordinator HOST:PORT --out DIR [--steps N] [--device cuda:0]
 """
 import argparse
 import os
@@ -32,6 +32,9 @@ def main():
     parser.add_argument("--first-version", type=int, default=1,
                         help="versions are numbered from this (the cluster's next version)")
     parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--device", default="cpu",
+                        help="where refit's memory for the ranks lives: cpu (shared memory) "
+                             "or cuda:N (registered by CUDA IPC handle)")
     args = parser.parse_args()
 
     torch.manual_seed(0)
@@ -40,7 +43,7 @@ def main():
     state = model.state_dict()
     with refit.LocalDaemon(args.socket) as daemon, refit.RefitClient(args.coordinator) as client:
         ranks = [daemon.register_source(r, refit.torch_layout.shards_for(
-                     state, trainer_placement(r, args.ranks)))
+                     state, trainer_placement(r, args.ranks)), device=args.device)
                  for r in range(args.ranks)]
         for version in range(args.first_version, args.first_version + args.steps):
             tokens = torch.randint(0, 64, (16,))

@@ -49,6 +49,10 @@ class RegisteredRank:
             if name not in full_tensors:
                 raise KeyError(f"rank {self.rank}: no tensor {name} to load its shard from")
             self.memory.tensors[name].copy_(full_tensors[name][shard.slices()])
+        if self.memory.device.type == "cuda":
+            import torch  # refitd reads the memory from its own CUDA context: finish first
+
+            torch.cuda.synchronize(self.memory.device)
 
     def close(self):
         """Deregisters the rank (refitd ends the hold) and releases its memory."""
