@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "client/command_line.h"
 #include "client/daemon_clients.h"
+#include "client/json_object.h"
 #include "client/plan_command.h"
 #include "client/plan_report.h"
 #include "proto/health.grpc.pb.h"
@@ -186,21 +187,6 @@ const char* StatusName(DoctorCheck::Status status) {
   }
 }
 
-std::string JsonString(const std::string& text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      absl::StrAppendFormat(&out, "\\u%04x", c);
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
 }  // namespace
 
 int RunDoctorCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -239,9 +225,12 @@ int RunDoctorCommand(const std::vector<std::string>& args, std::ostream& out, st
   if (line->Has("json")) {
     std::vector<std::string> items;
     for (const DoctorCheck& check : checks) {
-      items.push_back(absl::StrCat(
-          "{\"check\": ", JsonString(check.name), ", \"status\": \"", StatusName(check.status),
-          "\", \"detail\": ", JsonString(check.detail), ", \"fix\": ", JsonString(check.fix), "}"));
+      JsonObject item;
+      item.Text("check", check.name);
+      item.Text("status", StatusName(check.status));
+      item.Text("detail", check.detail);
+      item.Text("fix", check.fix);
+      items.push_back(item.Object());
     }
     out << "[" << absl::StrJoin(items, ",\n ") << "]\n";
   } else {

@@ -6,34 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/json_object.h"
 
 namespace refit::client {
 namespace {
 
 double Ratio(double a, double b) { return b > 0 ? a / b : 0; }
-
-// One flat JSON object; values are numbers, strings without special characters, or bools.
-class JsonObject {
- public:
-  void Int(const char* key, int64_t value) { Field(key, absl::StrCat(value)); }
-  void Real(const char* key, double value) { Field(key, absl::StrFormat("%.6g", value)); }
-  void Text(const char* key, const std::string& value) {
-    std::string quoted = "\"";
-    for (char c : value) {
-      if (c == '"' || c == '\\') quoted += '\\';
-      quoted += c;
-    }
-    Field(key, quoted + "\"");
-  }
-  void Bool(const char* key, bool value) { Field(key, value ? "true" : "false"); }
-  std::string Done() const { return "{" + body_ + "}\n"; }
-
- private:
-  void Field(const char* key, const std::string& value) {
-    absl::StrAppend(&body_, body_.empty() ? "" : ", ", "\"", key, "\": ", value);
-  }
-  std::string body_;
-};
 
 }  // namespace
 
