@@ -2,6 +2,8 @@
 end-to-end test: trainers split the experts (expert parallel) and the embedding rows;
 inference ranks split every expert's hidden dimension and the embedding columns (tensor
 parallel), with the router and norms replicated."""
+import argparse
+
 import torch
 from torch import nn
 
@@ -36,6 +38,21 @@ class MoEModel(nn.Module):
         for layer in self.layers:
             x = layer(x)
         return self.head(x)
+
+
+def example_arguments(description):
+    """The options the trainer and the inference side share."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--socket", required=True, help="the node's refitd socket")
+    parser.add_argument("--out", required=True, help="folder for weights and hand-offs")
+    parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--first-version", type=int, default=1,
+                        help="versions are numbered from this (the cluster's next version)")
+    parser.add_argument("--ranks", type=int, default=2)
+    parser.add_argument("--device", default="cpu",
+                        help="where refit's memory for the ranks lives: cpu (shared memory) "
+                             "or cuda:N (registered by CUDA IPC handle)")
+    return parser
 
 
 def trainer_placement(rank, ranks=2):

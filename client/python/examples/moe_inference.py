@@ -4,26 +4,16 @@ shard with torch.equal against the trainer's full weights of that version.
 
     moe_inference.py --socket S --out DIR [--steps N] [--staged] [--device cuda:0]
 """
-import argparse
 import os
 
 import torch
 
 import refit
-from moe import MoEModel, inference_placement
+from moe import MoEModel, example_arguments, inference_placement
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--socket", required=True)
-    parser.add_argument("--out", required=True)
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--first-version", type=int, default=1,
-                        help="versions are numbered from this (the cluster's next version)")
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--device", default="cpu",
-                        help="where refit's memory for the ranks lives: cpu (shared memory) "
-                             "or cuda:N (registered by CUDA IPC handle)")
+    parser = example_arguments(__doc__)
     parser.add_argument("--staged", action="store_true")
     args = parser.parse_args()
 
@@ -39,9 +29,8 @@ def main():
             full = torch.load(os.path.join(args.out, f"weights-{version}.pt"))
             wrong = []
             for rank in ranks:
-                place = inference_placement(rank.rank, args.ranks)
                 for name, tensor in rank.tensors.items():
-                    expected = full[name][place(name, tuple(full[name].shape)).slices()]
+                    expected = full[name][rank.shards[name].slices()]
                     if not torch.equal(tensor.cpu(), expected):
                         wrong.append(f"rank {rank.rank} {name}")
             if wrong:

@@ -4,7 +4,6 @@ refit. The full weights of each version are saved so the inference side can chec
 
     moe_trainer.py --socket S --coordinator HOST:PORT --out DIR [--steps N] [--device cuda:0]
 """
-import argparse
 import os
 import threading
 import time
@@ -12,7 +11,7 @@ import time
 import torch
 
 import refit
-from moe import MoEModel, trainer_placement
+from moe import MoEModel, example_arguments, trainer_placement
 
 
 def wait_for_file(path, timeout):
@@ -24,17 +23,8 @@ def wait_for_file(path, timeout):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--socket", required=True)
+    parser = example_arguments(__doc__)
     parser.add_argument("--coordinator", required=True)
-    parser.add_argument("--out", required=True, help="folder for weights and hand-offs")
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--first-version", type=int, default=1,
-                        help="versions are numbered from this (the cluster's next version)")
-    parser.add_argument("--ranks", type=int, default=2)
-    parser.add_argument("--device", default="cpu",
-                        help="where refit's memory for the ranks lives: cpu (shared memory) "
-                             "or cuda:N (registered by CUDA IPC handle)")
     args = parser.parse_args()
 
     torch.manual_seed(0)

@@ -11,23 +11,27 @@ from .memory import RankMemory, refit_dtype
 
 
 class RegisteredRank:
-    """One registered rank: its memory (`tensors[name]`, torch tensors shaped like the
-    shards) and its registration, which refitd keeps while this process lives."""
+    """One registered rank: its shards (`shards[name]`, refit.Shard), its memory
+    (`tensors[name]`, torch tensors shaped like the shards) and its registration, which
+    refitd keeps while this process lives."""
 
-    def __init__(self, daemon, role, rank, memory, session):
+    def __init__(self, stub, role, rank, shards, memory, session):
         self.role = role
         self.rank = rank
+        self.shards = shards
         self.memory = memory
         self.session = session
-        self._daemon = daemon
-        self._hold = daemon._stub.HoldRegistration(
-            refit_pb2.HoldRegistrationRequest(session=session))
+        self._stub = stub
+        self._hold = stub.HoldRegistration(refit_pb2.HoldRegistrationRequest(session=session))
         self._held = threading.Event()
         self._watcher = threading.Thread(target=self._watch, daemon=True)
         self._watcher.start()
-        if not self._held.wait(10):
+
+    def await_hold(self, timeout=10):
+        """Returns once refitd confirmed it holds the registration for this process."""
+        if not self._held.wait(timeout):
             raise RefitError(grpc.StatusCode.UNAVAILABLE,
-                             f"rank {rank}: refitd did not confirm the registration hold")
+                             f"rank {self.rank}: refitd did not confirm the registration hold")
 
     def _watch(self):
         try:
@@ -45,7 +49,7 @@ class RegisteredRank:
     def load(self, full_tensors):
         """Copies each shard out of the full tensors (name -> torch tensor of the global
         shape): what a trainer does before it publishes."""
-        for name, shard in self._daemon._shards[self.role, self.rank].items():
+        for name, shard in self.shards.items():
             if name not in full_tensors:
                 raise KeyError(f"rank {self.rank}: no tensor {name} to load its shard from")
             self.memory.tensors[name].copy_(full_tensors[name][shard.slices()])
@@ -57,7 +61,7 @@ class RegisteredRank:
     def close(self):
         """Deregisters the rank (refitd ends the hold) and releases its memory."""
         try:
-            self._daemon._stub.DeregisterRank(
+            self._stub.DeregisterRank(
                 refit_pb2.DeregisterRankRequest(role=self.role, rank=self.rank), timeout=10)
         except grpc.RpcError as e:
             if e.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE):
@@ -75,7 +79,6 @@ class LocalDaemon:
         self._channel = local_channel(socket)
         self._stub = refit_pb2_grpc.LocalDaemonStub(self._channel)
         self._ranks = []
-        self._shards = {}
 
     def __enter__(self):
         return self
@@ -118,17 +121,16 @@ class LocalDaemon:
         except grpc.RpcError as e:
             memory.close()
             raise from_rpc_error(e) from None
-        self._shards[role, rank] = {name: shard for name, (shard, _) in shards.items()}
+        registered = RegisteredRank(self._stub, role, rank,
+                                    {name: shard for name, (shard, _) in shards.items()},
+                                    memory, session)
         try:
-            registered = RegisteredRank(self, role, rank, memory, session)
+            registered.await_hold()
         except BaseException:
-            # No hold: take the registration back and free the memory before saying so.
-            try:
-                self._stub.DeregisterRank(refit_pb2.DeregisterRankRequest(role=role, rank=rank),
-                                          timeout=10)
-            except grpc.RpcError:
-                pass  # refitd is unreachable: the original error says more
-            memory.close()
+            try:  # take the registration back and free the memory before saying so
+                registered.close()
+            except RefitError:
+                pass  # refitd is unreachable: the first error says more
             raise
         self._ranks.append(registered)
         return registered
