@@ -1,6 +1,15 @@
 # Helpers for the end-to-end scripts (sourced): start a coordinator and refitd daemons as
 # real processes under $work, talk to their HTTP endpoints, stop them. Callers set `bin`
-# (the folder with the binaries) and `work` (a scratch folder), and append to `pids`.
+# (the folder with the binaries) and `work` (a scratch folder: open_work makes one), and
+# append to `pids`.
+
+# open_work NAME: a new scratch folder /tmp/refit-NAME-XXXXXX as `work`, no processes yet,
+# and at exit every process these helpers started stopped and the folder removed.
+open_work() {
+  work=$(mktemp -d "/tmp/refit-$1-XXXXXX")
+  pids=()
+  trap cleanup EXIT
+}
 
 coordinator_flags=()  # more flags for the coordinator (TLS, token)
 coordinator_host=127.0.0.1  # the address the coordinator listens on

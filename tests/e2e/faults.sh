@@ -17,10 +17,8 @@
 set -euo pipefail
 bin=$1
 fault=$2
-work=$(mktemp -d /tmp/refit-fault-XXXXXX)
-pids=()
 source "$(dirname "$0")/cluster.sh"
-trap cleanup EXIT
+open_work fault
 trainer=train-node-0
 inference=infer-node-0
 cat > "$work/job.json" <<JSON

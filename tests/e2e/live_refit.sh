@@ -12,10 +12,8 @@ bin=$1
 refit=${2:-mini}
 versions=${3:-3}
 strategy=${4:-reshard}
-work=$(mktemp -d /tmp/refit-live-XXXXXX)
-pids=()
 source "$(dirname "$0")/cluster.sh"
-trap cleanup EXIT
+open_work live
 
 model=dsv3-mini src=pp=2,ep=2 dst=tp=2,dp=2 destinations=4
 case $refit in

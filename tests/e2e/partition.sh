@@ -21,9 +21,8 @@ skip() {
 [[ $(id -u) == 0 ]] || skip "needs root to create network namespaces"
 command -v ip > /dev/null || skip "needs ip (iproute2)"
 
-work=$(mktemp -d /tmp/refit-part-XXXXXX)
-pids=()
 source "$(dirname "$0")/cluster.sh"
+open_work part
 suffix=$(printf '%04x' $((RANDOM % 65536)))
 netns=refit-part-$suffix
 near=rfa$suffix  # this namespace's end of the pair

@@ -8,10 +8,8 @@
 #   security.sh BIN_DIR
 set -euo pipefail
 bin=$1
-work=$(mktemp -d /tmp/refit-tls-XXXXXX)
-pids=()
 source "$(dirname "$0")/cluster.sh"
-trap cleanup EXIT
+open_work tls
 command -v openssl > /dev/null || { echo "security.sh: needs openssl" >&2; exit 1; }
 
 # Certificates: a CA, the coordinator's (for IP 127.0.0.1) and a client's, all by the CA.

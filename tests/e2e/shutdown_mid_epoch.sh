@@ -6,10 +6,8 @@
 #   shutdown_mid_epoch.sh BIN_DIR
 set -euo pipefail
 bin=$1
-work=$(mktemp -d /tmp/refit-stop-XXXXXX)
-pids=()
 source "$(dirname "$0")/cluster.sh"
-trap cleanup EXIT
+open_work stop
 trainer=train-node-0
 inference=infer-node-0
 

@@ -8,10 +8,8 @@
 set -euo pipefail
 bin=$1
 python=/usr/bin/python3  # Debian's, which sees python3-torch and python3-grpcio
-work=$(mktemp -d /tmp/refit-torch-XXXXXX)
-pids=()
 source "$(dirname "$0")/cluster.sh"
-trap cleanup EXIT
+open_work torch
 client=$(cd "$(dirname "$0")/../../client/python" && pwd)
 mkdir -p "$work/py/refit"
 cp -r "$client/refit/." "$work/py/refit/"
