@@ -409,6 +409,8 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
     return fail(absl::FailedPreconditionError("no plan slice for this epoch's plan"));
   }
   const v1::PlanSlice& slice = *slice_or_null;
+  // A segment its owner truncated since registration would fault at the first touch.
+  if (absl::Status backed = registry_->buffers().CheckBacked(); !backed.ok()) return fail(backed);
   int64_t transfers = 0;
   for (const v1::Batch& batch : slice.plan().batches()) transfers += batch.transfers_size();
   spdlog::info("refitd {}: epoch {} (version {}) started: {} transfers in {} batches", node_,

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "absl/synchronization/mutex.h"
+#include "daemon/control_validation.h"
 #include "daemon/request_limits.h"
 #include "daemon/status_mapping.h"
 #include "security/grpc_security.h"
@@ -72,6 +73,11 @@ grpc::Status CoordinatorService::Control(
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "a control stream starts with a hello naming the node");
   }
+  if (absl::Status valid = CheckHello(message.hello()); !valid.ok()) {
+    spdlog::warn("refused a control stream from {}: {}", context->peer(),
+                 std::string(valid.message()));
+    return ToGrpc(valid);
+  }
   const v1::DaemonHello hello = message.hello();
   auto channel = std::make_shared<StreamChannel>(context, stream);
   bool superseded = false;
@@ -114,6 +120,12 @@ grpc::Status CoordinatorService::Control(
         UpdateRankGauges();
         break;
       case v1::DaemonMessage::kPublished:
+        if (absl::Status version = CheckVersion(message.published().version(),
+                                                 "a published version");
+            !version.ok()) {
+          spdlog::warn("refitd on {}: {}", hello.node(), std::string(version.message()));
+          break;
+        }
         cluster_->MarkPublished(session, message.published().rank(), message.published().version())
             .IgnoreError();
         break;
@@ -142,6 +154,9 @@ grpc::Status CoordinatorService::Control(
 grpc::Status CoordinatorService::Refit(grpc::ServerContext* context,
                                        const v1::RefitRequest* request, v1::RefitReport* response) {
   if (grpc::Status allowed = security::CheckToken(token_, *context); !allowed.ok()) return allowed;
+  if (absl::Status version = CheckVersion(request->version(), "Refit: version"); !version.ok()) {
+    return ToGrpc(version);
+  }
   const absl::Duration timeout =
       request->deadline_ms() > 0 ? absl::Milliseconds(request->deadline_ms()) : default_deadline_;
   absl::StatusOr<v1::RefitReport> report = runner_->Refit(request->version(), timeout);

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "daemon/coordinator_server.h"
 #include "gtest/gtest.h"
+#include "transport/data_plane_address.h"
 
 namespace refit::daemon {
 namespace {
@@ -48,6 +49,7 @@ class MembershipTest : public ::testing::Test {
     v1::DaemonMessage hello;
     hello.mutable_hello()->set_node(node);
     hello.mutable_hello()->set_incarnation(incarnation);
+    hello.mutable_hello()->set_data_plane_address(transport::SealDataPlaneAddress(node));
     EXPECT_TRUE(daemon.stream->Write(hello));
     daemon.stream->Read(&daemon.welcome);
     return daemon;

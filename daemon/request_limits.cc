@@ -25,6 +25,10 @@ absl::Status CheckRegistrationLimits(
     v1::Role role, const v1::RankLayout& layout,
     const google::protobuf::RepeatedPtrField<v1::TensorSpec>& tensors,
     const RegistrationLimits& limits) {
+  if (role != v1::ROLE_SOURCE && role != v1::ROLE_DESTINATION) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", layout.rank(), ": role ", static_cast<int>(role), " is not source or destination"));
+  }
   const std::string who =
       absl::StrCat(role == v1::ROLE_SOURCE ? "source" : "destination", " rank ", layout.rank());
   if (layout.rank() < 0 || layout.rank() > limits.max_rank) {

@@ -57,6 +57,31 @@ absl::Status CompileTensors(const v1::LayoutSpec& spec, Layout* layout) {
   return absl::OkStatus();
 }
 
+// A view's bytes, byte_offset included, stay below 2^60: every product and sum of its
+// span is checked, so a stride or byte_offset near 2^63 is refused instead of wrapping into
+// a small end that would pass the buffer-size check. Everything downstream (overlap checks,
+// the planner, the data plane) then computes within int64.
+template <typename Where>
+absl::Status CheckViewSpan(const v1::ShardView& v, const TensorInfo& tensor, const Where& where,
+                           const Dims& strides) {
+  int64_t last_element = 0;
+  int64_t span_bytes = 0;
+  bool overflow = false;
+  for (size_t d = 0; d < strides.size() && !overflow; ++d) {
+    int64_t step = 0;
+    overflow = __builtin_mul_overflow(v.extent(d) - 1, strides[d], &step) ||
+               __builtin_add_overflow(last_element, step, &last_element);
+  }
+  overflow = overflow || __builtin_add_overflow(last_element, 1, &last_element) ||
+             __builtin_mul_overflow(last_element, tensor.element_bytes, &span_bytes) ||
+             span_bytes > kMaxTensorBytes || v.byte_offset() > kMaxTensorBytes - span_bytes;
+  if (!overflow) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      where(), ": view offset ", DimsText(v.offset()), " extent ", DimsText(v.extent()),
+      " with strides ", DimsText(v.strides()), " and byte_offset ", v.byte_offset(),
+      " reaches past byte 2^60 (the strides or byte_offset overflow)"));
+}
+
 // Checks a view's box against its tensor and fills box/strides/bytes.
 template <typename Where>
 absl::Status CompileViewGeometry(const v1::ShardView& v, const TensorInfo& tensor,
@@ -99,20 +124,23 @@ absl::Status CompileViewGeometry(const v1::ShardView& v, const TensorInfo& tenso
     }
     view->strides.assign(v.strides().begin(), v.strides().end());
     for (int64_t s : view->strides) {
-      if (s <= 0 || s > kMaxTensorBytes) {
+      if (s <= 0) {
         return absl::InvalidArgumentError(absl::StrCat(where(), ": view ", FormatBox(view->box),
                                                        " has a stride that is not positive"));
       }
-    }
-    if (StridesAlias(view->box.extent, view->strides)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where(), ": view ", FormatBox(view->box), " has strides ",
-                       DimsText(v.strides()), " that alias (two elements would share memory)"));
     }
   }
   if (v.byte_offset() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(where(), ": view ", FormatBox(view->box), " has a negative byte_offset"));
+  }
+  // Before anything multiplies strides: a stride near 2^63 must not wrap.
+  absl::Status spanned = CheckViewSpan(v, tensor, where, view->strides);
+  if (!spanned.ok()) return spanned;
+  if (!v.strides().empty() && StridesAlias(view->box.extent, view->strides)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where(), ": view ", FormatBox(view->box), " has strides ",
+                     DimsText(v.strides()), " that alias (two elements would share memory)"));
   }
   view->byte_offset = v.byte_offset();
   view->bytes = view->box.Volume() * tensor.element_bytes;

@@ -1,6 +1,8 @@
 // Bad input: every case gives a clear INVALID_ARGUMENT naming the object and the reason.
 #include "planner/layout.h"
 
+#include <limits>
+
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
 
@@ -88,6 +90,23 @@ TEST(LayoutTest, ViewOutsideItsBuffer) {
   LayoutBuilder b = OneTensor();
   b.View(0, "w", {0, 0}, {8, 4}, "small", 0).Buffer(0, "small", 100);
   ExpectInvalid(b.spec(), {"w", "rank 0", "outside buffer \"small\" of 100 bytes"});
+}
+
+TEST(LayoutTest, StridesOrByteOffsetsThatWouldWrapAreRefused) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  // (8 - 1) * 2^60 wraps int64 into a small end that would pass the buffer-size check.
+  ExpectInvalid(OneTensor().View(0, "w", {0, 0}, {8, 4}, "buf", 0, {int64_t{1} << 60, 1})
+                    .Buffer(0, "buf", 4096)
+                    .spec(),
+                {"w", "rank 0", "strides [1152921504606846976, 1]", "reaches past byte 2^60"});
+  ExpectInvalid(OneTensor().View(0, "w", {0, 0}, {8, 4}, "buf", 0, {kMax / 4, 1}).spec(),
+                {"w", "rank 0", "overflow"});
+  ExpectInvalid(OneTensor().View(0, "w", {0, 0}, {8, 4}, "buf", kMax - 7).spec(),
+                {"w", "rank 0", "byte_offset 9223372036854775800", "overflow"});
+  // Just inside the limit is fine (the views are validated, not refused by size).
+  LayoutBuilder near = OneTensor();
+  near.View(0, "w", {0, 0}, {8, 4}, "buf", int64_t{1} << 59);
+  EXPECT_TRUE(CompileLayout(near.spec(), "source").ok());
 }
 
 TEST(LayoutTest, DuplicateRankIds) {

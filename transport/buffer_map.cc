@@ -12,6 +12,26 @@ std::string RankName(v1::Role role, int64_t rank) {
   return absl::StrCat(role == v1::ROLE_SOURCE ? "source" : "destination", " rank ", rank);
 }
 
+// One past the last byte the view touches, or an error when that passes `buffer_bytes`;
+// every product and sum is checked, so no stride or byte_offset can wrap into range.
+absl::StatusOr<int64_t> ViewEndByte(int64_t byte_offset, const MappedView& view,
+                                    int64_t buffer_bytes) {
+  int64_t last = 0;
+  bool overflow = byte_offset < 0;
+  for (size_t d = 0; d < view.extent.size() && !overflow; ++d) {
+    int64_t step = 0;
+    overflow = __builtin_mul_overflow(view.extent[d] - 1, view.strides[d], &step) ||
+               __builtin_add_overflow(last, step, &last);
+  }
+  int64_t end = 0;
+  overflow = overflow || __builtin_add_overflow(last, 1, &last) ||
+             __builtin_mul_overflow(last, view.element_bytes, &end) ||
+             __builtin_add_overflow(end, byte_offset, &end);
+  if (overflow) return absl::OutOfRangeError("its byte range overflows 64 bits");
+  if (end > buffer_bytes) return absl::OutOfRangeError(absl::StrCat("ends at byte ", end));
+  return end;
+}
+
 }  // namespace
 
 absl::Status BufferMap::DeclareTensor(const std::string& name, const TensorShape& shape) {
@@ -49,6 +69,7 @@ absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout) {
     }
     segment_of[buffer.name()] = memory.segments.size();
     memory.segments.push_back(std::move(*segment));
+    memory.segment_names.push_back(buffer.name());
   }
   if (layout.staged()) {
     if (role != v1::ROLE_DESTINATION) {
@@ -96,19 +117,16 @@ absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout) {
     view.strides = v.strides().empty() ? RowMajorStrides(view.extent)
                                        : Dims(v.strides().begin(), v.strides().end());
     view.element_bytes = tensor->second.element_bytes;
-    // Last byte touched, checked against the mapped size.
-    int64_t last = 0;
     for (size_t d = 0; d < dims; ++d) {
       if (view.extent[d] <= 0 || view.strides[d] <= 0 || view.offset[d] < 0 ||
-          view.offset[d] + view.extent[d] > tensor->second.shape[d]) {
+          view.offset[d] > tensor->second.shape[d] - view.extent[d]) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": bad box or strides"));
       }
-      last += (view.extent[d] - 1) * view.strides[d];
     }
     const MappedBuffer& mapped = *memory.segments[segment->second];
-    const int64_t end = v.byte_offset() + (last + 1) * view.element_bytes;
-    if (v.byte_offset() < 0 || end > mapped.bytes()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": ends at byte ", end,
+    absl::StatusOr<int64_t> end = ViewEndByte(v.byte_offset(), view, mapped.bytes());
+    if (!end.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", end.status().message(),
                                                      ", outside buffer \"", v.buffer(), "\" of ",
                                                      mapped.bytes(), " bytes"));
     }
@@ -124,6 +142,21 @@ absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout) {
   return absl::OkStatus();
 }
 
+absl::Status BufferMap::CheckBacked() const {
+  for (const auto& [key, memory] : ranks_) {
+    for (size_t i = 0; i < memory.segments.size(); ++i) {
+      absl::Status backed = memory.segments[i]->CheckBacked();
+      if (!backed.ok()) {
+        return absl::Status(backed.code(),
+                            absl::StrCat(RankName(static_cast<v1::Role>(key.first), key.second),
+                                         ": buffer \"", memory.segment_names[i],
+                                         "\": ", backed.message()));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 void BufferMap::RemoveRank(v1::Role role, int64_t rank) { ranks_.erase({role, rank}); }
 
 void BufferMap::StageEpoch() {
@@ -133,12 +166,17 @@ void BufferMap::StageEpoch() {
 void BufferMap::CommitStaged() {
   for (auto& [key, memory] : ranks_) {
     if (!memory.written_by_epoch) continue;
+    memory.written_by_epoch = false;
+    // A buffer its owner shrank since the epoch began is left alone (it cannot be written
+    // without faulting); the next epoch reports it.
+    bool backed = true;
+    for (const auto& segment : memory.segments) backed = backed && segment->CheckBacked().ok();
+    if (!backed) continue;
     for (size_t i = 0; i < memory.views.size(); ++i) {
       const MappedView& view = memory.views[i];
       CopyBox(view.extent, view.element_bytes, StridedRef{view.base, view.strides},
               StridedRef{memory.committed_bases[i], view.strides});
     }
-    memory.written_by_epoch = false;
   }
 }
 

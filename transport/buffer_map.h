@@ -58,6 +58,11 @@ class BufferMap {
 
   const TensorTable& tensors() const { return tensors_; }
 
+  // OK while every mapped buffer is still fully backed; else FAILED_PRECONDITION naming
+  // the rank, the buffer and what changed (a segment truncated by its owner). Checked at
+  // the start of each epoch, before the data plane touches anything.
+  absl::Status CheckBacked() const;
+
   // Staged destination ranks (RankLayout.staged): the views point into shadow copies of
   // the buffers, which the data plane writes. StageEpoch marks every staged rank mapped
   // now as written by the epoch about to run; CommitStaged copies those ranks' views from
@@ -74,6 +79,7 @@ class BufferMap {
  private:
   struct RankMemory {
     std::vector<std::unique_ptr<MappedBuffer>> segments;
+    std::vector<std::string> segment_names;  // the buffers' names, as registered
     std::vector<MappedView> views;
     // Staged ranks: one shadow per segment, and per view its first element in the
     // rank's own buffer (views[i].base is in the shadow).

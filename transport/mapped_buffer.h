@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "absl/status/status.h"
+
 namespace refit::transport {
 
 class MappedBuffer {
@@ -14,6 +16,9 @@ class MappedBuffer {
   virtual int64_t bytes() const = 0;
   // The CUDA device the memory is on; -1 for host memory.
   virtual int32_t device() const { return -1; }
+  // OK while every byte of the mapping is backed, so touching it cannot fault; an error
+  // naming the buffer and the cause when its owner shrank it since it was mapped.
+  virtual absl::Status CheckBacked() const { return absl::OkStatus(); }
 };
 
 }  // namespace refit::transport

@@ -49,6 +49,7 @@ class FdCloser {
   ~FdCloser() {
     if (fd_ >= 0) close(fd_);
   }
+  void Release() { fd_ = -1; }
 
  private:
   int fd_;
@@ -79,7 +80,7 @@ absl::StatusOr<std::unique_ptr<SharedMemorySegment>> SharedMemorySegment::Create
     return status;
   }
   return std::unique_ptr<SharedMemorySegment>(
-      new SharedMemorySegment(name, static_cast<uint8_t*>(data), bytes, /*owner=*/true));
+      new SharedMemorySegment(name, static_cast<uint8_t*>(data), bytes, /*owner=*/true, -1));
 }
 
 absl::StatusOr<std::unique_ptr<SharedMemorySegment>> SharedMemorySegment::Open(
@@ -103,8 +104,36 @@ absl::StatusOr<std::unique_ptr<SharedMemorySegment>> SharedMemorySegment::Open(
   }
   void* data = mmap(nullptr, info.st_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (data == MAP_FAILED) return Errno(name, "mmap");
-  return std::unique_ptr<SharedMemorySegment>(
-      new SharedMemorySegment(name, static_cast<uint8_t*>(data), info.st_size, /*owner=*/false));
+  // Ranks create their segments sparse: a page not yet allocated on a full /dev/shm would
+  // be a SIGBUS at the data plane's first write. Prefaulting every page writable either
+  // backs it now or fails here (no signal: the kernel reports EFAULT or ENOMEM instead),
+  // and the data plane's first epoch no longer pays the first touch.
+  if (madvise(data, info.st_size, MADV_POPULATE_WRITE) != 0) {
+    const int error = errno;
+    munmap(data, info.st_size);
+    if (error == EFAULT || error == ENOMEM || error == ENOSPC) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "shared memory \"", name, "\": its ", info.st_size,
+          " bytes cannot all be backed (/dev/shm is full, or the segment shrank while mapping)"));
+    }
+    errno = error;
+    return Errno(name, "madvise(MADV_POPULATE_WRITE)");
+  }
+  closer.Release();
+  return std::unique_ptr<SharedMemorySegment>(new SharedMemorySegment(
+      name, static_cast<uint8_t*>(data), info.st_size, /*owner=*/false, fd));
+}
+
+absl::Status SharedMemorySegment::CheckBacked() const {
+  if (fd_ < 0) return absl::OkStatus();  // created here: only this process sizes it
+  struct stat info;
+  if (fstat(fd_, &info) != 0) return Errno(name_, "fstat");
+  if (info.st_size < bytes_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shared memory \"", name_, "\" was truncated to ", info.st_size, " bytes after it was ",
+        "registered with ", bytes_, "; refit will not touch it (register the rank again)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status UnlinkSharedMemory(const std::string& name) {
@@ -116,6 +145,7 @@ absl::Status UnlinkSharedMemory(const std::string& name) {
 
 SharedMemorySegment::~SharedMemorySegment() {
   munmap(data_, bytes_);
+  if (fd_ >= 0) close(fd_);
   if (owner_) shm_unlink(name_.c_str());
 }
 

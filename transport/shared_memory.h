@@ -21,6 +21,9 @@ class SharedMemorySegment : public MappedBuffer {
                                                                      int64_t bytes);
   // Maps an existing segment; fails unless it holds at least `min_bytes` and belongs to
   // this process's user (PERMISSION_DENIED: refitd never maps another user's memory).
+  // Every page is backed before this returns (a sparse segment on a full /dev/shm is
+  // RESOURCE_EXHAUSTED here, not a SIGBUS at the first write), and the descriptor stays
+  // open so that CheckBacked can see a segment its owner truncated later.
   static absl::StatusOr<std::unique_ptr<SharedMemorySegment>> Open(const std::string& name,
                                                                    int64_t min_bytes);
 
@@ -31,15 +34,18 @@ class SharedMemorySegment : public MappedBuffer {
   const std::string& name() const { return name_; }
   uint8_t* data() const override { return data_; }
   int64_t bytes() const override { return bytes_; }
+  // FAILED_PRECONDITION when the segment now holds fewer bytes than were mapped.
+  absl::Status CheckBacked() const override;
 
  private:
-  SharedMemorySegment(std::string name, uint8_t* data, int64_t bytes, bool owner)
-      : name_(std::move(name)), data_(data), bytes_(bytes), owner_(owner) {}
+  SharedMemorySegment(std::string name, uint8_t* data, int64_t bytes, bool owner, int fd)
+      : name_(std::move(name)), data_(data), bytes_(bytes), owner_(owner), fd_(fd) {}
 
   std::string name_;
   uint8_t* data_;
   int64_t bytes_;
   bool owner_;
+  int fd_;  // opened segments: kept to watch the size; -1 for created ones
 };
 
 // Removes the name of a segment whose creator died without removing it (the memory goes

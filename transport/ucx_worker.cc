@@ -3,6 +3,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
+#include "transport/data_plane_address.h"
 
 namespace refit::transport {
 
@@ -59,7 +60,8 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const std::string& 
     ucp_cleanup(context);
     return status;
   }
-  std::string bytes(reinterpret_cast<const char*>(address), length);
+  std::string bytes =
+      SealDataPlaneAddress(std::string_view(reinterpret_cast<const char*>(address), length));
   ucp_worker_release_address(worker, address);
   return std::unique_ptr<UcxWorker>(new UcxWorker(context, worker, std::move(bytes)));
 }
@@ -143,12 +145,14 @@ absl::StatusOr<PendingOperation> UcxWorker::PostReceive(uint64_t tag, void* buff
 }
 
 absl::StatusOr<std::unique_ptr<UcxEndpoint>> UcxWorker::Connect(const std::string& peer_address) {
-  if (peer_address.empty()) return absl::InvalidArgumentError("empty UCX worker address");
+  // Checked before UCX parses it: UCX trusts the bytes, and a malformed address crashes.
+  absl::StatusOr<std::string> ucx_address = OpenDataPlaneAddress(peer_address);
+  if (!ucx_address.ok()) return ucx_address.status();
   ucp_ep_params_t params = {};
   auto endpoint = std::unique_ptr<UcxEndpoint>(new UcxEndpoint(this));
   params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                       UCP_EP_PARAM_FIELD_ERR_HANDLER;
-  params.address = reinterpret_cast<const ucp_address_t*>(peer_address.data());
+  params.address = reinterpret_cast<const ucp_address_t*>(ucx_address->data());
   params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
   params.err_handler.cb = &UcxEndpoint::OnError;
   params.err_handler.arg = endpoint.get();
