@@ -96,7 +96,7 @@ absl::Status Cluster::AddRank(const DaemonSession& session,
                                                  " is already registered by daemon ",
                                                  daemons_[it->second.daemon].peer.node()));
   }
-  ranks_[key] = RankRecord{session.index, registration};
+  ranks_[key] = RankRecord{session.index, registration, -1, ++registrations_};
   return absl::OkStatus();
 }
 
@@ -212,6 +212,14 @@ absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
       gpu = gpu || !buffer.cuda_ipc_handle().empty();
       buffer.clear_shm_name();
       buffer.clear_cuda_ipc_handle();
+    }
+    if (source) {
+      const bool first = snapshot.sources.ranks_size() == 1;
+      snapshot.published_oldest =
+          first ? record.published : std::min(snapshot.published_oldest, record.published);
+      snapshot.published_newest = std::max(snapshot.published_newest, record.published);
+    } else {
+      snapshot.destination_registrations[key.second] = record.registration_id;
     }
     v1::RankPlacement* placement = &snapshot.placement.emplace_back();
     placement->set_role(static_cast<v1::Role>(key.first));

@@ -40,6 +40,12 @@ struct ClusterSnapshot {
   std::vector<v1::RankPlacement> placement;
   std::vector<v1::DaemonPeer> daemons;
   std::map<int32_t, std::shared_ptr<DaemonChannel>> channels;  // by daemon index
+  // Destination rank -> the registration that holds it now (new at every registration): a
+  // version committed to one membership is not there for a rank registered since.
+  std::map<int64_t, uint64_t> destination_registrations;
+  // The oldest and newest versions the source ranks have published (-1: none).
+  int64_t published_oldest = -1;
+  int64_t published_newest = -1;
 };
 
 class Cluster {
@@ -104,6 +110,7 @@ class Cluster {
     int32_t daemon = 0;
     v1::RankRegistration registration;
     int64_t published = -1;
+    uint64_t registration_id = 0;
   };
 
   mutable absl::Mutex mu_;
@@ -111,6 +118,7 @@ class Cluster {
   std::map<std::string, int32_t> index_of_node_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<int, int64_t>, RankRecord> ranks_ ABSL_GUARDED_BY(mu_);
   int64_t generations_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t registrations_ ABSL_GUARDED_BY(mu_) = 0;
   // Per node, the incarnations a newer one replaced (the latest few).
   std::map<std::string, std::vector<std::string>> fenced_ ABSL_GUARDED_BY(mu_);
 };

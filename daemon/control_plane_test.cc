@@ -103,6 +103,96 @@ class ControlPlaneTest : public ::testing::Test {
   std::unique_ptr<CoordinatorLink> trainer_link_, inference_link_;
 };
 
+TEST_F(ControlPlaneTest, ARepeatMovesTheVersionAgainToARankRegisteredSinceOrSaysWhyNot) {
+  ASSERT_TRUE(GroupSeen(2, 2));
+  for (const v1::RankLayout& r : sources_.ranks()) {
+    transport::testing::FillViews(trainer_.buffers(), v1::ROLE_SOURCE, r);
+    ASSERT_TRUE(trainer_.Publish(r.rank(), 1).ok());
+  }
+  v1::RefitReport first;
+  ASSERT_TRUE(Refit(1, &first).ok());
+  // Destination rank 1 comes back with new (unwritten) memory, as a restarted engine would.
+  const v1::LayoutSpec fresh =
+      backed_.Back(refit::testing::RowsToColumnsPair().destinations, "destination");
+  ASSERT_TRUE(inference_.Deregister(v1::ROLE_DESTINATION, 1).ok());
+  Register(&inference_, v1::ROLE_DESTINATION, fresh.ranks(1), fresh);
+  ASSERT_TRUE(GroupSeen(2, 2));
+  EXPECT_EQ(inference_.WaitForVersion(1, 1, absl::Now() + absl::Milliseconds(200)).status().code(),
+            absl::StatusCode::kDeadlineExceeded)
+      << "a rank registered after the commit must not be told it holds the version";
+  // The sources still hold version 1: the repeat moves it again, to every rank.
+  v1::RefitReport again;
+  const grpc::Status repeated = Refit(1, &again);
+  ASSERT_TRUE(repeated.ok()) << repeated.error_message();
+  EXPECT_NE(again.epoch_id(), first.epoch_id());
+  EXPECT_TRUE(inference_.WaitForVersion(1, 1, absl::Now() + absl::Seconds(5)).ok());
+  EXPECT_EQ(transport::testing::WrongBytes(inference_.buffers(), v1::ROLE_DESTINATION,
+                                           fresh.ranks(1)),
+            0);
+  // With the same membership a repeat is answered from the report, without an epoch.
+  v1::RefitReport third;
+  ASSERT_TRUE(Refit(1, &third).ok());
+  EXPECT_EQ(third.epoch_id(), again.epoch_id());
+  // Once the sources moved on, a repeat for a changed membership cannot be honoured.
+  for (const v1::RankLayout& r : sources_.ranks()) ASSERT_TRUE(trainer_.Publish(r.rank(), 2).ok());
+  ASSERT_TRUE(inference_.Deregister(v1::ROLE_DESTINATION, 0).ok());
+  Register(&inference_, v1::ROLE_DESTINATION, fresh.ranks(0), fresh);
+  ASSERT_TRUE(GroupSeen(2, 2));
+  const grpc::Status refused = Refit(1, &third);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.error_message(),
+              ::testing::HasSubstr("version 1 is committed, but destination ranks registered "
+                                   "since do not hold it, and the source ranks no longer all "
+                                   "hold it (they published versions 2 to 2)"));
+}
+
+TEST_F(ControlPlaneTest, ARefitKeepsItsDeadlineAndACancelledOneFreesTheGroup) {
+  ASSERT_TRUE(GroupSeen(2, 2));
+  // Version 5 is never published: a Refit of it with a long deadline whose caller gives up
+  // after 300 ms (its gRPC deadline) must not keep the group.
+  const absl::Time start = absl::Now();
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(300));
+    v1::RefitRequest request;
+    request.set_version(5);
+    request.set_deadline_ms(600000);
+    v1::RefitReport report;
+    EXPECT_EQ(stub_->Refit(&context, request, &report).error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  // Two Refits at once: the second waits for the first only until its own deadline.
+  std::thread holder([&]() {
+    grpc::ClientContext context;
+    v1::RefitRequest request;
+    request.set_version(6);
+    request.set_deadline_ms(2500);
+    v1::RefitReport report;
+    stub_->Refit(&context, request, &report);
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  const absl::Time second_start = absl::Now();
+  grpc::ClientContext context;
+  v1::RefitRequest request;
+  request.set_version(7);
+  request.set_deadline_ms(700);
+  v1::RefitReport report;
+  const grpc::Status second = stub_->Refit(&context, request, &report);
+  const absl::Duration second_took = absl::Now() - second_start;
+  EXPECT_EQ(second.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(second.error_message(), ::testing::HasSubstr("waited for a refit of version 6"));
+  EXPECT_LT(second_took, absl::Milliseconds(700 + 400)) << "the deadline was not kept";
+  holder.join();
+  // The group is free: a published version refits at once.
+  for (const v1::RankLayout& r : sources_.ranks()) {
+    transport::testing::FillViews(trainer_.buffers(), v1::ROLE_SOURCE, r);
+    ASSERT_TRUE(trainer_.Publish(r.rank(), 8).ok());
+  }
+  const grpc::Status next = Refit(8, &report);
+  EXPECT_TRUE(next.ok()) << next.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
 TEST_F(ControlPlaneTest, RefitMovesEveryByteAndCommitsTheVersion) {
   ASSERT_TRUE(GroupSeen(2, 2));
   for (const v1::RankLayout& r : sources_.ranks()) {
@@ -186,7 +276,7 @@ TEST_F(ControlPlaneTest, AnUnpublishedVersionFailsAtTheDeadlineNamingTheRanks) {
   grpc::Status status = stub_->Refit(&context, request, &report);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_EQ(status.error_message(),
-            "version 4 was not published before the deadline by source ranks 1");
+            "version 4 was not published by source ranks 1 before the deadline");
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
 }
 

@@ -311,7 +311,15 @@ void CoordinatorLink::EpochLoop() {
 void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice) {
   v1::DaemonMessage done;
   if (reconnect_peers_.exchange(false)) peers_.clear();
-  registry_->BeginEpoch();
+  std::set<int64_t> planned_destinations;
+  if (slice != nullptr) {
+    for (const v1::RankPlacement& p : slice->placement()) {
+      if (p.role() == v1::ROLE_DESTINATION && p.daemon() == slice->daemon_index()) {
+        planned_destinations.insert(p.rank());
+      }
+    }
+  }
+  registry_->BeginEpoch(planned_destinations);
   if (worker_ != nullptr) {
     *done.mutable_done() = Execute(execute, slice, worker_.get());
   } else {

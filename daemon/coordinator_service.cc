@@ -157,9 +157,12 @@ grpc::Status CoordinatorService::Refit(grpc::ServerContext* context,
   if (absl::Status version = CheckVersion(request->version(), "Refit: version"); !version.ok()) {
     return ToGrpc(version);
   }
-  const absl::Duration timeout =
+  // The earlier of the request's deadline (or the job's) and the call's own.
+  absl::Duration timeout =
       request->deadline_ms() > 0 ? absl::Milliseconds(request->deadline_ms()) : default_deadline_;
-  absl::StatusOr<v1::RefitReport> report = runner_->Refit(request->version(), timeout);
+  timeout = std::min(timeout, absl::FromChrono(context->deadline()) - absl::Now());
+  absl::StatusOr<v1::RefitReport> report = runner_->Refit(
+      request->version(), timeout, [context]() { return context->IsCancelled(); });
   if (!report.ok()) return ToGrpc(report.status());
   *response = *report;
   return grpc::Status::OK;

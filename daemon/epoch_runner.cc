@@ -119,30 +119,89 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
   return asked;
 }
 
-absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Duration timeout) {
-  absl::MutexLock run_lock(&run_mu_);
+bool EpochRunner::TakeGroup(absl::Time deadline, const Cancelled& cancelled) {
+  absl::MutexLock lock(&mu_);
+  auto free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !group_busy_; };
+  while (!free()) {
+    const absl::Time now = absl::Now();
+    if (now >= deadline || (cancelled && cancelled())) return false;
+    mu_.AwaitWithDeadline(absl::Condition(&free), std::min(deadline, now + absl::Milliseconds(100)));
+  }
+  group_busy_ = true;
+  return true;
+}
+
+void EpochRunner::ReleaseGroup() {
+  absl::MutexLock lock(&mu_);
+  group_busy_ = false;
+  group_version_ = -1;
+}
+
+absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Duration timeout,
+                                                   const Cancelled& cancelled) {
   const absl::Time start = absl::Now();
   const absl::Time deadline = start + timeout;
+  if (!TakeGroup(deadline, cancelled)) {
+    absl::MutexLock lock(&mu_);
+    const std::string holder = absl::StrCat("a refit of version ", group_version_);
+    if (cancelled && cancelled()) {
+      return absl::CancelledError(absl::StrCat("the refit of version ", version,
+                                               " was cancelled while waiting for ", holder));
+    }
+    return absl::DeadlineExceededError(absl::StrCat("the refit of version ", version,
+                                                    " waited for ", holder,
+                                                    " until its own deadline"));
+  }
   {
     absl::MutexLock lock(&mu_);
-    auto done = reports_.find(version);
-    if (done != reports_.end()) return done->second;
-    // A restarted coordinator learns the committed version from the daemons; the report
-    // of that epoch went with the old coordinator, so a repeat gets the version alone.
+    group_version_ = version;
+  }
+  absl::StatusOr<v1::RefitReport> report;
+  {
+    absl::MutexLock run_lock(&run_mu_);  // never contended: the group is ours
+    report = RefitHoldingGroup(version, start, deadline, cancelled);
+  }
+  ReleaseGroup();
+  return report;
+}
+
+absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, absl::Time start,
+                                                               absl::Time deadline,
+                                                               const Cancelled& cancelled) {
+  auto gave_up = [&]() { return cancelled && cancelled(); };
+  {
+    absl::MutexLock lock(&mu_);
+    // A restarted coordinator learns the committed version from the daemons.
     current_version_ = std::max(current_version_, cluster_->CommittedVersion());
-    if (version == current_version_) {
-      v1::RefitReport recovered;
-      recovered.set_version(version);
-      recovered.set_epoch_id("(committed before the coordinator restarted)");
-      return recovered;
-    }
-    if (version <= current_version_) {
+    if (version < current_version_) {
       return absl::FailedPreconditionError(absl::StrCat(
           "version ", version, " is older than the committed version ", current_version_));
     }
   }
   absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot();
   if (!snapshot.ok()) return snapshot.status();
+  {
+    absl::MutexLock lock(&mu_);
+    if (version == current_version_) {
+      // A repeat: the same answer only for the destination ranks the version went to.
+      auto done = reports_.find(version);
+      if (done != reports_.end() && done->second.destinations == snapshot->destination_registrations) {
+        return done->second.report;
+      }
+      const std::string why =
+          done == reports_.end()
+              ? "the coordinator cannot tell which destination ranks hold it (it restarted)"
+              : "destination ranks registered since do not hold it";
+      if (snapshot->published_oldest != version || snapshot->published_newest != version) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "version ", version, " is committed, but ", why,
+            ", and the source ranks no longer all hold it (they published versions ",
+            snapshot->published_oldest, " to ", snapshot->published_newest,
+            "): refit a newer version"));
+      }
+      spdlog::info("version {}: committed before, but {}; moving it again", version, why);
+    }
+  }
   const int sources = snapshot->sources.ranks_size();
   const int destinations = snapshot->destinations.ranks_size();
   const std::string incomplete = absl::StrCat(
@@ -194,11 +253,16 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
   // Planned while the trainers may still be finishing the step; now wait (within the
   // deadline) for every source rank to publish this version, so no half-updated weights
   // are sent.
-  const std::vector<int64_t> unpublished = cluster_->AwaitPublished(version, deadline);
+  std::vector<int64_t> unpublished;
+  do {
+    unpublished = cluster_->AwaitPublished(
+        version, std::min(deadline, absl::Now() + absl::Milliseconds(100)));
+  } while (!unpublished.empty() && absl::Now() < deadline && !gave_up());
   if (!unpublished.empty()) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("version ", version, " was not published before the deadline by source ranks ",
-                     absl::StrJoin(unpublished, ", ")));
+    const std::string waiting = absl::StrCat("version ", version, " was not published by source ranks ",
+                                             absl::StrJoin(unpublished, ", "));
+    if (gave_up()) return absl::CancelledError(absl::StrCat(waiting, " when the caller cancelled"));
+    return absl::DeadlineExceededError(absl::StrCat(waiting, " before the deadline"));
   }
 
   std::string epoch_id;
@@ -246,8 +310,14 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
     auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return waiting_for_.empty() || !failure_.empty();
     };
-    mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
-    if (!failure_.empty()) {
+    while (!settled() && absl::Now() < deadline && !gave_up()) {
+      mu_.AwaitWithDeadline(absl::Condition(&settled),
+                            std::min(deadline, absl::Now() + absl::Milliseconds(100)));
+    }
+    if (!settled() && gave_up()) {
+      failure_ = "the caller cancelled the refit";
+      outcome = absl::CancelledError(absl::StrCat("epoch ", epoch_id, ": ", failure_));
+    } else if (!failure_.empty()) {
       outcome = absl::AbortedError(absl::StrCat("epoch ", epoch_id, ": ", failure_));
     } else if (!waiting_for_.empty()) {
       std::vector<std::string> late;
@@ -339,7 +409,8 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
   absl::MutexLock lock(&mu_);
   current_version_ = version;
   plan_digest_ = wire.digest();
-  reports_[version] = report;
+  reports_[version] = Committed{report, snapshot->destination_registrations};
+  while (reports_.size() > kReportsKept) reports_.erase(reports_.begin());
   return report;
 }
 
@@ -418,7 +489,7 @@ v1::StatusResponse EpochRunner::Status() const {
   status.set_current_version(std::max(current_version_, recovered));
   status.set_plan_digest(plan_digest_);
   for (auto it = reports_.rbegin(); it != reports_.rend() && status.last_epochs_size() < 8; ++it) {
-    *status.add_last_epochs() = it->second;
+    *status.add_last_epochs() = it->second.report;
   }
   return status;
 }

@@ -32,7 +32,17 @@ class EpochRunner {
   EpochRunner(Cluster* cluster, v1::JobSpec job, CoordinatorMetrics* metrics = nullptr)
       : cluster_(cluster), job_(std::move(job)), metrics_(metrics) {}
 
-  absl::StatusOr<v1::RefitReport> Refit(int64_t version, absl::Duration timeout);
+  // Says whether the caller gave up (a cancelled RPC); checked every 100 ms while waiting.
+  using Cancelled = std::function<bool()>;
+
+  // Runs the epoch of `version`, or answers a repeat of the committed version. Returns by
+  // `timeout` (DEADLINE_EXCEEDED, also while another Refit holds the group), and soon after
+  // `cancelled()` turns true (CANCELLED; a running epoch is aborted everywhere). A repeat
+  // returns the committed report only while the destination ranks are the ones it was
+  // committed to; otherwise the version is moved again if the sources still hold it, or
+  // refused naming the reason.
+  absl::StatusOr<v1::RefitReport> Refit(int64_t version, absl::Duration timeout,
+                                        const Cancelled& cancelled = nullptr);
 
   // From the control streams.
   void OnDone(int32_t daemon, const v1::EpochDone& done);
@@ -60,6 +70,24 @@ class EpochRunner {
   absl::StatusOr<std::optional<v1::NcclSetup>> NcclSetupFor(const ClusterSnapshot& snapshot,
                                                             const v1::Plan& plan);
 
+  // What a committed version was committed to: its report, and the destination ranks'
+  // registrations then.
+  struct Committed {
+    v1::RefitReport report;
+    std::map<int64_t, uint64_t> destinations;
+  };
+  // Reports kept for repeats and Status, newest last.
+  static constexpr size_t kReportsKept = 64;
+
+  // Takes the group for one Refit (one at a time) by `deadline`; false at the deadline or
+  // on cancellation. Released by ReleaseGroup.
+  bool TakeGroup(absl::Time deadline, const Cancelled& cancelled);
+  void ReleaseGroup();
+  // The part of Refit that runs while holding the group.
+  absl::StatusOr<v1::RefitReport> RefitHoldingGroup(int64_t version, absl::Time start,
+                                                    absl::Time deadline,
+                                                    const Cancelled& cancelled);
+
   Cluster* cluster_;
   const v1::JobSpec job_;
   // Under run_mu_: the NCCL members last set up and their unique id.
@@ -70,7 +98,7 @@ class EpochRunner {
   std::map<int32_t, std::pair<std::weak_ptr<DaemonChannel>, std::string>> slices_sent_;
   CoordinatorMetrics* metrics_;
   planner::PlanCache plans_;
-  absl::Mutex run_mu_;  // one epoch at a time
+  absl::Mutex run_mu_;  // taken only by the holder of the group (group_busy_)
 
   mutable absl::Mutex mu_;
   uint32_t next_epoch_ ABSL_GUARDED_BY(mu_) = 1;
@@ -90,7 +118,9 @@ class EpochRunner {
   int64_t progress_events_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t current_version_ ABSL_GUARDED_BY(mu_) = -1;
   std::string plan_digest_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, v1::RefitReport> reports_ ABSL_GUARDED_BY(mu_);
+  std::map<int64_t, Committed> reports_ ABSL_GUARDED_BY(mu_);
+  bool group_busy_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t group_version_ ABSL_GUARDED_BY(mu_) = -1;  // what the group's holder refits
 };
 
 }  // namespace refit::daemon

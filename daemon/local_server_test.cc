@@ -227,6 +227,8 @@ TEST_F(LocalServerTest, WaitForVersionEndsAtItsDeadlineOrOnCommit) {
 
   std::thread committer([&]() {
     absl::SleepFor(absl::Milliseconds(100));
+    registry_.BeginEpoch({1});  // an epoch whose plan writes rank 1
+    registry_.EndEpoch();
     registry_.Commit(5);
   });
   EXPECT_TRUE(Wait(1, 5, 5000).ok());

@@ -237,10 +237,16 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
                                                   " until its deadline; ", holds));
 }
 
-void RankRegistry::BeginEpoch() {
+void RankRegistry::BeginEpoch(const std::set<int64_t>& planned_destinations) {
   absl::MutexLock lock(&mu_);
   epoch_running_ = true;
-  buffers_.StageEpoch();
+  epoch_destinations_.clear();
+  for (const auto& [key, entry] : ranks_) {
+    if (key.first == v1::ROLE_DESTINATION && planned_destinations.count(key.second)) {
+      epoch_destinations_[key.second] = entry.session;
+    }
+  }
+  buffers_.StageEpoch(planned_destinations);
 }
 
 void RankRegistry::EndEpoch() {
@@ -257,10 +263,13 @@ std::vector<int64_t> RankRegistry::Commit(int64_t version) {
   std::vector<int64_t> destinations;
   for (auto& [key, entry] : ranks_) {
     if (key.first != v1::ROLE_DESTINATION) continue;
+    auto written = epoch_destinations_.find(key.second);
+    if (written == epoch_destinations_.end() || written->second != entry.session) continue;
     entry.version = std::max(entry.version, version);
     if (entry.partial <= entry.version) entry.partial = -1;
     destinations.push_back(key.second);
   }
+  epoch_destinations_.clear();
   return destinations;
 }
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -57,8 +58,10 @@ class RankRegistry {
   // written parts of a newer one into them.
   absl::StatusOr<int64_t> WaitForVersion(int64_t rank, int64_t version, absl::Time deadline);
 
-  // Marks `version` committed into every destination rank registered here, after copying
-  // the shadows of staged ranks into their buffers. Returns those ranks.
+  // Marks `version` committed into the destination ranks the last epoch wrote (those of
+  // its plan registered when it began: a rank registered later, or registered again, was
+  // not written and keeps waiting), after copying the shadows of staged ranks into their
+  // buffers. Returns those ranks.
   std::vector<int64_t> Commit(int64_t version);
   // The epoch `epoch_id` moving `version` was aborted after it started writing: every
   // destination rank here still holding an older version may hold parts of this one,
@@ -78,7 +81,8 @@ class RankRegistry {
   // a registration waits for the epoch to end (up to a minute, then UNAVAILABLE), and a
   // rank that leaves (or dies) is gone at once for everyone else but keeps its memory
   // mapped until the epoch ends, so the data plane never touches unmapped memory.
-  void BeginEpoch();
+  // `planned_destinations`: the destination ranks of this daemon the epoch's plan writes.
+  void BeginEpoch(const std::set<int64_t>& planned_destinations);
   void EndEpoch();
 
   // The mapped buffers; the data plane reads and writes through them, between BeginEpoch
@@ -113,6 +117,8 @@ class RankRegistry {
   AbortRecord last_abort_ ABSL_GUARDED_BY(mu_);
   int64_t committed_ ABSL_GUARDED_BY(mu_) = -1;
   bool epoch_running_ ABSL_GUARDED_BY(mu_) = false;
+  // The destination ranks (and their sessions) the last epoch wrote; Commit marks these.
+  std::map<int64_t, std::string> epoch_destinations_ ABSL_GUARDED_BY(mu_);
   // Ranks that left during the running epoch; their buffers go when it ends.
   std::vector<std::pair<v1::Role, int64_t>> retiring_ ABSL_GUARDED_BY(mu_);
 };

@@ -159,8 +159,11 @@ absl::Status BufferMap::CheckBacked() const {
 
 void BufferMap::RemoveRank(v1::Role role, int64_t rank) { ranks_.erase({role, rank}); }
 
-void BufferMap::StageEpoch() {
-  for (auto& [key, memory] : ranks_) memory.written_by_epoch = !memory.shadows.empty();
+void BufferMap::StageEpoch(const std::set<int64_t>& planned_destinations) {
+  for (auto& [key, memory] : ranks_) {
+    memory.written_by_epoch = !memory.shadows.empty() && key.first == v1::ROLE_DESTINATION &&
+                              planned_destinations.count(key.second) > 0;
+  }
 }
 
 void BufferMap::CommitStaged() {

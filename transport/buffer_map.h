@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,11 +65,12 @@ class BufferMap {
   absl::Status CheckBacked() const;
 
   // Staged destination ranks (RankLayout.staged): the views point into shadow copies of
-  // the buffers, which the data plane writes. StageEpoch marks every staged rank mapped
-  // now as written by the epoch about to run; CommitStaged copies those ranks' views from
-  // the shadows into their buffers; DiscardStaged forgets them (the epoch failed: the
-  // buffers keep what they held). A rank registered after StageEpoch is left alone.
-  void StageEpoch();
+  // the buffers, which the data plane writes. StageEpoch marks the staged destination
+  // ranks mapped now that the epoch about to run writes (`planned_destinations`);
+  // CommitStaged copies those ranks' views from the shadows into their buffers;
+  // DiscardStaged forgets them (the epoch failed: the buffers keep what they held). A rank
+  // registered after StageEpoch, or not in the plan, is left alone.
+  void StageEpoch(const std::set<int64_t>& planned_destinations);
   void CommitStaged();
   void DiscardStaged();
   // Whether the rank is mapped and staged.

@@ -54,7 +54,7 @@ TEST_F(StagedBufferMapTest, TheBuffersChangeOnlyAtCommitAndOnlyForRanksTheEpochW
   const std::string before = Buffers(staged);
 
   // An epoch writes every view (through the map, as the data plane does) and fails.
-  map_.StageEpoch();
+  map_.StageEpoch({0, 1});
   testing::FillViews(map_, v1::ROLE_DESTINATION, staged);
   EXPECT_EQ(testing::WrongBytes(map_, v1::ROLE_DESTINATION, staged), 0);
   EXPECT_EQ(Buffers(staged), before);
@@ -63,7 +63,7 @@ TEST_F(StagedBufferMapTest, TheBuffersChangeOnlyAtCommitAndOnlyForRanksTheEpochW
   EXPECT_EQ(Buffers(staged), before);
 
   // The next epoch commits: the buffers hold every view's bytes.
-  map_.StageEpoch();
+  map_.StageEpoch({0, 1});
   testing::FillViews(map_, v1::ROLE_DESTINATION, staged);
   map_.CommitStaged();
   EXPECT_EQ(WrongInBuffers(staged), 0);
@@ -72,7 +72,7 @@ TEST_F(StagedBufferMapTest, TheBuffersChangeOnlyAtCommitAndOnlyForRanksTheEpochW
   v1::RankLayout late = destinations_.ranks(1);
   late.set_staged(true);
   const std::string late_before = Buffers(late);
-  map_.StageEpoch();
+  map_.StageEpoch({0, 1});
   ASSERT_TRUE(map_.AddRank(v1::ROLE_DESTINATION, late).ok());
   map_.CommitStaged();
   EXPECT_EQ(Buffers(late), late_before);
