@@ -225,12 +225,10 @@ void CoordinatorLink::Session() {
         welcomed_ = true;
         break;
       case v1::CoordinatorMessage::kCommit: {
-        const std::vector<int64_t> committed = registry_->Commit(message.commit().version());
-        if (metrics_ != nullptr) {
-          for (int64_t rank : committed) {
-            metrics_->DestinationVersion(rank, message.commit().version());
-          }
-        }
+        const int64_t version = message.commit().version();
+        registry_->Commit(version, [this, version](int64_t rank) {
+          if (metrics_ != nullptr) metrics_->DestinationVersion(rank, version);
+        });
         absl::MutexLock lock(&mu_);
         if (message.commit().epoch_id() == executed_epoch_) executed_epoch_.clear();
         break;

@@ -9,7 +9,9 @@
 #include "client/model_files.h"
 #include "daemon/coordinator_server.h"
 #include "daemon/http_endpoints.h"
+#include "daemon/job_validation.h"
 #include "daemon/metrics.h"
+#include "daemon/open_file_limit.h"
 #include "daemon/shutdown_signal.h"
 #include "planner/reference_refits.h"
 #include "security/grpc_security.h"
@@ -29,6 +31,11 @@ ABSL_FLAG(int, metrics_port, -1,
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const sigset_t signals = refit::daemon::BlockShutdownSignals();
+  const int64_t open_files = refit::daemon::RaiseOpenFileLimit();
+  if (open_files < 4096) {
+    spdlog::warn("refit-coordinator: only {} open files allowed (ulimit -n); a large model or many clients "
+                 "need more (LimitNOFILE in the systemd unit)", open_files);
+  }
   refit::v1::JobSpec job;
   if (!absl::GetFlag(FLAGS_job).empty()) {
     absl::Status read = refit::client::ReadJsonFile(absl::GetFlag(FLAGS_job), &job);
@@ -37,7 +44,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (!job.model().empty() && job.source_ranks() == 0 && job.destination_ranks() == 0) {
+  if (!job.model().empty()) {
     // Rank counts from the model and the parallel settings.
     absl::StatusOr<refit::planner::RefitScenario> scenario = refit::client::LoadModelRefit(
         job.model(), job.source_parallel(), job.destination_parallel());
@@ -45,8 +52,18 @@ int main(int argc, char** argv) {
       spdlog::error("refit-coordinator: job: {}", std::string(scenario.status().message()));
       return 2;
     }
+    absl::Status counts = refit::daemon::CheckJobRankCounts(
+        job, scenario->sources.ranks_size(), scenario->destinations.ranks_size());
+    if (!counts.ok()) {
+      spdlog::error("refit-coordinator: {}", std::string(counts.message()));
+      return 2;
+    }
     job.set_source_ranks(scenario->sources.ranks_size());
     job.set_destination_ranks(scenario->destinations.ranks_size());
+  }
+  if (absl::Status valid = refit::daemon::CheckJob(job); !valid.ok()) {
+    spdlog::error("refit-coordinator: {}", std::string(valid.message()));
+    return 2;
   }
   const absl::Duration deadline =
       absl::Milliseconds(job.epoch_deadline_ms() > 0 ? job.epoch_deadline_ms() : 60000);

@@ -43,6 +43,10 @@ void CoordinatorServer::EnforceLeases() {
       spdlog::warn("refitd on {} sent nothing for {} ms (its lease): cut off", node,
                    absl::ToInt64Milliseconds(lease_));
     }
+    if (const int cut = service_.CutStreamsWithoutHello(absl::Now()); cut > 0) {
+      spdlog::warn("cut {} control streams that said no hello within {} ms", cut,
+                   absl::ToInt64Milliseconds(lease_));
+    }
   }
 }
 

@@ -69,7 +69,16 @@ grpc::Status CoordinatorService::Control(
     grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::DaemonMessage>* stream) {
   if (grpc::Status allowed = security::CheckToken(token_, *context); !allowed.ok()) return allowed;
   v1::DaemonMessage message;
-  if (!stream->Read(&message) || !message.has_hello() || message.hello().node().empty()) {
+  {
+    absl::MutexLock lock(&hello_mu_);
+    awaiting_hello_[context] = absl::Now() + lease_;
+  }
+  const bool read = stream->Read(&message);
+  {
+    absl::MutexLock lock(&hello_mu_);
+    awaiting_hello_.erase(context);
+  }
+  if (!read || !message.has_hello() || message.hello().node().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "a control stream starts with a hello naming the node");
   }
@@ -149,6 +158,18 @@ grpc::Status CoordinatorService::Control(
   runner_->OnDaemonLost(session.index, channel->was_cut() ? "stopped answering (its lease expired)"
                                                           : "disconnected during the epoch");
   return grpc::Status::OK;
+}
+
+int CoordinatorService::CutStreamsWithoutHello(absl::Time now) {
+  absl::MutexLock lock(&hello_mu_);
+  int cut = 0;
+  for (auto& [context, deadline] : awaiting_hello_) {
+    if (now < deadline) continue;
+    context->TryCancel();  // its handler is in the first Read and erases it once woken
+    deadline = absl::InfiniteFuture();
+    ++cut;
+  }
+  return cut;
 }
 
 grpc::Status CoordinatorService::Refit(grpc::ServerContext* context,

@@ -3,6 +3,10 @@
 #ifndef REFIT_DAEMON_COORDINATOR_SERVICE_H_
 #define REFIT_DAEMON_COORDINATOR_SERVICE_H_
 
+#include <map>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "daemon/cluster.h"
 #include "daemon/epoch_runner.h"
 #include "proto/refit.grpc.pb.h"
@@ -37,6 +41,11 @@ class CoordinatorService final : public v1::Coordinator::Service {
   grpc::Status WatchEpoch(grpc::ServerContext* context, const v1::WatchEpochRequest* request,
                           grpc::ServerWriter<v1::EpochProgress>* writer) override;
 
+  // Cancels every control stream that has not said hello within a lease of opening, so
+  // streams that never speak hold no handler thread; returns how many. Called by whoever
+  // enforces the leases.
+  int CutStreamsWithoutHello(absl::Time now) ABSL_LOCKS_EXCLUDED(hello_mu_);
+
  private:
   void UpdateRankGauges();
 
@@ -46,6 +55,9 @@ class CoordinatorService final : public v1::Coordinator::Service {
   const absl::Duration lease_;
   CoordinatorMetrics* metrics_;
   const std::string token_;
+  absl::Mutex hello_mu_;
+  // Control streams still waiting for their hello, and until when they may.
+  std::map<grpc::ServerContext*, absl::Time> awaiting_hello_ ABSL_GUARDED_BY(hello_mu_);
 };
 
 }  // namespace refit::daemon

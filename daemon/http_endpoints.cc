@@ -7,6 +7,11 @@
 #include "prometheus/text_serializer.h"
 
 namespace refit::daemon {
+namespace {
+
+constexpr size_t kHttpWorkers = 32;
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<HttpEndpoints>> HttpEndpoints::Start(
     const std::string& host, int port, std::shared_ptr<prometheus::Registry> registry,
@@ -14,6 +19,14 @@ absl::StatusOr<std::unique_ptr<HttpEndpoints>> HttpEndpoints::Start(
   std::unique_ptr<HttpEndpoints> endpoints(new HttpEndpoints());
   endpoints->server_ = std::make_unique<httplib::Server>();
   httplib::Server& server = *endpoints->server_;
+  // Probes must be answered whatever slow clients do: a client gets a second per read (a
+  // header trickled a byte every few seconds is dropped, not waited for), one request per
+  // connection (no idle keep-alive holds a worker), and enough workers that a handful of
+  // slow or stuck clients cannot take them all.
+  server.set_read_timeout(1, 0);
+  server.set_write_timeout(2, 0);
+  server.set_keep_alive_max_count(1);
+  server.new_task_queue = [] { return new httplib::ThreadPool(kHttpWorkers); };
   server.Get("/metrics", [registry](const httplib::Request&, httplib::Response& response) {
     response.set_content(prometheus::TextSerializer().Serialize(registry->Collect()),
                          "text/plain; version=0.0.4");

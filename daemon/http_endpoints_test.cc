@@ -2,7 +2,16 @@
 
 #include <httplib.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
 
 #include "daemon/metrics.h"
 #include "gtest/gtest.h"
@@ -38,6 +47,48 @@ TEST(HttpEndpointsTest, MetricsHealthAndReadiness) {
   response = client.Get("/readyz");
   ASSERT_TRUE(response);
   EXPECT_EQ(response->status, 200);
+}
+
+// A client that trickles its request header, a byte every `interval`, for `total`.
+void TrickleHeader(int port, absl::Duration interval, absl::Duration total) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(port);
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) {
+    const std::string header = "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaa";
+    const absl::Time end = absl::Now() + total;
+    for (size_t i = 0; i < header.size() && absl::Now() < end; ++i) {
+      if (send(fd, &header[i], 1, MSG_NOSIGNAL) != 1) break;
+      absl::SleepFor(interval);
+    }
+  }
+  close(fd);
+}
+
+TEST(HttpEndpointsTest, ProbesAreAnsweredWhileSlowClientsTrickleHeaders) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto endpoints = HttpEndpoints::Start("127.0.0.1", 0, registry, []() { return true; });
+  ASSERT_TRUE(endpoints.ok()) << endpoints.status();
+  const int port = (*endpoints)->port();
+  std::vector<std::thread> slow;
+  for (int i = 0; i < 16; ++i) {
+    slow.emplace_back(TrickleHeader, port, absl::Seconds(2), absl::Seconds(5));
+  }
+  absl::SleepFor(absl::Milliseconds(300));  // every slow client holds a connection
+  for (int probe = 0; probe < 3; ++probe) {
+    httplib::Client client("127.0.0.1", port);
+    client.set_read_timeout(1, 0);
+    client.set_connection_timeout(1, 0);
+    const absl::Time start = absl::Now();
+    auto response = client.Get("/healthz");
+    ASSERT_TRUE(response) << "probe " << probe << " got no answer";
+    EXPECT_EQ(response->status, 200);
+    EXPECT_LT(absl::Now() - start, absl::Milliseconds(900)) << "probe " << probe;
+    absl::SleepFor(absl::Milliseconds(700));
+  }
+  for (std::thread& t : slow) t.join();
 }
 
 }  // namespace

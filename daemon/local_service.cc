@@ -82,8 +82,10 @@ grpc::Status LocalService::WaitForVersion(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "WaitForVersion needs a deadline (deadline_ms or a gRPC deadline)");
   }
-  absl::StatusOr<int64_t> version = registry_->WaitForVersion(
-      request->rank(), request->version(), DeadlineOf(*context, request->deadline_ms()));
+  absl::StatusOr<int64_t> version =
+      registry_->WaitForVersion(request->rank(), request->version(),
+                                DeadlineOf(*context, request->deadline_ms()),
+                                [context]() { return context->IsCancelled(); });
   if (!version.ok()) return ToGrpc(version.status());
   response->set_version(*version);
   return grpc::Status::OK;

@@ -201,7 +201,8 @@ absl::Status RankRegistry::Publish(int64_t rank, int64_t version) {
 }
 
 absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t version,
-                                                     absl::Time deadline) {
+                                                     absl::Time deadline,
+                                                     const std::function<bool()>& cancelled) {
   const std::pair<int, int64_t> key = {v1::ROLE_DESTINATION, rank};
   absl::MutexLock lock(&mu_);
   const int64_t aborts_before = aborts_;
@@ -214,7 +215,12 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
     return absl::NotFoundError(
         absl::StrCat(RankName(v1::ROLE_DESTINATION, rank), " is not registered on ", node_));
   }
-  mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+  bool gave_up = false;
+  while (!ready() && absl::Now() < deadline && !gave_up) {
+    mu_.AwaitWithDeadline(absl::Condition(&ready),
+                          std::min(deadline, absl::Now() + absl::Milliseconds(100)));
+    gave_up = cancelled && cancelled();
+  }
   auto it = ranks_.find(key);
   if (it == ranks_.end()) {
     return absl::FailedPreconditionError(
@@ -231,6 +237,11 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
         absl::StrCat(RankName(v1::ROLE_DESTINATION, rank), " waited for version ", version,
                      ": epoch ", last_abort_.epoch_id, " moving version ", last_abort_.version,
                      " was aborted (", last_abort_.reason, "); ", holds));
+  }
+  if (gave_up && !ready()) {
+    return absl::CancelledError(absl::StrCat(RankName(v1::ROLE_DESTINATION, rank),
+                                             ": the wait for version ", version,
+                                             " was cancelled; ", holds));
   }
   return absl::DeadlineExceededError(absl::StrCat(RankName(v1::ROLE_DESTINATION, rank),
                                                   " waited for version ", version,
@@ -256,7 +267,8 @@ void RankRegistry::EndEpoch() {
   retiring_.clear();
 }
 
-std::vector<int64_t> RankRegistry::Commit(int64_t version) {
+std::vector<int64_t> RankRegistry::Commit(int64_t version,
+                                          const std::function<void(int64_t rank)>& marked) {
   absl::MutexLock lock(&mu_);
   buffers_.CommitStaged();  // before anyone is told the version is there
   committed_ = std::max(committed_, version);
@@ -268,6 +280,7 @@ std::vector<int64_t> RankRegistry::Commit(int64_t version) {
     entry.version = std::max(entry.version, version);
     if (entry.partial <= entry.version) entry.partial = -1;
     destinations.push_back(key.second);
+    if (marked) marked(key.second);
   }
   epoch_destinations_.clear();
   return destinations;

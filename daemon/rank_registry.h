@@ -56,13 +56,19 @@ class RankRegistry {
   // ABORTED at once when an epoch moving `version` (or a later one) is aborted while it
   // waits. Errors say which version the buffers hold and whether an aborted epoch may have
   // written parts of a newer one into them.
-  absl::StatusOr<int64_t> WaitForVersion(int64_t rank, int64_t version, absl::Time deadline);
+  // `cancelled` (checked every 100 ms) ends the wait early with CANCELLED: a caller that
+  // went away holds no thread.
+  absl::StatusOr<int64_t> WaitForVersion(int64_t rank, int64_t version, absl::Time deadline,
+                                         const std::function<bool()>& cancelled = nullptr);
 
   // Marks `version` committed into the destination ranks the last epoch wrote (those of
   // its plan registered when it began: a rank registered later, or registered again, was
   // not written and keeps waiting), after copying the shadows of staged ranks into their
-  // buffers. Returns those ranks.
-  std::vector<int64_t> Commit(int64_t version);
+  // buffers. Returns those ranks. `marked(rank)` runs for each under the registry's lock,
+  // before any WaitForVersion hears of the commit and before the rank can leave (gauges
+  // set there can neither lag the commit nor outlive the rank).
+  std::vector<int64_t> Commit(int64_t version,
+                              const std::function<void(int64_t rank)>& marked = nullptr);
   // The epoch `epoch_id` moving `version` was aborted after it started writing: every
   // destination rank here still holding an older version may hold parts of this one,
   // except staged ranks, whose buffers were not written (their shadows are dropped).

@@ -11,6 +11,7 @@
 #include "daemon/http_endpoints.h"
 #include "daemon/local_server.h"
 #include "daemon/metrics.h"
+#include "daemon/open_file_limit.h"
 #include "daemon/rank_registry.h"
 #include "daemon/shutdown_signal.h"
 #include "security/grpc_security.h"
@@ -30,6 +31,11 @@ ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "address the HTTP endpoints li
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const sigset_t signals = refit::daemon::BlockShutdownSignals();
+  const int64_t open_files = refit::daemon::RaiseOpenFileLimit();
+  if (open_files < 4096) {
+    spdlog::warn("refitd: only {} open files allowed (ulimit -n); a large model or many clients "
+                 "need more (LimitNOFILE in the systemd unit)", open_files);
+  }
   std::string node = absl::GetFlag(FLAGS_node);
   if (node.empty()) {
     char host[256] = {};
