@@ -18,6 +18,9 @@ absl::StatusOr<std::unique_ptr<LocalServer>> LocalServer::Start(const std::strin
     return absl::InvalidArgumentError(
         absl::StrCat("socket path \"", socket_path, "\" must have 1 to 100 characters"));
   }
+  // Before the socket is touched: a live refitd's socket is never taken over.
+  absl::StatusOr<std::unique_ptr<PidLock>> lock = PidLock::Acquire(socket_path);
+  if (!lock.ok()) return lock.status();
   struct stat info;
   if (lstat(socket_path.c_str(), &info) == 0) {
     if (!S_ISSOCK(info.st_mode)) {
@@ -27,6 +30,7 @@ absl::StatusOr<std::unique_ptr<LocalServer>> LocalServer::Start(const std::strin
     unlink(socket_path.c_str());
   }
   auto server = std::unique_ptr<LocalServer>(new LocalServer(socket_path, registry));
+  server->lock_ = std::move(*lock);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
@@ -48,8 +52,10 @@ absl::StatusOr<std::unique_ptr<LocalServer>> LocalServer::Start(const std::strin
 }
 
 LocalServer::~LocalServer() {
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  unlink(socket_path_.c_str());
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+  unlink(socket_path_.c_str());  // ours: the lock says so; released after this
 }
 
 }  // namespace refit::daemon

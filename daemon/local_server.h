@@ -9,14 +9,15 @@
 
 #include "absl/status/statusor.h"
 #include "daemon/local_service.h"
+#include "daemon/pid_lock.h"
 #include "daemon/rank_registry.h"
 
 namespace refit::daemon {
 
 class LocalServer {
  public:
-  // Listens on `socket_path` (a stale socket file there is replaced); only the owner and
-  // its group may connect.
+  // Listens on `socket_path` (a stale socket file there is replaced; one a live refitd
+  // serves is not: FAILED_PRECONDITION naming its pid); only the owner may connect.
   static absl::StatusOr<std::unique_ptr<LocalServer>> Start(const std::string& socket_path,
                                                             RankRegistry* registry);
   ~LocalServer();
@@ -28,6 +29,7 @@ class LocalServer {
       : socket_path_(std::move(socket_path)), service_(registry) {}
 
   std::string socket_path_;
+  std::unique_ptr<PidLock> lock_;  // held while the socket is ours
   LocalService service_;
   std::unique_ptr<grpc::Server> server_;
 };

@@ -7,8 +7,11 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/daemon_clients.h"
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
@@ -64,6 +67,7 @@ class LocalServerTest : public ::testing::Test {
 
   void TearDown() override {
     server_.reset();
+    unlink((socket_ + ".lock").c_str());
     rmdir(dir_.c_str());
   }
 
@@ -74,6 +78,22 @@ class LocalServerTest : public ::testing::Test {
   std::unique_ptr<LocalServer> server_;
   std::unique_ptr<v1::LocalDaemon::Stub> stub_;
 };
+
+TEST_F(LocalServerTest, ASecondDaemonOnALiveSocketRefusesAndAStaleOneIsTakenOver) {
+  RankRegistry other("node-b");
+  auto second = LocalServer::Start(socket_, &other);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(second.status().message().find(absl::StrCat("pid ", getpid())), std::string::npos)
+      << second.status();
+  // The first still serves its socket.
+  ASSERT_TRUE(Register(Request(v1::ROLE_SOURCE, 0)).ok());
+  // Once it is gone, its socket file is stale and a new daemon takes it.
+  server_.reset();
+  auto third = LocalServer::Start(socket_, &other);
+  ASSERT_TRUE(third.ok()) << third.status();
+  third->reset();  // before `other` goes
+}
 
 TEST_F(LocalServerTest, TheSocketIsTheOwnersOnly) {
   struct stat info;
@@ -187,6 +207,25 @@ TEST_F(LocalServerTest, ARankWhoseHoldEndsIsDeregistered) {
   EXPECT_EQ(client.Hold(*session).status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(client.Hold("node-a/999").status().code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(client.Hold("elsewhere/1").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(LocalServerTest, SessionIdsCannotBeGuessed) {
+  client::LocalDaemonClient client(socket_);
+  std::vector<std::string> sessions;
+  for (int64_t rank : {0, 1}) {
+    const v1::RegisterRankRequest request = Request(v1::ROLE_SOURCE, rank);
+    absl::StatusOr<std::string> session =
+        client.Register(request.role(), request.layout(), request.tensors());
+    ASSERT_TRUE(session.ok()) << session.status();
+    ASSERT_EQ(session->size(), std::string("node-a/").size() + 32) << *session;
+    sessions.push_back(*session);
+  }
+  EXPECT_NE(sessions[0].substr(7, 8), sessions[1].substr(7, 8));
+  // Holding a guessed (sequential) id ends no rank's registration.
+  for (const char* guess : {"node-a/1", "node-a/2", "node-a/0"}) {
+    EXPECT_EQ(client.Hold(guess).status().code(), absl::StatusCode::kNotFound) << guess;
+  }
+  EXPECT_EQ(registry_.Registrations().size(), 2u);
 }
 
 // A rank process that dies and is restarted at once registers again before refitd has

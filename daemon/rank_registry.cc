@@ -1,5 +1,8 @@
 #include "daemon/rank_registry.h"
 
+#include <algorithm>
+#include <random>
+
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -96,7 +99,7 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
     }
     absl::Status added = buffers_.AddRank(request.role(), layout);
     if (!added.ok()) return added;
-    session = absl::StrCat(node_, "/", ++sessions_);
+    session = NewSessionId();
     Entry& entry = ranks_[{request.role(), layout.rank()}];
     entry.registration = registration;
     entry.session = session;
@@ -159,18 +162,23 @@ void RankRegistry::DeregisterSession(const std::string& session, bool reclaim_sh
   }
 }
 
+std::string RankRegistry::NewSessionId() {
+  // Unguessable: a client of the socket that guessed a live rank's session could end its
+  // hold and have its segments unlinked.
+  std::random_device random;
+  std::string id = absl::StrCat(node_, "/");
+  for (int i = 0; i < 4; ++i) absl::StrAppend(&id, absl::Hex(random(), absl::kZeroPad8));
+  issued_sessions_.push_back(id);
+  if (issued_sessions_.size() > kSessionsRemembered) issued_sessions_.pop_front();
+  return id;
+}
+
 absl::StatusOr<bool> RankRegistry::AwaitSessionEnd(const std::string& session,
                                                    absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  const int64_t number = [&]() -> int64_t {
-    const std::string prefix = absl::StrCat(node_, "/");
-    int64_t n = -1;
-    if (session.rfind(prefix, 0) != 0 || !absl::SimpleAtoi(session.substr(prefix.size()), &n)) {
-      return -1;
-    }
-    return n;
-  }();
-  if (number <= 0 || number > sessions_) {
+  if (FindSession(session) == ranks_.end() &&
+      std::find(issued_sessions_.begin(), issued_sessions_.end(), session) ==
+          issued_sessions_.end()) {
     return absl::NotFoundError(absl::StrCat("no registration session ", session, " on ", node_));
   }
   auto gone = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

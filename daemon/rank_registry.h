@@ -5,6 +5,7 @@
 #define REFIT_DAEMON_RANK_REGISTRY_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <set>
@@ -118,7 +119,11 @@ class RankRegistry {
   Listener listener_ ABSL_GUARDED_BY(mu_);
   transport::BufferMap buffers_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<int, int64_t>, Entry> ranks_ ABSL_GUARDED_BY(mu_);
-  int64_t sessions_ ABSL_GUARDED_BY(mu_) = 0;
+  // A new, unguessable session id ("node/" and 128 random bits), remembered.
+  std::string NewSessionId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr size_t kSessionsRemembered = 4096;
+  // The latest sessions issued, so that a hold of one that ended is told so.
+  std::deque<std::string> issued_sessions_ ABSL_GUARDED_BY(mu_);
   int64_t aborts_ ABSL_GUARDED_BY(mu_) = 0;
   AbortRecord last_abort_ ABSL_GUARDED_BY(mu_);
   int64_t committed_ ABSL_GUARDED_BY(mu_) = -1;
