@@ -22,10 +22,6 @@ std::string RankName(v1::Role role, int64_t rank) {
   return absl::StrCat(role == v1::ROLE_SOURCE ? "source" : "destination", " rank ", rank);
 }
 
-absl::Status WithRank(const absl::Status& status, const std::string& who) {
-  return absl::Status(status.code(), absl::StrCat(who, ": ", status.message()));
-}
-
 }  // namespace
 
 void RankRegistry::SetListener(Listener listener) {
@@ -92,12 +88,11 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
       }
       mu_.AwaitWithDeadline(absl::Condition(&can_register), epoch_running_ ? give_up : grace_end);
     }
+    transport::TensorTable declared;
     for (const planner::TensorInfo& t : compiled->tensors) {
-      absl::Status declared =
-          buffers_.DeclareTensor(t.name, transport::TensorShape{t.element_bytes, t.shape});
-      if (!declared.ok()) return WithRank(declared, who);
+      declared[t.name] = transport::TensorShape{t.element_bytes, t.shape};
     }
-    absl::Status added = buffers_.AddRank(request.role(), layout);
+    absl::Status added = buffers_.AddRank(request.role(), layout, &declared);
     if (!added.ok()) return added;
     session = NewSessionId();
     Entry& entry = ranks_[{request.role(), layout.rank()}];

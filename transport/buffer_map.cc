@@ -44,11 +44,46 @@ absl::Status BufferMap::DeclareTensor(const std::string& name, const TensorShape
       absl::StrCat(name, ": declared again with a different dtype or shape"));
 }
 
-absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout) {
+absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout,
+                                const TensorTable* rank_tensors) {
   const std::string who = RankName(role, layout.rank());
   if (ranks_.count({role, layout.rank()})) {
     return absl::AlreadyExistsError(absl::StrCat(who, " is already registered"));
   }
+  // The rank's tensors join the table for resolving its views, and leave it again if the
+  // rank is refused.
+  std::vector<std::string> added_tensors;
+  auto forget_added = [&]() {
+    for (const std::string& name : added_tensors) tensors_.erase(name);
+  };
+  if (rank_tensors != nullptr) {
+    for (const auto& [name, shape] : *rank_tensors) {
+      const bool known = tensors_.contains(name);
+      absl::Status declared = DeclareTensor(name, shape);
+      if (!declared.ok()) {
+        forget_added();
+        return absl::Status(declared.code(), absl::StrCat(who, ": ", declared.message()));
+      }
+      if (!known) added_tensors.push_back(name);
+    }
+  }
+  absl::Status added = MapRank(role, layout);
+  if (!added.ok()) {
+    forget_added();
+    return added;
+  }
+  if (rank_tensors != nullptr) {
+    RankMemory& memory = ranks_.at({role, layout.rank()});
+    for (const auto& [name, shape] : *rank_tensors) {
+      memory.declared_tensors.push_back(name);
+      ++tensor_users_[name];
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status BufferMap::MapRank(v1::Role role, const v1::RankLayout& layout) {
+  const std::string who = RankName(role, layout.rank());
   RankMemory memory;
   absl::flat_hash_map<std::string, int> segment_of;
   for (const v1::BufferSpec& buffer : layout.buffers()) {
@@ -157,7 +192,17 @@ absl::Status BufferMap::CheckBacked() const {
   return absl::OkStatus();
 }
 
-void BufferMap::RemoveRank(v1::Role role, int64_t rank) { ranks_.erase({role, rank}); }
+void BufferMap::RemoveRank(v1::Role role, int64_t rank) {
+  auto it = ranks_.find({role, rank});
+  if (it == ranks_.end()) return;
+  for (const std::string& name : it->second.declared_tensors) {
+    if (--tensor_users_[name] == 0) {
+      tensor_users_.erase(name);
+      tensors_.erase(name);  // no rank declares it any more: a changed model may follow
+    }
+  }
+  ranks_.erase(it);
+}
 
 void BufferMap::StageEpoch(const std::set<int64_t>& planned_destinations) {
   for (auto& [key, memory] : ranks_) {

@@ -48,7 +48,11 @@ class BufferMap {
 
   // Maps the rank's buffers (every view names a declared buffer with a shared-memory
   // name) and checks each view fits its buffer. Errors name the rank, view and buffer.
-  absl::Status AddRank(v1::Role role, const v1::RankLayout& layout);
+  // `rank_tensors`, when given, are the tensors the rank declares: each must agree with a
+  // tensor already declared, and is forgotten once no rank that declared it is left
+  // (tensors given to the constructor are never forgotten). Nothing is kept when it fails.
+  absl::Status AddRank(v1::Role role, const v1::RankLayout& layout,
+                       const TensorTable* rank_tensors = nullptr);
   void RemoveRank(v1::Role role, int64_t rank);
 
   // Memory of the box [offset, offset + extent) of view `view` of a rank; an error when
@@ -79,6 +83,9 @@ class BufferMap {
   int64_t ShadowBytes() const;
 
  private:
+  // AddRank's mapping and view checks, with the tensor table as it is.
+  absl::Status MapRank(v1::Role role, const v1::RankLayout& layout);
+
   struct RankMemory {
     std::vector<std::unique_ptr<MappedBuffer>> segments;
     std::vector<std::string> segment_names;  // the buffers' names, as registered
@@ -88,9 +95,12 @@ class BufferMap {
     std::vector<std::unique_ptr<MappedBuffer>> shadows;
     std::vector<uint8_t*> committed_bases;
     bool written_by_epoch = false;
+    std::vector<std::string> declared_tensors;  // counted in tensor_users_
   };
 
   TensorTable tensors_;
+  // Per tensor declared by ranks, how many mapped ranks declared it.
+  absl::flat_hash_map<std::string, int> tensor_users_;
   std::map<std::pair<int, int64_t>, RankMemory> ranks_;  // (role, rank)
 };
 

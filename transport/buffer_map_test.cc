@@ -95,5 +95,46 @@ TEST_F(StagedBufferMapTest, UnstagedRanksAreWrittenInPlace) {
   EXPECT_EQ(WrongInBuffers(rank), 0);
 }
 
+// One rank holding all of a [rows, 8] F32 tensor "w".
+v1::LayoutSpec OneRankOf(int64_t rows, testing::BackedLayouts* backed) {
+  refit::testing::LayoutBuilder builder;
+  builder.Tensor("w", {rows, 8}).Rank(0, "node", 0).View(0, "w", {0, 0}, {rows, 8});
+  return backed->Back(builder.spec(), "source");
+}
+
+TEST(BufferMapTest, TensorsAreForgottenWithTheLastRankThatDeclaredThem) {
+  testing::BackedLayouts backed;
+  BufferMap map;
+  const v1::LayoutSpec small = OneRankOf(4, &backed);
+  const v1::LayoutSpec large = OneRankOf(16, &backed);
+  const TensorTable small_tensors = testing::TensorsOf(small);
+  const TensorTable large_tensors = testing::TensorsOf(large);
+  ASSERT_TRUE(map.AddRank(v1::ROLE_SOURCE, small.ranks(0), &small_tensors).ok());
+  // While a rank declares w as [4, 8], another shape is refused, and the refusal leaves
+  // the table as it was.
+  v1::RankLayout other = large.ranks(0);
+  other.set_rank(1);
+  const absl::Status conflict = map.AddRank(v1::ROLE_SOURCE, other, &large_tensors);
+  EXPECT_EQ(conflict.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(conflict.message().find("source rank 1: w: declared again"), std::string::npos)
+      << conflict;
+  EXPECT_EQ(map.tensors().at("w").shape, Dims({4, 8}));
+  // Once it leaves, the model may change: w comes back as [16, 8].
+  map.RemoveRank(v1::ROLE_SOURCE, 0);
+  EXPECT_FALSE(map.tensors().contains("w"));
+  ASSERT_TRUE(map.AddRank(v1::ROLE_SOURCE, other, &large_tensors).ok());
+  EXPECT_EQ(map.tensors().at("w").shape, Dims({16, 8}));
+}
+
+TEST(BufferMapTest, ARefusedRankDeclaresNothing) {
+  testing::BackedLayouts backed;
+  BufferMap map;
+  v1::LayoutSpec spec = OneRankOf(4, &backed);
+  spec.mutable_ranks(0)->mutable_buffers(0)->set_shm_name("/refit-no-such-segment-anywhere");
+  const TensorTable tensors = testing::TensorsOf(spec);
+  EXPECT_FALSE(map.AddRank(v1::ROLE_SOURCE, spec.ranks(0), &tensors).ok());
+  EXPECT_TRUE(map.tensors().empty());
+}
+
 }  // namespace
 }  // namespace refit::transport
