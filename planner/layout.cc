@@ -15,6 +15,8 @@ namespace refit::planner {
 namespace {
 
 constexpr int64_t kMaxTensorBytes = int64_t{1} << 60;
+// Per rank: about a quarter second of overlap checks.
+constexpr int64_t kMaxViewPairsChecked = int64_t{1} << 22;
 
 absl::Status Invalid(const std::string& side, const std::string& what) {
   return absl::InvalidArgumentError(absl::StrCat(side, " layout: ", what));
@@ -173,6 +175,11 @@ absl::Status CheckBuffers(Layout* layout, int32_t rank_index,
     }
     views_by_buffer[view.buffer].push_back(v);
   }
+  // Views are compared only with those starting inside their byte span, which for dense
+  // and fused views is a neighbour or two; views whose spans all interleave (strided
+  // columns of one matrix) would make that quadratic, so a rank gets a budget of pair
+  // checks and a layout past it is refused rather than validated for minutes.
+  int64_t pairs_checked = 0;
   for (std::vector<int32_t>& views : views_by_buffer) {
     std::sort(views.begin(), views.end(), [&](int32_t a, int32_t b) {
       return layout->views[a].byte_offset < layout->views[b].byte_offset;
@@ -184,6 +191,13 @@ absl::Status CheckBuffers(Layout* layout, int32_t rank_index,
       for (size_t j = i + 1; j < views.size(); ++j) {
         const ViewInfo& b = layout->views[views[j]];
         if (b.byte_offset >= end_a) break;
+        if (++pairs_checked > kMaxViewPairsChecked) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              layout->side, " layout: rank ", rank.rank, ": buffer \"",
+              rank.buffers[a.buffer].name, "\" holds ", views.size(),
+              " views whose byte spans interleave: proving them disjoint takes more than ",
+              kMaxViewPairsChecked, " comparisons (give interleaved views buffers of their own)"));
+        }
         if (MayOverlap(region_a, RegionOf(*layout, b))) {
           return absl::InvalidArgumentError(absl::StrCat(
               layout->side, " layout: rank ", rank.rank, ": views ", layout->TensorOf(a).name, " ",

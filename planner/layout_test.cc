@@ -109,6 +109,25 @@ TEST(LayoutTest, StridesOrByteOffsetsThatWouldWrapAreRefused) {
   EXPECT_TRUE(CompileLayout(near.spec(), "source").ok());
 }
 
+TEST(LayoutTest, ManyInterleavedViewsInOneBufferAreRefusedNotValidatedForMinutes) {
+  // Every column of a [2, 65536] matrix as its own view: each view's span covers the whole
+  // buffer, so every pair would be compared.
+  constexpr int64_t kColumns = 65536;
+  LayoutBuilder b;
+  b.Tensor("w", {2, kColumns});
+  for (int64_t c = 0; c < kColumns; ++c) {
+    b.View(0, "w", {0, c}, {2, 1}, "matrix", c * 4, {kColumns, 1});
+  }
+  ExpectInvalid(b.spec(), {"rank 0", "buffer \"matrix\" holds 65536 views", "interleave"});
+  // A few thousand interleaved views (heads of a fused projection, say) are fine.
+  LayoutBuilder heads;
+  heads.Tensor("w", {2, 2048});
+  for (int64_t c = 0; c < 2048; ++c) {
+    heads.View(0, "w", {0, c}, {2, 1}, "matrix", c * 4, {2048, 1});
+  }
+  EXPECT_TRUE(CompileLayout(heads.spec(), "source").ok());
+}
+
 TEST(LayoutTest, DuplicateRankIds) {
   LayoutBuilder b = OneTensor();
   b.View(0, "w", {0, 0}, {4, 4});
