@@ -25,6 +25,9 @@ ABSL_FLAG(std::string, tls_client_ca, "",
           "mutual TLS: clients must present a certificate this CA (PEM) signed");
 ABSL_FLAG(std::string, token_file, "",
           "control RPCs must carry the token in this file (mode 600; clients: REFIT_TOKEN_FILE)");
+ABSL_FLAG(bool, insecure, false,
+          "run without --token_file: any process that reaches the port may join as a daemon "
+          "or trigger refits (only on a network where every host is trusted)");
 ABSL_FLAG(int, metrics_port, -1,
           "HTTP port for /metrics, /healthz and /readyz (0: any free port; -1: none)");
 
@@ -83,6 +86,17 @@ int main(int argc, char** argv) {
       spdlog::warn("refit-coordinator: --token_file without --tls_cert: the token crosses the "
                    "network in plaintext");
     }
+  }
+  if (security.token.empty()) {
+    if (!absl::GetFlag(FLAGS_insecure)) {
+      spdlog::error(
+          "refit-coordinator: no --token_file: any process that reaches the port could say "
+          "hello as a daemon, take over a node or trigger refits; pass --token_file (see "
+          "deploy/README.md), or --insecure on a network where every host is trusted");
+      return 2;
+    }
+    spdlog::warn("refit-coordinator: --insecure: no token; any process that reaches {} may join "
+                 "as a daemon or trigger refits", absl::GetFlag(FLAGS_listen));
   }
   auto registry = std::make_shared<prometheus::Registry>();
   refit::daemon::CoordinatorMetrics metrics(registry);

@@ -11,7 +11,8 @@ open_work() {
   trap cleanup EXIT
 }
 
-coordinator_flags=()  # more flags for the coordinator (TLS, token)
+# More flags for the coordinator (TLS, token); without a token it must be told --insecure.
+coordinator_flags=(--insecure)
 coordinator_host=127.0.0.1  # the address the coordinator listens on
 # Words to run a node's refitd under (a network namespace, environment), by node.
 declare -A daemon_prefix
