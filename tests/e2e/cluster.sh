@@ -76,10 +76,11 @@ http_get() {
   exec 3<&-
 }
 
-# destinations_seen N: the coordinator knows exactly N destination ranks.
-destinations_seen() {
-  "$bin/refitctl" layouts --coordinator="$coordinator" 2>/dev/null |
-    grep -q "^destinations: $1 ranks"
+# destinations_seen N, sources_seen N: the coordinator knows exactly N ranks of that side.
+destinations_seen() { side_seen destinations "$1"; }
+sources_seen() { side_seen sources "$1"; }
+side_seen() {
+  "$bin/refitctl" layouts --coordinator="$coordinator" 2>/dev/null | grep -q "^$1: $2 ranks"
 }
 
 # await_exit PID SECONDS: fails unless the process ends within SECONDS.
@@ -90,9 +91,11 @@ await_exit() {
 }
 
 # start_ranks VERSION [FLAGS...]: the inference node's synthetic ranks (with FLAGS), once the
-# coordinator sees all four, then the trainer node's (which publish and ask for the refit).
+# coordinator sees all four, then the trainer node's (which publish and ask for the refit,
+# unless `trainer_flags` says otherwise: it is appended to their command line).
 # Needs `ranks` (the synthetic-ranks command line), `trainer` and `inference` (nodes); sets
 # inference_ranks and trainer_ranks.
+trainer_flags=(--coordinator=)  # filled in by start_ranks when empty
 start_ranks() {
   "${ranks[@]}" --side=destination --host="$inference" --socket="$work/$inference.sock" \
     --first_version="$1" "${@:2}" > "$work/inference-ranks-$1.log" 2>&1 &
@@ -100,8 +103,10 @@ start_ranks() {
   pids+=($inference_ranks)
   for _ in $(seq 300); do destinations_seen 4 && break; sleep 0.1; done
   destinations_seen 4 || { cat "$work/inference-ranks-$1.log"; exit 1; }
+  local flags=("${trainer_flags[@]}")
+  [[ ${flags[*]} == --coordinator= ]] && flags=(--coordinator="$coordinator")
   "${ranks[@]}" --side=source --host="$trainer" --socket="$work/$trainer.sock" \
-    --coordinator="$coordinator" --first_version="$1" > "$work/trainer-ranks-$1.log" 2>&1 &
+    --first_version="$1" "${flags[@]}" > "$work/trainer-ranks-$1.log" 2>&1 &
   trainer_ranks=$!
   pids+=($trainer_ranks)
 }

@@ -5,7 +5,9 @@
 # window of several seconds), FAULT strikes:
 #   source-daemon       kill -9 of the trainer node's refitd
 #   destination-daemon  kill -9 of the inference node's refitd
-#   trainer-ranks       kill -9 of the trainer ranks' process (they had published)
+#   trainer-ranks       kill -9 of the trainer ranks' process (they had published; the
+#                       refit was asked for by an orchestrator of its own, refitctl)
+#   trainer-refitting   kill -9 of the trainer ranks' process that asked for the refit
 #   coordinator         kill -9 of the coordinator
 #   daemon-stop         SIGSTOP of the inference node's refitd (it stops reading)
 # Each time: the epoch ends well within its deadline (90 s: room for a loaded machine; the
@@ -31,7 +33,20 @@ ranks=("$bin/refit-synthetic-ranks" --refit=mini --versions=1 --timeout_ms=90000
 start_coordinator "$work/job.json"
 coordinator_port=${coordinator##*:}
 start_daemons "$trainer" "$inference"
-start_ranks 1
+if [[ $fault == trainer-ranks ]]; then
+  # The trainer ranks only publish, then wait (for an acknowledgement of version 1 that is
+  # never written) until they are killed; refitctl asks for the refit, so the epoch goes on
+  # after they die.
+  trainer_flags=(--versions=2 --ack_dir="$work")
+  start_ranks 1
+  for _ in $(seq 300); do sources_seen 4 && break; sleep 0.1; done
+  "$bin/refitctl" refit --coordinator="$coordinator" --version=1 --timeout-ms=90000 \
+    > "$work/refit-1.log" 2>&1 &
+  pids+=($!)
+  trainer_flags=(--coordinator=)
+else
+  start_ranks 1
+fi
 expect_in "$work/$inference.log" "epoch fault-1 (version 1) started" 60
 sleep 0.5
 struck=$(date +%s%N)
@@ -56,8 +71,13 @@ case $fault in
     expect_in "$work/inference-ranks-1.log" "the coordinator went away during the epoch" ;;
   trainer-ranks)
     kill -KILL "$trainer_ranks"
-    # Their memory stays mapped for the rest of the epoch, which ends either way.
-    expect_in "$work/coordinator.log" "epoch fault-1 version 1 " 30 ;;
+    # Their memory stays mapped for the rest of the epoch, which commits from it.
+    expect_in "$work/coordinator.log" "epoch fault-1 version 1 committed" 30 ;;
+  trainer-refitting)
+    kill -KILL "$trainer_ranks"
+    # The caller of Refit is gone: the coordinator aborts the epoch and frees the group.
+    expect_in "$work/coordinator.log" "the caller cancelled the refit" 10
+    expect_in "$work/inference-ranks-1.log" "the caller cancelled the refit" 10 ;;
   *) echo "faults.sh: no fault $fault" >&2; exit 2 ;;
 esac
 echo "$fault: the epoch ended $(( ($(date +%s%N) - struck) / 1000000 )) ms after the fault"
@@ -94,7 +114,7 @@ esac
 # its daemon died with it; otherwise refitd reclaimed them).
 for pid in "$inference_ranks" "$trainer_ranks"; do kill -TERM "$pid" 2>/dev/null || true; done
 for pid in "$inference_ranks" "$trainer_ranks"; do await_exit "$pid" 10; done
-if [[ $fault == trainer-ranks ]]; then
+if [[ $fault == trainer-ranks || $fault == trainer-refitting ]]; then
   for _ in $(seq 20); do ls /dev/shm | grep -q "^refit-$trainer_ranks-" || break; sleep 0.1; done
   if ls /dev/shm | grep -q "^refit-$trainer_ranks-"; then
     echo "the killed trainer ranks' segments remain" >&2
