@@ -1,5 +1,7 @@
 #include "daemon/cluster.h"
 
+#include "daemon/monotonic_clock.h"
+
 #include <algorithm>
 
 #include "absl/status/status.h"
@@ -47,7 +49,7 @@ absl::StatusOr<DaemonSession> Cluster::AddDaemon(const v1::DaemonHello& hello,
     record.channel = std::move(channel);
     record.connected = true;
     record.generation = ++generations_;
-    record.last_heard = absl::Now();
+    record.last_heard = MonotonicNow();
     record.committed_version = hello.committed_version();
     record.last_epoch_number = hello.last_epoch_number();
     session = {it->second, record.generation};
@@ -128,11 +130,11 @@ absl::Status Cluster::MarkPublished(const DaemonSession& session, int64_t source
 bool Cluster::Touch(const DaemonSession& session) {
   absl::MutexLock lock(&mu_);
   if (!IsCurrentLocked(session)) return false;
-  daemons_[session.index].last_heard = absl::Now();
+  daemons_[session.index].last_heard = MonotonicNow();
   return true;
 }
 
-std::vector<std::string> Cluster::CutExpired(absl::Time now, absl::Duration lease) {
+std::vector<std::string> Cluster::CutExpired(absl::Duration now, absl::Duration lease) {
   std::vector<std::shared_ptr<DaemonChannel>> expired;
   std::vector<std::string> nodes;
   {

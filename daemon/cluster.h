@@ -68,9 +68,9 @@ class Cluster {
   // The session was heard from now; false when it is fenced.
   bool Touch(const DaemonSession& session);
   bool IsCurrent(const DaemonSession& session) const;
-  // Cuts the stream of every current session silent for longer than `lease`; returns the
-  // nodes cut.
-  std::vector<std::string> CutExpired(absl::Time now, absl::Duration lease);
+  // Cuts the stream of every current session silent for longer than `lease` at `now`
+  // (MonotonicNow()); returns the nodes cut.
+  std::vector<std::string> CutExpired(absl::Duration now, absl::Duration lease);
   // The newest version the daemons say they committed (-1: none), for a restarted
   // coordinator.
   int64_t CommittedVersion() const;
@@ -100,7 +100,7 @@ class Cluster {
     std::shared_ptr<DaemonChannel> channel;
     bool connected = false;
     int64_t generation = 0;
-    absl::Time last_heard;
+    absl::Duration last_heard;  // MonotonicNow()
     int64_t committed_version = -1;
     uint32_t last_epoch_number = 0;
   };

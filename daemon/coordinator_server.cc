@@ -4,6 +4,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/monotonic_clock.h"
 #include "spdlog/spdlog.h"
 
 namespace refit::daemon {
@@ -37,13 +38,20 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 }
 
 void CoordinatorServer::EnforceLeases() {
-  absl::MutexLock lock(&lease_mu_);
-  while (!lease_mu_.AwaitWithTimeout(absl::Condition(&stopping_), lease_ / 4)) {
-    for (const std::string& node : cluster_.CutExpired(absl::Now(), lease_)) {
+  // Sleeps are relative (monotonic), not waits until a wall-clock time: a clock stepped
+  // back must not stall the lease checks.
+  auto stopping = [this]() {
+    absl::MutexLock lock(&lease_mu_);
+    return stopping_;
+  };
+  while (!stopping()) {
+    const absl::Duration next = MonotonicNow() + lease_ / 4;
+    while (MonotonicNow() < next && !stopping()) absl::SleepFor(absl::Milliseconds(10));
+    for (const std::string& node : cluster_.CutExpired(MonotonicNow(), lease_)) {
       spdlog::warn("refitd on {} sent nothing for {} ms (its lease): cut off", node,
                    absl::ToInt64Milliseconds(lease_));
     }
-    if (const int cut = service_.CutStreamsWithoutHello(absl::Now()); cut > 0) {
+    if (const int cut = service_.CutStreamsWithoutHello(MonotonicNow()); cut > 0) {
       spdlog::warn("cut {} control streams that said no hello within {} ms", cut,
                    absl::ToInt64Milliseconds(lease_));
     }

@@ -4,6 +4,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "daemon/control_validation.h"
+#include "daemon/monotonic_clock.h"
 #include "daemon/request_limits.h"
 #include "daemon/status_mapping.h"
 #include "security/grpc_security.h"
@@ -71,7 +72,7 @@ grpc::Status CoordinatorService::Control(
   v1::DaemonMessage message;
   {
     absl::MutexLock lock(&hello_mu_);
-    awaiting_hello_[context] = absl::Now() + lease_;
+    awaiting_hello_[context] = MonotonicNow() + lease_;
   }
   const bool read = stream->Read(&message);
   {
@@ -160,13 +161,13 @@ grpc::Status CoordinatorService::Control(
   return grpc::Status::OK;
 }
 
-int CoordinatorService::CutStreamsWithoutHello(absl::Time now) {
+int CoordinatorService::CutStreamsWithoutHello(absl::Duration now) {
   absl::MutexLock lock(&hello_mu_);
   int cut = 0;
   for (auto& [context, deadline] : awaiting_hello_) {
     if (now < deadline) continue;
     context->TryCancel();  // its handler is in the first Read and erases it once woken
-    deadline = absl::InfiniteFuture();
+    deadline = absl::InfiniteDuration();
     ++cut;
   }
   return cut;

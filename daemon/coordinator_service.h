@@ -44,7 +44,8 @@ class CoordinatorService final : public v1::Coordinator::Service {
   // Cancels every control stream that has not said hello within a lease of opening, so
   // streams that never speak hold no handler thread; returns how many. Called by whoever
   // enforces the leases.
-  int CutStreamsWithoutHello(absl::Time now) ABSL_LOCKS_EXCLUDED(hello_mu_);
+  // `now`: MonotonicNow().
+  int CutStreamsWithoutHello(absl::Duration now) ABSL_LOCKS_EXCLUDED(hello_mu_);
 
  private:
   void UpdateRankGauges();
@@ -57,7 +58,7 @@ class CoordinatorService final : public v1::Coordinator::Service {
   const std::string token_;
   absl::Mutex hello_mu_;
   // Control streams still waiting for their hello, and until when they may.
-  std::map<grpc::ServerContext*, absl::Time> awaiting_hello_ ABSL_GUARDED_BY(hello_mu_);
+  std::map<grpc::ServerContext*, absl::Duration> awaiting_hello_ ABSL_GUARDED_BY(hello_mu_);
 };
 
 }  // namespace refit::daemon
