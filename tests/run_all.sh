@@ -6,7 +6,10 @@ cd "$(dirname "$0")/.."
 ./deploy/install_deps.sh || exit 1
 
 log=$(mktemp)
-bazel test //... 2>&1 | tee "$log" | grep -E "^//|^INFO: Build|^ERROR|Executed" 
+# Build outputs are shared between clones on this machine through a disk cache (content
+# addressed, so never stale); test results are not: every test runs every time.
+bazel test --disk_cache="${HOME:-/root}/.cache/refit-bazel-disk" --nocache_test_results //... \
+  2>&1 | tee "$log" | grep -E "^//|^INFO: Build|^ERROR|Executed" 
 status=${PIPESTATUS[0]}
 passed=$(grep -cE "^//.* PASSED" "$log")
 failed=$(grep -cE "^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD)" "$log")
