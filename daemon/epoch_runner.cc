@@ -33,6 +33,17 @@ std::string MissingRanks(const v1::LayoutSpec& registered, int64_t expected, con
                       named < missing.size() ? ", ..." : "");
 }
 
+// Whether every destination registration of `now` is one the version was committed to
+// (ranks that left since do not matter; one registered since does not hold it).
+bool HeldByAll(const std::map<int64_t, uint64_t>& committed_to,
+               const std::map<int64_t, uint64_t>& now) {
+  for (const auto& [rank, registration] : now) {
+    auto it = committed_to.find(rank);
+    if (it == committed_to.end() || it->second != registration) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<std::optional<v1::NcclSetup>> EpochRunner::NcclSetupFor(
@@ -185,7 +196,8 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
     if (version == current_version_) {
       // A repeat: the same answer only for the destination ranks the version went to.
       auto done = reports_.find(version);
-      if (done != reports_.end() && done->second.destinations == snapshot->destination_registrations) {
+      if (done != reports_.end() && HeldByAll(done->second.destinations,
+                                              snapshot->destination_registrations)) {
         return done->second.report;
       }
       const std::string why =

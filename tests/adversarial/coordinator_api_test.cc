@@ -257,7 +257,7 @@ TEST_F(RefitThroughTest, ASourceSegmentTruncatedAfterRegistrationFailsTheEpochNo
   EXPECT_EQ(failed.error_code(), grpc::StatusCode::ABORTED);
   EXPECT_THAT(failed.error_message(), HasSubstr("source rank 0"));
   EXPECT_THAT(failed.error_message(), HasSubstr("was truncated to 64 bytes"));
-  // The destination waiting for it hears of the abort, not a commit.
+  // No commit reached the destination: a wait for the version finds it not there.
   EXPECT_EQ(WaitForVersion(0, version, 200).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
 }
 

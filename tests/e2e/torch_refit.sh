@@ -54,13 +54,16 @@ with refit.RefitClient(sys.argv[1]) as client:
     status = client.status()
     assert status.current_version == 4, status
     assert len(status.daemons) == 2, status
-    assert client.refit(4).epoch_id == "torch-4"  # a repeat returns the committed report
-    try:
-        client.refit(0)  # older than the current version, and never committed
-        raise SystemExit("an older version was not refused")
-    except refit.RefitError as refused:
-        assert refused.code == grpc.StatusCode.FAILED_PRECONDITION, refused
-        print("refused:", refused.message)
+    # A repeat returns the committed report: no destination registered since lacks it.
+    assert client.refit(4).epoch_id == "torch-4"
+    for version, code in ((2, grpc.StatusCode.FAILED_PRECONDITION),  # older than current
+                          (0, grpc.StatusCode.INVALID_ARGUMENT)):  # not a version
+        try:
+            client.refit(version)
+            raise SystemExit(f"refit({version}) was not refused")
+        except refit.RefitError as refused:
+            assert refused.code == code, refused
+            print("refused:", refused.message)
 PY
 # The processes' segments went with them.
 if ls /dev/shm | grep -q "^refit-py-"; then
