@@ -132,11 +132,12 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
 
 bool EpochRunner::TakeGroup(absl::Time deadline, const Cancelled& cancelled) {
   absl::MutexLock lock(&mu_);
-  auto free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !group_busy_; };
-  while (!free()) {
+  auto group_free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !group_busy_; };
+  while (!group_free()) {
     const absl::Time now = absl::Now();
     if (now >= deadline || (cancelled && cancelled())) return false;
-    mu_.AwaitWithDeadline(absl::Condition(&free), std::min(deadline, now + absl::Milliseconds(100)));
+    mu_.AwaitWithDeadline(absl::Condition(&group_free),
+                          std::min(deadline, now + absl::Milliseconds(100)));
   }
   group_busy_ = true;
   return true;

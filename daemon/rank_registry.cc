@@ -292,6 +292,7 @@ std::vector<int64_t> RankRegistry::Commit(int64_t version,
 void RankRegistry::Abort(int64_t version, const std::string& epoch_id, const std::string& reason) {
   absl::MutexLock lock(&mu_);
   buffers_.DiscardStaged();  // staged ranks' buffers were never written
+  epoch_destinations_.clear();  // no later commit may mark what this epoch wrote
   for (auto& [key, entry] : ranks_) {
     if (key.first == v1::ROLE_DESTINATION && entry.version < version &&
         !entry.registration.layout().staged()) {

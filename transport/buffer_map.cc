@@ -198,7 +198,8 @@ void BufferMap::RemoveRank(v1::Role role, int64_t rank) {
   for (const std::string& name : it->second.declared_tensors) {
     if (--tensor_users_[name] == 0) {
       tensor_users_.erase(name);
-      tensors_.erase(name);  // no rank declares it any more: a changed model may follow
+      // No rank declares it any more: a changed model may follow.
+      if (!pinned_tensors_.contains(name)) tensors_.erase(name);
     }
   }
   ranks_.erase(it);

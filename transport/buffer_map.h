@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "proto/refit.pb.h"
 #include "transport/shared_memory.h"
@@ -41,7 +42,9 @@ struct MappedView {
 
 class BufferMap {
  public:
-  explicit BufferMap(TensorTable tensors = {}) : tensors_(std::move(tensors)) {}
+  explicit BufferMap(TensorTable tensors = {}) : tensors_(std::move(tensors)) {
+    for (const auto& [name, shape] : tensors_) pinned_tensors_.insert(name);
+  }
 
   // Adds a tensor, or checks an existing one has the same element size and shape.
   absl::Status DeclareTensor(const std::string& name, const TensorShape& shape);
@@ -99,6 +102,8 @@ class BufferMap {
   };
 
   TensorTable tensors_;
+  // The constructor's tensors: never forgotten.
+  absl::flat_hash_set<std::string> pinned_tensors_;
   // Per tensor declared by ranks, how many mapped ranks declared it.
   absl::flat_hash_map<std::string, int> tensor_users_;
   std::map<std::pair<int, int64_t>, RankMemory> ranks_;  // (role, rank)

@@ -108,8 +108,13 @@ absl::StatusOr<std::unique_ptr<SharedMemorySegment>> SharedMemorySegment::Open(
   // be a SIGBUS at the data plane's first write. Prefaulting every page writable either
   // backs it now or fails here (no signal: the kernel reports EFAULT or ENOMEM instead),
   // and the data plane's first epoch no longer pays the first touch.
-  if (madvise(data, info.st_size, MADV_POPULATE_WRITE) != 0) {
-    const int error = errno;
+  int error = madvise(data, info.st_size, MADV_POPULATE_WRITE) == 0 ? 0 : errno;
+  if (error == EINVAL) {
+    // Kernels before 5.14 lack MADV_POPULATE_WRITE: reserving the pages (ENOSPC on a full
+    // tmpfs) backs them too, only without prefaulting the mapping.
+    error = posix_fallocate(fd, 0, info.st_size);
+  }
+  if (error != 0) {
     munmap(data, info.st_size);
     if (error == EFAULT || error == ENOMEM || error == ENOSPC) {
       return absl::ResourceExhaustedError(absl::StrCat(
@@ -117,7 +122,7 @@ absl::StatusOr<std::unique_ptr<SharedMemorySegment>> SharedMemorySegment::Open(
           " bytes cannot all be backed (/dev/shm is full, or the segment shrank while mapping)"));
     }
     errno = error;
-    return Errno(name, "madvise(MADV_POPULATE_WRITE)");
+    return Errno(name, "backing its pages");
   }
   closer.Release();
   return std::unique_ptr<SharedMemorySegment>(new SharedMemorySegment(

@@ -38,8 +38,9 @@ class HostileClusterTest : public ::testing::Test {
   v1::DaemonHello GoodHello(const std::string& node);
   // The coordinator's current version (Status).
   int64_t CurrentVersion();
-  // Waits until refitd and the coordinator hold at most `threads` more threads than when
-  // the case began; false (with the counts) if they do not within a few seconds.
+  // Waits until refitd and the coordinator hold at most `threads` more threads than their
+  // baseline (measured once, warmed up and at rest, before the first case); false (with
+  // the counts) if they do not within a few seconds.
   ::testing::AssertionResult ThreadsSettle(int threads = 16);
 
   static ChildProcess* coordinator() { return coordinator_; }
@@ -59,8 +60,11 @@ class HostileClusterTest : public ::testing::Test {
   static ChildProcess* refitd_;
   static std::string folder_, coordinator_address_, socket_;
   static int64_t version_;
-  int threads_before_[2] = {0, 0};
-  int files_before_[2] = {0, 0};
+  // Threads and descriptors of the coordinator and refitd once both are warm (every kind
+  // of call served once, refitd connected) and their counts have stopped changing.
+  static void MeasureBaseline();
+  static int threads_baseline_[2];
+  static int files_baseline_[2];
 };
 
 }  // namespace refit::testing
