@@ -70,6 +70,33 @@ class ControlPlaneTest : public ::testing::Test {
     ASSERT_TRUE(registry->Register(request).ok());
   }
 
+  // Waits (bounded) until the coordinator's view of the group satisfies `seen`.
+  bool CoordinatorSees(const std::function<bool(const ClusterSnapshot&)>& seen) {
+    for (int i = 0; i < 250; ++i) {
+      absl::StatusOr<ClusterSnapshot> snapshot = coordinator_->cluster().Snapshot();
+      if (snapshot.ok() && seen(*snapshot)) return true;
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return false;
+  }
+  // The registration the coordinator holds for destination rank `rank` (0: none).
+  uint64_t DestinationRegistration(int64_t rank) {
+    absl::StatusOr<ClusterSnapshot> snapshot = coordinator_->cluster().Snapshot();
+    if (!snapshot.ok() || !snapshot->destination_registrations.count(rank)) return 0;
+    return snapshot->destination_registrations.at(rank);
+  }
+  // Re-registers destination rank `rank` with `spec`'s memory and waits until the
+  // coordinator holds the new registration.
+  void RegisterAgain(int64_t rank, const v1::LayoutSpec& spec) {
+    const uint64_t before = DestinationRegistration(rank);
+    ASSERT_TRUE(inference_.Deregister(v1::ROLE_DESTINATION, rank).ok());
+    Register(&inference_, v1::ROLE_DESTINATION, spec.ranks(rank), spec);
+    ASSERT_TRUE(CoordinatorSees([&](const ClusterSnapshot& s) {
+      auto it = s.destination_registrations.find(rank);
+      return it != s.destination_registrations.end() && it->second != before;
+    }));
+  }
+
   // Waits (bounded) until the coordinator sees the expected ranks.
   bool GroupSeen(int64_t sources, int64_t destinations) {
     for (int i = 0; i < 200; ++i) {
@@ -114,9 +141,7 @@ TEST_F(ControlPlaneTest, ARepeatMovesTheVersionAgainToARankRegisteredSinceOrSays
   // Destination rank 1 comes back with new (unwritten) memory, as a restarted engine would.
   const v1::LayoutSpec fresh =
       backed_.Back(refit::testing::RowsToColumnsPair().destinations, "destination");
-  ASSERT_TRUE(inference_.Deregister(v1::ROLE_DESTINATION, 1).ok());
-  Register(&inference_, v1::ROLE_DESTINATION, fresh.ranks(1), fresh);
-  ASSERT_TRUE(GroupSeen(2, 2));
+  RegisterAgain(1, fresh);
   EXPECT_EQ(inference_.WaitForVersion(1, 1, absl::Now() + absl::Milliseconds(200)).status().code(),
             absl::StatusCode::kDeadlineExceeded)
       << "a rank registered after the commit must not be told it holds the version";
@@ -135,9 +160,8 @@ TEST_F(ControlPlaneTest, ARepeatMovesTheVersionAgainToARankRegisteredSinceOrSays
   EXPECT_EQ(third.epoch_id(), again.epoch_id());
   // Once the sources moved on, a repeat for a changed membership cannot be honoured.
   for (const v1::RankLayout& r : sources_.ranks()) ASSERT_TRUE(trainer_.Publish(r.rank(), 2).ok());
-  ASSERT_TRUE(inference_.Deregister(v1::ROLE_DESTINATION, 0).ok());
-  Register(&inference_, v1::ROLE_DESTINATION, fresh.ranks(0), fresh);
-  ASSERT_TRUE(GroupSeen(2, 2));
+  ASSERT_TRUE(CoordinatorSees([](const ClusterSnapshot& s) { return s.published_oldest == 2; }));
+  RegisterAgain(0, fresh);
   const grpc::Status refused = Refit(1, &third);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(refused.error_message(),
