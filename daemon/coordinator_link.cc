@@ -149,20 +149,24 @@ void CoordinatorLink::Session() {
   {
     absl::MutexLock lock(&mu_);
     context_ = &context;
-    stream_ = stream.get();
   }
   if (stopping_) context.TryCancel();
   v1::DaemonMessage hello;
   hello.mutable_hello()->set_node(node_);
-  {
-    absl::MutexLock lock(&mu_);
-    hello.mutable_hello()->set_data_plane_address(data_plane_address_);
-  }
   hello.mutable_hello()->set_gpu(gpu_);
   hello.mutable_hello()->set_incarnation(incarnation_);
   hello.mutable_hello()->set_committed_version(registry_->CommittedVersion());
   hello.mutable_hello()->set_last_epoch_number(last_epoch_number_);
-  bool ok = Write(hello);
+  bool ok = false;
+  {
+    // The hello is the stream's first message: other writers (a rank registering right
+    // now, progress) see the stream only once it is out, and the coordinator refuses a
+    // stream that opens with anything else. What they miss is sent just below.
+    absl::MutexLock lock(&mu_);
+    hello.mutable_hello()->set_data_plane_address(data_plane_address_);
+    ok = stream->Write(hello);
+    stream_ = stream.get();
+  }
   for (const v1::RankRegistration& rank : registry_->Registrations()) {
     v1::DaemonMessage message;
     *message.mutable_register_rank() = rank;
