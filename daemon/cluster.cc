@@ -52,6 +52,8 @@ absl::StatusOr<DaemonSession> Cluster::AddDaemon(const v1::DaemonHello& hello,
     record.last_heard = MonotonicNow();
     record.committed_version = hello.committed_version();
     record.last_epoch_number = hello.last_epoch_number();
+    record.committed_epoch_id = hello.committed_epoch_id();
+    record.in_doubt = hello.in_doubt();
     session = {it->second, record.generation};
   }
   if (fenced != nullptr) fenced->Cut();
@@ -159,6 +161,37 @@ uint32_t Cluster::LastEpochNumber() const {
     number = std::max(number, record.last_epoch_number);
   }
   return number;
+}
+
+std::vector<Cluster::InDoubtDaemon> Cluster::InDoubtDaemons() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<InDoubtDaemon> in_doubt;
+  for (const auto& [index, record] : daemons_) {
+    if (!record.connected || record.in_doubt.epoch_id().empty()) continue;
+    in_doubt.push_back({index, record.peer.node(), record.in_doubt, record.channel});
+  }
+  return in_doubt;
+}
+
+std::vector<NodeWord> Cluster::NodeWords() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<NodeWord> words;
+  for (const auto& [index, record] : daemons_) {
+    words.push_back({record.peer.node(), record.committed_epoch_id});
+  }
+  return words;
+}
+
+void Cluster::SettleInDoubt(int32_t daemon, const std::string& epoch_id, bool committed) {
+  absl::MutexLock lock(&mu_);
+  auto it = daemons_.find(daemon);
+  if (it == daemons_.end() || it->second.in_doubt.epoch_id() != epoch_id) return;
+  DaemonRecord& record = it->second;
+  if (committed) {
+    record.committed_epoch_id = epoch_id;
+    record.committed_version = std::max(record.committed_version, record.in_doubt.version());
+  }
+  record.in_doubt.Clear();
 }
 
 int64_t Cluster::CommittedVersion() const {

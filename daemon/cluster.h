@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/in_doubt_resolution.h"
 #include "proto/refit.pb.h"
 
 namespace refit::daemon {
@@ -77,6 +78,20 @@ class Cluster {
   // The highest epoch number the daemons said they ran (0: none).
   uint32_t LastEpochNumber() const;
 
+  // A connected daemon whose hello named an epoch in doubt not settled since.
+  struct InDoubtDaemon {
+    int32_t index = -1;
+    std::string node;
+    v1::InDoubtEpoch epoch;
+    std::shared_ptr<DaemonChannel> channel;
+  };
+  std::vector<InDoubtDaemon> InDoubtDaemons() const;
+  // What every node that said hello to this coordinator said last.
+  std::vector<NodeWord> NodeWords() const;
+  // The daemon's epoch in doubt `epoch_id` was settled; a commit counts as its committed
+  // version and epoch from now on.
+  void SettleInDoubt(int32_t daemon, const std::string& epoch_id, bool committed);
+
   // Waits until every registered source rank has published `version` (or a later one);
   // returns the ranks still missing at the deadline (empty: all published).
   std::vector<int64_t> AwaitPublished(int64_t version, absl::Time deadline) const;
@@ -103,6 +118,8 @@ class Cluster {
     absl::Duration last_heard;  // MonotonicNow()
     int64_t committed_version = -1;
     uint32_t last_epoch_number = 0;
+    std::string committed_epoch_id;
+    v1::InDoubtEpoch in_doubt;  // epoch_id "": none
   };
   bool IsCurrentLocked(const DaemonSession& session) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropRanksLocked(int32_t daemon) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

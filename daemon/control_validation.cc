@@ -16,6 +16,36 @@ bool NameCharacter(char c) {
          c == ':' || c == '@';
 }
 
+// An epoch in doubt names itself, its version and at most this many nodes.
+constexpr int kMaxInDoubtNodes = 4096;
+
+absl::Status CheckInDoubt(const v1::InDoubtEpoch& epoch, const std::string& who) {
+  if (epoch.epoch_id().empty()) {
+    if (epoch.version() != 0 || epoch.destination_nodes_size() != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": an epoch in doubt without an epoch id"));
+    }
+    return absl::OkStatus();
+  }
+  const std::string what = absl::StrCat(who, ": the epoch in doubt");
+  if (absl::Status id = CheckNodeName(epoch.epoch_id(), what); !id.ok()) return id;
+  if (absl::Status version = CheckVersion(epoch.version(), absl::StrCat(what, "'s version"));
+      !version.ok()) {
+    return version;
+  }
+  if (epoch.destination_nodes_size() > kMaxInDoubtNodes) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " names ", epoch.destination_nodes_size(),
+                                                   " nodes (at most ", kMaxInDoubtNodes, ")"));
+  }
+  for (const std::string& node : epoch.destination_nodes()) {
+    if (absl::Status name = CheckNodeName(node, absl::StrCat(what, "'s destination node"));
+        !name.ok()) {
+      return name;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CheckVersion(int64_t version, const std::string& what) {
@@ -66,6 +96,14 @@ absl::Status CheckHello(const v1::DaemonHello& hello) {
     absl::Status version =
         CheckVersion(hello.committed_version(), absl::StrCat(who, ": committed version"));
     if (!version.ok()) return version;
+  }
+  if (!hello.committed_epoch_id().empty()) {
+    absl::Status epoch =
+        CheckNodeName(hello.committed_epoch_id(), absl::StrCat(who, ": committed epoch"));
+    if (!epoch.ok()) return epoch;
+  }
+  if (absl::Status in_doubt = CheckInDoubt(hello.in_doubt(), who); !in_doubt.ok()) {
+    return in_doubt;
   }
   absl::StatusOr<std::string> address =
       transport::OpenDataPlaneAddress(hello.data_plane_address());

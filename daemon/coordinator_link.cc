@@ -14,6 +14,23 @@
 #include "transport/plan_executor.h"
 
 namespace refit::daemon {
+namespace {
+
+// The nodes of the daemons holding the slice's destination ranks.
+std::vector<std::string> DestinationNodes(const v1::PlanSlice* slice) {
+  std::vector<std::string> nodes;
+  if (slice == nullptr) return nodes;
+  std::set<int32_t> daemons;
+  for (const v1::RankPlacement& p : slice->placement()) {
+    if (p.role() == v1::ROLE_DESTINATION) daemons.insert(p.daemon());
+  }
+  for (const v1::DaemonPeer& peer : slice->daemons()) {
+    if (daemons.count(peer.index())) nodes.push_back(peer.node());
+  }
+  return nodes;
+}
+
+}  // namespace
 
 std::string CoordinatorLink::NewIncarnation() {
   std::random_device random;
@@ -164,21 +181,28 @@ void CoordinatorLink::Session() {
     // stream that opens with anything else. What they miss is sent just below.
     absl::MutexLock lock(&mu_);
     hello.mutable_hello()->set_data_plane_address(data_plane_address_);
+    hello.mutable_hello()->set_committed_epoch_id(committed_epoch_);
+    if (!executed_epoch_.empty() && executed_reported_) {
+      v1::InDoubtEpoch* in_doubt = hello.mutable_hello()->mutable_in_doubt();
+      in_doubt->set_epoch_id(executed_epoch_);
+      in_doubt->set_version(executed_version_);
+      for (const std::string& node : executed_destination_nodes_) {
+        in_doubt->add_destination_nodes(node);
+      }
+    }
     ok = stream->Write(hello);
     stream_ = stream.get();
   }
-  for (const v1::RankRegistration& rank : registry_->Registrations()) {
+  registry_->Replay([&](const RankRegistry::Event& event) {
     v1::DaemonMessage message;
-    *message.mutable_register_rank() = rank;
-    ok = ok && Write(message);
-    const int64_t published = registry_->PublishedVersion(rank.layout().rank());
-    if (rank.role() == v1::ROLE_SOURCE && published >= 0) {
-      v1::DaemonMessage publish;
-      publish.mutable_published()->set_rank(rank.layout().rank());
-      publish.mutable_published()->set_version(published);
-      ok = ok && Write(publish);
+    if (event.kind == RankRegistry::Event::kPublished) {
+      message.mutable_published()->set_rank(event.rank.layout().rank());
+      message.mutable_published()->set_version(event.version);
+    } else {
+      *message.mutable_register_rank() = event.rank;
     }
-  }
+    ok = ok && Write(message);
+  });
   connected_ = ok;
   v1::CoordinatorMessage message;
   while (ok && stream->Read(&message)) {
@@ -192,11 +216,26 @@ void CoordinatorLink::Session() {
         FinishEpoch();
         interrupt_ = stopping_.load();
         {
-          absl::MutexLock lock(&mu_);
-          running_epoch_ = message.execute().epoch_id();
-          executed_epoch_ = running_epoch_;
-          executed_version_ = message.execute().version();
-          last_epoch_number_ = std::max(last_epoch_number_, message.execute().epoch_number());
+          std::string superseded;
+          int64_t superseded_version = -1;
+          {
+            absl::MutexLock lock(&mu_);
+            superseded.swap(executed_epoch_);
+            superseded_version = executed_version_;
+            running_epoch_ = message.execute().epoch_id();
+            executed_epoch_ = running_epoch_;
+            executed_version_ = message.execute().version();
+            executed_reported_ = false;
+            last_epoch_number_ = std::max(last_epoch_number_, message.execute().epoch_number());
+          }
+          // Still in doubt about an older epoch: the coordinator moved on without settling
+          // it, and this epoch overwrites its bytes.
+          if (!superseded.empty()) {
+            spdlog::warn("refitd {}: epoch {} supersedes epoch {}, whose outcome never came",
+                         node_, message.execute().epoch_id(), superseded);
+            registry_->Abort(superseded_version, superseded,
+                             "a newer epoch began before its outcome was known");
+          }
         }
         {
           absl::MutexLock lock(&epoch_mu_);
@@ -215,6 +254,7 @@ void CoordinatorLink::Session() {
           }
           executed = message.abort().epoch_id() == executed_epoch_;
           if (executed) executed_epoch_.clear();  // settled
+          if (executed) executed_reported_ = false;
         }
         if (executed) {
           FinishEpoch();            // no write into the buffers after they are marked
@@ -230,11 +270,20 @@ void CoordinatorLink::Session() {
         break;
       case v1::CoordinatorMessage::kCommit: {
         const int64_t version = message.commit().version();
+        {
+          absl::MutexLock lock(&mu_);
+          if (message.commit().epoch_id() != executed_epoch_ || !executed_reported_) {
+            spdlog::warn("refitd {}: ignored the commit of epoch {}, which it is not waiting "
+                         "to commit",
+                         node_, message.commit().epoch_id());
+            break;
+          }
+          executed_epoch_.clear();
+          committed_epoch_ = message.commit().epoch_id();
+        }
         registry_->Commit(version, [this, version](int64_t rank) {
           if (metrics_ != nullptr) metrics_->DestinationVersion(rank, version);
         });
-        absl::MutexLock lock(&mu_);
-        if (message.commit().epoch_id() == executed_epoch_) executed_epoch_.clear();
         break;
       }
       default:
@@ -248,10 +297,21 @@ void CoordinatorLink::Session() {
     absl::MutexLock lock(&mu_);
     context_ = nullptr;
     stream_ = nullptr;
-    unsettled.swap(executed_epoch_);
-    unsettled_version = executed_version_;
+    if (executed_reported_ && !executed_epoch_.empty()) {
+      // The coordinator may have committed it elsewhere: only a coordinator may say.
+      if (in_doubt_said_ != executed_epoch_) {
+        spdlog::warn("refitd {}: lost the coordinator after finishing epoch {}; in doubt about "
+                     "its outcome until a coordinator says",
+                     node_, executed_epoch_);
+        in_doubt_said_ = executed_epoch_;
+      }
+    } else {
+      unsettled.swap(executed_epoch_);
+      unsettled_version = executed_version_;
+    }
   }
-  // Neither committed nor aborted, and nobody left to say: its writes are partial.
+  // Neither committed nor aborted, and never reported done, so not committed anywhere:
+  // its writes are partial.
   if (!unsettled.empty()) {
     spdlog::warn("refitd {}: lost the coordinator during epoch {}; treating it as aborted", node_,
                  unsettled);
@@ -347,6 +407,11 @@ void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSl
   {
     absl::MutexLock lock(&mu_);
     running_epoch_.clear();
+    // Reported done from here on (even if the report is lost with the stream).
+    if (done.done().ok() && executed_epoch_ == execute.epoch_id()) {
+      executed_reported_ = true;
+      executed_destination_nodes_ = DestinationNodes(slice);
+    }
   }
   Write(done);
 }

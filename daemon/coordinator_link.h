@@ -15,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "daemon/metrics.h"
@@ -123,6 +124,13 @@ class CoordinatorLink {
   // writes in the destination ranks' buffers.
   std::string executed_epoch_ ABSL_GUARDED_BY(mu_);  // cleared once committed or aborted
   int64_t executed_version_ ABSL_GUARDED_BY(mu_) = -1;
+  // The executed epoch finished here and was reported done: from then on only the
+  // coordinator may settle it (a lost stream leaves it in doubt, said in the next hello),
+  // since it may have committed it on other daemons already.
+  bool executed_reported_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::string> executed_destination_nodes_ ABSL_GUARDED_BY(mu_);
+  std::string committed_epoch_ ABSL_GUARDED_BY(mu_);  // the last epoch committed here
+  std::string in_doubt_said_ ABSL_GUARDED_BY(mu_);    // the epoch in doubt last logged
 
   // Owned by the link's thread.
   std::shared_ptr<const v1::PlanSlice> slice_;

@@ -11,7 +11,8 @@ namespace refit::daemon {
 
 absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
     const std::string& listen, v1::JobSpec job, absl::Duration default_deadline,
-    CoordinatorMetrics* metrics, const security::ServerSecurity& security) {
+    CoordinatorMetrics* metrics, const security::ServerSecurity& security,
+    Interceptors interceptors) {
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       security::MakeServerCredentials(security);
   if (!credentials.ok()) return credentials.status();
@@ -28,6 +29,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 100);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  if (!interceptors.empty()) builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));

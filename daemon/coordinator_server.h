@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
@@ -25,9 +26,13 @@ class CoordinatorServer {
  public:
   // Listens on `listen` (HOST:PORT; port 0 picks a free one). `metrics` may be null.
   // `security`: TLS, mutual TLS and the token control RPCs must carry (default: none).
+  // `interceptors` see every RPC of the server (fault-injection tests use them).
+  using Interceptors =
+      std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>;
   static absl::StatusOr<std::unique_ptr<CoordinatorServer>> Start(
       const std::string& listen, v1::JobSpec job, absl::Duration default_deadline,
-      CoordinatorMetrics* metrics = nullptr, const security::ServerSecurity& security = {});
+      CoordinatorMetrics* metrics = nullptr, const security::ServerSecurity& security = {},
+      Interceptors interceptors = {});
   ~CoordinatorServer();
 
   // HOST:PORT with the port actually bound.

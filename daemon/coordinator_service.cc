@@ -106,6 +106,9 @@ grpc::Status CoordinatorService::Control(
   welcome.mutable_welcome()->set_daemon_index(session.index);
   welcome.mutable_welcome()->set_lease_ms(absl::ToInt64Milliseconds(lease_));
   channel->Send(welcome);
+  // Before the daemon registers anything: if it is in doubt about an epoch, its hello may
+  // be what settles that epoch for it and for others.
+  runner_->SettleDaemonsInDoubt();
   while (stream->Read(&message)) {
     if (!cluster_->Touch(session)) break;  // fenced: a newer session of the node took over
     switch (message.body_case()) {

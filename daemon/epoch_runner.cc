@@ -278,6 +278,9 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
     return absl::DeadlineExceededError(absl::StrCat(waiting, " before the deadline"));
   }
 
+  // The epoch writes the buffers of daemons still in doubt about an older one: that one
+  // is over for them.
+  SettleDaemonsInDoubt(/*superseded=*/true);
   std::string epoch_id;
   const uint32_t last_epoch_run = cluster_->LastEpochNumber();
   {
@@ -316,7 +319,10 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
   {
     absl::MutexLock lock(&mu_);
     ++next_epoch_;
-    if (!outcome.ok()) running_epoch_.clear();
+    if (!outcome.ok()) {
+      running_epoch_.clear();
+      DecidedLocked(epoch_id, false);
+    }
   }
   if (outcome.ok()) {
     absl::MutexLock lock(&mu_);
@@ -364,7 +370,10 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
     for (const auto& [rank, seconds] : rank_finish_seconds_) {
       if (seconds >= slowest_rank_seconds) slowest_rank = rank, slowest_rank_seconds = seconds;
     }
+    // Decided here, atomically with the epoch no longer running: a daemon in doubt about
+    // it from now on hears this outcome.
     running_epoch_.clear();
+    DecidedLocked(epoch_id, outcome.ok());
     last_epoch_ = epoch_id;
     last_committed_ = outcome.ok();
     ++progress_events_;
@@ -380,6 +389,8 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
     message.mutable_abort()->set_version(version);
   }
   for (const auto& [index, channel] : snapshot->channels) channel->Send(message);
+  // A daemon whose stream broke after its report said hello again in doubt: tell it too.
+  SettleDaemonsInDoubt();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (!outcome.ok()) {
     spdlog::warn("epoch {} version {} aborted after {:.3f} s: {}", epoch_id, version, seconds,
@@ -490,6 +501,58 @@ void EpochRunner::OnDaemonLost(int32_t daemon, const std::string& how) {
   absl::MutexLock lock(&mu_);
   if (!running_epoch_.empty() && epoch_daemons_.count(daemon) && failure_.empty()) {
     failure_ = absl::StrCat("refitd on ", node, " ", how);
+  }
+}
+
+void EpochRunner::DecidedLocked(const std::string& epoch_id, bool committed) {
+  if (outcomes_.emplace(epoch_id, committed).second) outcome_order_.push_back(epoch_id);
+  while (outcome_order_.size() > kOutcomesKept) {
+    outcomes_.erase(outcome_order_.front());
+    outcome_order_.pop_front();
+  }
+}
+
+void EpochRunner::SettleDaemonsInDoubt(bool superseded) {
+  absl::MutexLock settling(&settle_mu_);
+  for (const Cluster::InDoubtDaemon& daemon : cluster_->InDoubtDaemons()) {
+    const std::string& epoch_id = daemon.epoch.epoch_id();
+    std::optional<bool> decided;
+    {
+      absl::MutexLock lock(&mu_);
+      if (epoch_id == running_epoch_) continue;  // settled when it ends
+      auto it = outcomes_.find(epoch_id);
+      if (it != outcomes_.end()) decided = it->second;
+    }
+    InDoubtResolution resolution = ResolveInDoubt(daemon.epoch, decided, cluster_->NodeWords());
+    if (resolution.outcome == InDoubtResolution::kUndecided) {
+      if (!superseded) {
+        spdlog::info("refitd on {} is in doubt about epoch {} (version {}): {}", daemon.node,
+                     epoch_id, daemon.epoch.version(), resolution.why);
+        continue;
+      }
+      resolution = {InDoubtResolution::kAbort,
+                    absl::StrCat("a new epoch writes its buffers before its outcome was learned (",
+                                 resolution.why, ")")};
+    }
+    const bool committed = resolution.outcome == InDoubtResolution::kCommit;
+    {
+      absl::MutexLock lock(&mu_);
+      DecidedLocked(epoch_id, committed);  // every daemon in doubt about it hears the same
+    }
+    v1::CoordinatorMessage message;
+    if (committed) {
+      message.mutable_commit()->set_epoch_id(epoch_id);
+      message.mutable_commit()->set_version(daemon.epoch.version());
+    } else {
+      message.mutable_abort()->set_epoch_id(epoch_id);
+      message.mutable_abort()->set_version(daemon.epoch.version());
+      message.mutable_abort()->set_reason(resolution.why);
+    }
+    daemon.channel->Send(message);
+    cluster_->SettleInDoubt(daemon.index, epoch_id, committed);
+    spdlog::warn("refitd on {} was in doubt about epoch {} (version {}): {} ({})", daemon.node,
+                 epoch_id, daemon.epoch.version(), committed ? "committed" : "aborted",
+                 resolution.why);
   }
 }
 

@@ -8,6 +8,7 @@
 #define REFIT_DAEMON_EPOCH_RUNNER_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -60,6 +61,12 @@ class EpochRunner {
 
   v1::StatusResponse Status() const;
 
+  // Settles the daemons in doubt about an epoch (daemon/in_doubt_resolution.h): sends each
+  // the commit or abort, once it is known. Called after each hello, and when an epoch
+  // ends; with `superseded` (a new epoch is about to write the buffers) one still
+  // undecided is aborted.
+  void SettleDaemonsInDoubt(bool superseded = false);
+
  private:
   // Slices the plan for each daemon and sends slice + execute; returns the daemons asked.
   absl::StatusOr<std::set<int32_t>> Launch(const ClusterSnapshot& snapshot, const v1::Plan& plan,
@@ -78,6 +85,11 @@ class EpochRunner {
   };
   // Reports kept for repeats and Status, newest last.
   static constexpr size_t kReportsKept = 64;
+
+  // Remembers how epoch `epoch_id` ended, for daemons in doubt about it (the latest kept).
+  void DecidedLocked(const std::string& epoch_id, bool committed)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr size_t kOutcomesKept = 256;
 
   // Takes the group for one Refit (one at a time) by `deadline`; false at the deadline or
   // on cancellation. Released by ReleaseGroup.
@@ -119,6 +131,10 @@ class EpochRunner {
   int64_t current_version_ ABSL_GUARDED_BY(mu_) = -1;
   std::string plan_digest_ ABSL_GUARDED_BY(mu_);
   std::map<int64_t, Committed> reports_ ABSL_GUARDED_BY(mu_);
+  // Epoch id -> committed, for the epochs this coordinator ended (kOutcomesKept latest).
+  std::map<std::string, bool> outcomes_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> outcome_order_ ABSL_GUARDED_BY(mu_);
+  absl::Mutex settle_mu_;  // one SettleDaemonsInDoubt at a time
   bool group_busy_ ABSL_GUARDED_BY(mu_) = false;
   int64_t group_version_ ABSL_GUARDED_BY(mu_) = -1;  // what the group's holder refits
 };

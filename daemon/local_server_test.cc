@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "client/daemon_clients.h"
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
@@ -93,6 +95,38 @@ TEST_F(LocalServerTest, ASecondDaemonOnALiveSocketRefusesAndAStaleOneIsTakenOver
   auto third = LocalServer::Start(socket_, &other);
   ASSERT_TRUE(third.ok()) << third.status();
   third->reset();  // before `other` goes
+}
+
+TEST_F(LocalServerTest, ADepartureAndItsSuccessorsRegistrationAreToldInTheirOrder) {
+  // The coordinator link hears of changes made on different threads (a dead rank's hold
+  // ending, its restarted process registering): the departure, though slow to deliver,
+  // must reach it before the registration that followed it.
+  absl::Mutex mu;
+  std::vector<RankRegistry::Event::Kind> heard;
+  bool delivering_departure = false;
+  registry_.SetListener([&](const RankRegistry::Event& event) {
+    if (event.kind == RankRegistry::Event::kDeregistered) {
+      {
+        absl::MutexLock lock(&mu);
+        delivering_departure = true;
+      }
+      absl::SleepFor(absl::Milliseconds(300));
+    }
+    absl::MutexLock lock(&mu);
+    heard.push_back(event.kind);
+  });
+  ASSERT_TRUE(registry_.Register(Request(v1::ROLE_SOURCE, 0)).ok());
+  std::thread departure([&]() { EXPECT_TRUE(registry_.Deregister(v1::ROLE_SOURCE, 0).ok()); });
+  {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&delivering_departure));
+  }
+  ASSERT_TRUE(registry_.Register(Request(v1::ROLE_SOURCE, 0)).ok());
+  departure.join();
+  registry_.SetListener(nullptr);
+  EXPECT_EQ(heard, (std::vector<RankRegistry::Event::Kind>{RankRegistry::Event::kRegistered,
+                                                           RankRegistry::Event::kDeregistered,
+                                                           RankRegistry::Event::kRegistered}));
 }
 
 TEST_F(LocalServerTest, TheSocketIsTheOwnersOnly) {

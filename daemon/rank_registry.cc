@@ -29,13 +29,36 @@ void RankRegistry::SetListener(Listener listener) {
   listener_ = std::move(listener);
 }
 
-void RankRegistry::Notify(const Event& event) {
+void RankRegistry::Notify(const Event& event, uint64_t sequence) {
   Listener listener;
   {
     absl::MutexLock lock(&mu_);
     listener = listener_;
   }
+  // In the order the changes happened: a rank's departure and its successor's
+  // registration, made on two threads, must reach the coordinator in that order.
+  absl::MutexLock delivering(&delivery_mu_);
+  auto my_turn = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(delivery_mu_) {
+    return delivered_ == sequence;
+  };
+  delivery_mu_.Await(absl::Condition(&my_turn));
   if (listener) listener(event);
+  ++delivered_;
+}
+
+void RankRegistry::Replay(const Listener& emit) {
+  absl::MutexLock delivering(&delivery_mu_);  // no change is delivered meanwhile
+  std::vector<Event> events;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, entry] : ranks_) {
+      events.push_back(Event{Event::kRegistered, entry.registration});
+      if (key.first == v1::ROLE_SOURCE && entry.version >= 0) {
+        events.push_back(Event{Event::kPublished, entry.registration, entry.version});
+      }
+    }
+  }
+  for (const Event& event : events) emit(event);
 }
 
 absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest& request) {
@@ -65,6 +88,7 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
   *registration.mutable_layout() = layout;
   *registration.mutable_tensors() = request.tensors();
   std::string session;
+  uint64_t sequence = 0;
   {
     absl::MutexLock lock(&mu_);
     // Waits for a running epoch to end (up to a minute), and for a predecessor of the same
@@ -98,16 +122,18 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
     Entry& entry = ranks_[{request.role(), layout.rank()}];
     entry.registration = registration;
     entry.session = session;
+    sequence = next_event_++;
   }
   spdlog::info(
       "refitd {}: {} registered (session {}){}", node_, who, session,
       layout.staged() ? ", staged: the data plane writes a shadow copied in at commit" : "");
-  Notify(Event{Event::kRegistered, registration});
+  Notify(Event{Event::kRegistered, registration}, sequence);
   return session;
 }
 
 absl::Status RankRegistry::Deregister(v1::Role role, int64_t rank) {
   v1::RankRegistration gone;
+  uint64_t sequence = 0;
   {
     absl::MutexLock lock(&mu_);
     auto it = ranks_.find({role, rank});
@@ -117,6 +143,7 @@ absl::Status RankRegistry::Deregister(v1::Role role, int64_t rank) {
     }
     gone = it->second.registration;
     ranks_.erase(it);
+    sequence = next_event_++;
     if (epoch_running_) {
       retiring_.push_back({role, rank});
     } else {
@@ -124,7 +151,7 @@ absl::Status RankRegistry::Deregister(v1::Role role, int64_t rank) {
     }
   }
   spdlog::info("refitd {}: {} left", node_, RankName(role, rank));
-  Notify(Event{Event::kDeregistered, gone});
+  Notify(Event{Event::kDeregistered, gone}, sequence);
   return absl::OkStatus();
 }
 
@@ -184,6 +211,7 @@ absl::StatusOr<bool> RankRegistry::AwaitSessionEnd(const std::string& session,
 
 absl::Status RankRegistry::Publish(int64_t rank, int64_t version) {
   v1::RankRegistration registration;
+  uint64_t sequence = 0;
   {
     absl::MutexLock lock(&mu_);
     auto it = ranks_.find({v1::ROLE_SOURCE, rank});
@@ -198,8 +226,9 @@ absl::Status RankRegistry::Publish(int64_t rank, int64_t version) {
     }
     it->second.version = version;
     registration = it->second.registration;
+    sequence = next_event_++;
   }
-  Notify(Event{Event::kPublished, registration, version});
+  Notify(Event{Event::kPublished, registration, version}, sequence);
   return absl::OkStatus();
 }
 

@@ -33,9 +33,13 @@ class RankRegistry {
     int64_t version = -1;  // kPublished
   };
   // Called after every successful registration, deregistration and publish, outside the
-  // registry's lock.
+  // registry's lock, one at a time and in the order the changes happened.
   using Listener = std::function<void(const Event& event)>;
   void SetListener(Listener listener) ABSL_LOCKS_EXCLUDED(mu_);
+  // Calls `emit` with a registration for every rank (and a publish for every source rank
+  // that published), while no change is delivered to the listener: a new control session
+  // says everything once, and no departure slips in before the registration it follows.
+  void Replay(const Listener& emit) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Validates the rank's layout (the planner's checks), maps its shared-memory buffers and
   // bounds-checks every view. Returns a session id. Errors name the rank and the cause.
@@ -112,10 +116,15 @@ class RankRegistry {
   std::map<std::pair<int, int64_t>, Entry>::iterator FindSession(const std::string& session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  void Notify(const Event& event) ABSL_LOCKS_EXCLUDED(mu_);
+  // Delivers the change numbered `sequence` (next_event_ when it happened) after every
+  // earlier one.
+  void Notify(const Event& event, uint64_t sequence) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string node_;
+  absl::Mutex delivery_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  uint64_t delivered_ ABSL_GUARDED_BY(delivery_mu_) = 0;  // changes delivered so far
   mutable absl::Mutex mu_;
+  uint64_t next_event_ ABSL_GUARDED_BY(mu_) = 0;  // the number of the next change
   Listener listener_ ABSL_GUARDED_BY(mu_);
   transport::BufferMap buffers_ ABSL_GUARDED_BY(mu_);
   std::map<std::pair<int, int64_t>, Entry> ranks_ ABSL_GUARDED_BY(mu_);

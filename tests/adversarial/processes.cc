@@ -30,13 +30,15 @@ int CountEntries(const std::string& folder) {
 ChildProcess::ChildProcess(std::vector<std::string> argv, std::string log)
     : log_(std::move(log)) {
   const int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+  // Built before the fork: the child of a threaded process may only make async-signal-safe
+  // calls until it execs (an allocation could wait forever on a lock another thread held).
+  std::vector<char*> args;
+  for (std::string& arg : argv) args.push_back(arg.data());
+  args.push_back(nullptr);
   pid_ = fork();
   if (pid_ == 0) {
     dup2(fd, 1);
     dup2(fd, 2);
-    std::vector<char*> args;
-    for (std::string& arg : argv) args.push_back(arg.data());
-    args.push_back(nullptr);
     execv(args[0], args.data());
     _exit(127);
   }
