@@ -72,5 +72,30 @@ TEST(ControlValidationTest, AGarbageDataPlaneAddressIsRefusedAtTheHello) {
   ExpectRefused(hello, "the hello of refitd on infer-node-0.cluster.local");
 }
 
+TEST(ControlValidationTest, AnEpochInDoubtIsNamedBoundedAndOfARealVersion) {
+  v1::DaemonHello hello = GoodHello();
+  hello.set_committed_epoch_id("job-6");
+  hello.mutable_in_doubt()->set_epoch_id("job-7");
+  hello.mutable_in_doubt()->set_version(7);
+  hello.mutable_in_doubt()->add_destination_nodes("infer-0");
+  EXPECT_TRUE(CheckHello(hello).ok()) << CheckHello(hello);
+
+  v1::DaemonHello bad = hello;
+  bad.set_committed_epoch_id("job-6\nforged line");
+  ExpectRefused(bad, "committed epoch");
+  bad = hello;
+  bad.mutable_in_doubt()->set_version(0);
+  ExpectRefused(bad, "the epoch in doubt's version 0 is not a version");
+  bad = hello;
+  bad.mutable_in_doubt()->add_destination_nodes("");
+  ExpectRefused(bad, "the epoch in doubt's destination node of 0 bytes");
+  bad = hello;
+  for (int i = 0; i < 4097; ++i) bad.mutable_in_doubt()->add_destination_nodes("n");
+  ExpectRefused(bad, "names 4098 nodes (at most 4096)");
+  bad = hello;
+  bad.mutable_in_doubt()->clear_epoch_id();
+  ExpectRefused(bad, "an epoch in doubt without an epoch id");
+}
+
 }  // namespace
 }  // namespace refit::daemon
