@@ -142,9 +142,21 @@ std::vector<std::string> Cluster::CutExpired(absl::Duration now, absl::Duration 
   {
     absl::MutexLock lock(&mu_);
     for (auto& [index, record] : daemons_) {
-      if (!record.connected || now - record.last_heard <= lease) continue;
+      if (!record.connected) continue;
+      const absl::Duration unread =
+          record.channel != nullptr ? record.channel->WriteBlockedFor(now) : absl::ZeroDuration();
+      const int64_t lease_ms = absl::ToInt64Milliseconds(lease);
+      if (now - record.last_heard > lease) {
+        nodes.push_back(absl::StrCat("refitd on ", record.peer.node(), " sent nothing for ",
+                                     lease_ms, " ms (its lease): cut off"));
+      } else if (unread > lease) {
+        nodes.push_back(absl::StrCat("refitd on ", record.peer.node(),
+                                     " left a message unread for ", lease_ms,
+                                     " ms (its lease): cut off"));
+      } else {
+        continue;
+      }
       expired.push_back(record.channel);
-      nodes.push_back(record.peer.node());
     }
   }
   // The streams' handlers see the cut and remove the daemons (and fail their epoch).

@@ -26,6 +26,8 @@ class DaemonChannel {
   virtual bool Send(const v1::CoordinatorMessage& message) = 0;
   // Ends the stream from the coordinator's side (fencing, an expired lease).
   virtual void Cut() {}
+  // How long the Send in flight has waited for the daemon to read (zero: none is).
+  virtual absl::Duration WriteBlockedFor(absl::Duration now) { return absl::ZeroDuration(); }
 };
 
 // One control stream of one daemon: its index and which of the node's sessions it is.
@@ -70,7 +72,9 @@ class Cluster {
   bool Touch(const DaemonSession& session);
   bool IsCurrent(const DaemonSession& session) const;
   // Cuts the stream of every current session silent for longer than `lease` at `now`
-  // (MonotonicNow()); returns the nodes cut.
+  // (MonotonicNow()), or whose daemon has left a message unread for that long (it may
+  // heartbeat, but a Refit sending it its plan would wait as long as it lives); returns
+  // what was cut and why, for the log.
   std::vector<std::string> CutExpired(absl::Duration now, absl::Duration lease);
   // The newest version the daemons say they committed (-1: none), for a restarted
   // coordinator.

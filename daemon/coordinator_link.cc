@@ -158,6 +158,8 @@ void CoordinatorLink::Session() {
   arguments.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, keepalive_ms);
   arguments.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   arguments.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  // A large model's plan slice is tens of megabytes; the coordinator sends up to 256 MiB.
+  arguments.SetMaxReceiveMessageSize(256 << 20);
   auto channel = grpc::CreateCustomChannel(coordinator_, *credentials, arguments);
   auto stub = v1::Coordinator::NewStub(channel);
   grpc::ClientContext context;
@@ -532,6 +534,9 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
   }
   transport::PlanExecutor executor(registry_->buffers(), placement, slice.daemon_index(), worker,
                                    peers);
+  // A link that died under the epoch, while both ends still reach the coordinator, ends
+  // it within this bound rather than at its deadline.
+  executor.SetStallLimit(absl::Milliseconds(execute.stall_ms() > 0 ? execute.stall_ms() : 10000));
   executor.SetInterrupt(&interrupt_);
   if (nccl.group != nullptr) {
     executor.UseNccl(&nccl);

@@ -49,9 +49,8 @@ void CoordinatorServer::EnforceLeases() {
   while (!stopping()) {
     const absl::Duration next = MonotonicNow() + lease_ / 4;
     while (MonotonicNow() < next && !stopping()) absl::SleepFor(absl::Milliseconds(10));
-    for (const std::string& node : cluster_.CutExpired(MonotonicNow(), lease_)) {
-      spdlog::warn("refitd on {} sent nothing for {} ms (its lease): cut off", node,
-                   absl::ToInt64Milliseconds(lease_));
+    for (const std::string& cut : cluster_.CutExpired(MonotonicNow(), lease_)) {
+      spdlog::warn("{}", cut);
     }
     if (const int cut = service_.CutStreamsWithoutHello(MonotonicNow()); cut > 0) {
       spdlog::warn("cut {} control streams that said no hello within {} ms", cut,

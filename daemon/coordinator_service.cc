@@ -25,8 +25,17 @@ class StreamChannel : public DaemonChannel {
     {
       absl::MutexLock lock(&state_mu_);
       if (closed_) return false;
+      writing_ = true;
+      writing_since_ = MonotonicNow();
     }
-    return stream_->Write(message);
+    const bool written = stream_->Write(message);
+    absl::MutexLock lock(&state_mu_);
+    writing_ = false;
+    return written;
+  }
+  absl::Duration WriteBlockedFor(absl::Duration now) override {
+    absl::MutexLock lock(&state_mu_);
+    return writing_ ? now - writing_since_ : absl::ZeroDuration();
   }
   // The handler is returning: no Send may touch the stream after this.
   void Close() {
@@ -41,11 +50,15 @@ class StreamChannel : public DaemonChannel {
   void Cut() override {
     absl::MutexLock lock(&state_mu_);
     cut_ = true;
+    cut_while_writing_ = writing_;
     if (!closed_) context_->TryCancel();
   }
-  bool was_cut() {
+  // What ended the daemon's session, for its epoch's error.
+  std::string Ending() {
     absl::MutexLock lock(&state_mu_);
-    return cut_;
+    if (!cut_) return "disconnected during the epoch";
+    return cut_while_writing_ ? "stopped reading its control stream (a message waited a lease)"
+                              : "stopped answering (its lease expired)";
   }
 
  private:
@@ -53,6 +66,9 @@ class StreamChannel : public DaemonChannel {
   absl::Mutex state_mu_;
   grpc::ServerContext* context_;
   bool cut_ ABSL_GUARDED_BY(state_mu_) = false;
+  bool cut_while_writing_ ABSL_GUARDED_BY(state_mu_) = false;
+  bool writing_ ABSL_GUARDED_BY(state_mu_) = false;  // a Write is in flight
+  absl::Duration writing_since_ ABSL_GUARDED_BY(state_mu_);  // MonotonicNow()
   bool closed_ ABSL_GUARDED_BY(state_mu_) = false;
   grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::DaemonMessage>* stream_;
 };
@@ -159,8 +175,7 @@ grpc::Status CoordinatorService::Control(
   }
   cluster_->RemoveDaemon(session);
   UpdateRankGauges();
-  runner_->OnDaemonLost(session.index, channel->was_cut() ? "stopped answering (its lease expired)"
-                                                          : "disconnected during the epoch");
+  runner_->OnDaemonLost(session.index, channel->Ending());
   return grpc::Status::OK;
 }
 

@@ -109,7 +109,8 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
       if (nccl->has_value()) *slice->mutable_nccl() = **nccl;
       sent_to.reset();
       if (!channel->Send(slice_message)) {
-        return absl::UnavailableError(absl::StrCat("daemon ", index, " is unreachable"));
+        return absl::UnavailableError(
+            absl::StrCat("refitd on ", cluster_->NodeOf(index), " is unreachable (its stream ended)"));
       }
       sent_to = channel;
       sent_key = slice_key;
@@ -122,8 +123,10 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
     execute->set_deadline_ms(absl::ToInt64Milliseconds(deadline - absl::Now()));
     execute->set_epoch_number(number);
     execute->set_checksums(!job_.skip_checksums());
+    execute->set_stall_ms(job_.data_plane_stall_ms());
     if (!channel->Send(execute_message)) {
-      return absl::UnavailableError(absl::StrCat("daemon ", index, " is unreachable"));
+      return absl::UnavailableError(
+            absl::StrCat("refitd on ", cluster_->NodeOf(index), " is unreachable (its stream ended)"));
     }
     asked.insert(index);
   }

@@ -54,6 +54,10 @@ absl::Status CheckJob(const v1::JobSpec& job) {
     // A lease shorter than a few heartbeat intervals cuts healthy daemons.
     status = CheckOptionalRange("leaseMs", job.lease_ms(), 200, 600000, "ms");
   }
+  if (status.ok()) {
+    status = CheckOptionalRange("dataPlaneStallMs", job.data_plane_stall_ms(), 100,
+                                int64_t{24} * 3600 * 1000, "ms");
+  }
   if (status.ok() && job.staging_budget_bytes() < 0) {
     status = Bad("stagingBudgetBytes", absl::StrCat(job.staging_budget_bytes(), " is negative"));
   }

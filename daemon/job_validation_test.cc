@@ -34,6 +34,8 @@ TEST(JobValidationTest, EveryFieldOutOfRangeIsRefusedByName) {
   ExpectRefused([](v1::JobSpec* j) { j->set_destination_ranks(0); }, "job: destinationRanks 0");
   ExpectRefused([](v1::JobSpec* j) { j->set_lease_ms(1); }, "job: leaseMs 1 is outside 200");
   ExpectRefused([](v1::JobSpec* j) { j->set_lease_ms(-5000); }, "job: leaseMs -5000");
+  ExpectRefused([](v1::JobSpec* j) { j->set_data_plane_stall_ms(5); },
+                "job: dataPlaneStallMs 5 is outside 100");
   ExpectRefused([](v1::JobSpec* j) { j->set_epoch_deadline_ms(-1); }, "job: epochDeadlineMs -1");
   ExpectRefused([](v1::JobSpec* j) { j->set_staging_budget_bytes(-1); },
                 "job: stagingBudgetBytes -1 is negative");

@@ -114,6 +114,7 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
         worker_->PostReceive(MessageTag(epoch, false, batch, peer), staging.data(), staging.size());
     if (!posted.ok()) return fail(posted.status());
     operations.push_back(*posted);
+    operations.back().what = absl::StrCat("the ", staging.size(), " bytes from daemon ", peer);
   }
   for (const auto& [peer, list] : outgoing) {
     UcxEndpoint* endpoint = PeerOf(peer);
@@ -130,6 +131,7 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
         endpoint->PostSend(MessageTag(epoch, false, batch, self_), staging.data(), staging.size());
     if (!posted.ok()) return fail(posted.status());
     operations.push_back(*posted);
+    operations.back().what = absl::StrCat("the ", staging.size(), " bytes to daemon ", peer);
     stats->bytes_sent_to[peer] += staging.size();
   }
   for (const v1::Transfer* t : local) {
@@ -141,7 +143,7 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
     if (!sent.ok()) return fail(sent);
   }
   if (!operations.empty()) {
-    absl::Status done = worker_->WaitAll(&operations, deadline);
+    absl::Status done = worker_->WaitAll(&operations, deadline, stall_limit_);
     if (!done.ok()) {
       return absl::Status(done.code(), absl::StrCat("batch ", batch, ": ", done.message()));
     }

@@ -83,6 +83,10 @@ class PlanExecutor {
   // Once `*interrupt` is true the run stops at the next batch or transfer boundary with
   // CANCELLED (UCX waits end at once when the worker shares the flag).
   void SetInterrupt(const std::atomic<bool>* interrupt) { interrupt_ = interrupt; }
+  // A batch whose messages to and from peers all stand still this long fails (a dead link
+  // the control plane does not see). Ordered plans wait piece by piece on peers that may
+  // be busy with earlier pieces for a long time, so there only the deadline applies.
+  void SetStallLimit(absl::Duration limit) { stall_limit_ = limit; }
 
   // Sends pieces between GPU buffers of different daemons over NCCL instead of UCX.
   void UseNccl(const NcclRoute* route) { nccl_ = route; }
@@ -129,6 +133,7 @@ class PlanExecutor {
   std::vector<UcxEndpoint*> peers_;
   std::function<void(int64_t)> progress_;
   const std::atomic<bool>* interrupt_ = nullptr;
+  absl::Duration stall_limit_ = absl::InfiniteDuration();
   const NcclRoute* nccl_ = nullptr;
   StagingPool* device_staging_ = nullptr;
 };

@@ -1,7 +1,10 @@
 #include "transport/ucx_worker.h"
 
+#include <chrono>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "spdlog/spdlog.h"
 #include "transport/data_plane_address.h"
 
@@ -71,7 +74,8 @@ UcxWorker::~UcxWorker() {
   ucp_cleanup(context_);
 }
 
-absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl::Time deadline) {
+absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl::Time deadline,
+                                absl::Duration stall_limit) {
   absl::Status result;
   auto status_of = [](const PendingOperation& op, ucp_tag_recv_info_t* info) {
     return op.receive ? ucp_tag_recv_request_test(op.request, info)
@@ -79,6 +83,12 @@ absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl:
   };
   size_t pending = 0;
   for (const PendingOperation& op : *operations) pending += op.request != nullptr;
+  // Steady time: a wall-clock step must not look like a stall.
+  auto last_finished = std::chrono::steady_clock::now();
+  const auto stall = stall_limit == absl::InfiniteDuration()
+                         ? std::chrono::steady_clock::duration::max()
+                         : std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                               absl::ToChronoNanoseconds(stall_limit));
   while (pending > 0) {
     ucp_worker_progress(worker_);
     for (PendingOperation& op : *operations) {
@@ -90,11 +100,24 @@ absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl:
       ucp_request_free(op.request);
       op.request = nullptr;
       --pending;
+      last_finished = std::chrono::steady_clock::now();
       if (result.ok()) result = UcxStatus(status, op.what.c_str());
     }
     if (pending > 0 && result.ok() && interrupt_ != nullptr && *interrupt_) {
       result = absl::CancelledError(
           absl::StrCat("interrupted with ", pending, " UCX operations unfinished"));
+    }
+    if (pending > 0 && result.ok() &&
+        std::chrono::steady_clock::now() - last_finished > stall) {
+      std::vector<std::string> waiting;
+      for (const PendingOperation& op : *operations) {
+        if (op.request != nullptr && waiting.size() < 4) waiting.push_back(op.what);
+      }
+      result = absl::UnavailableError(absl::StrCat(
+          "no data-plane operation finished for ", absl::ToInt64Milliseconds(stall_limit),
+          " ms (a dead link?); still waiting for ", absl::StrJoin(waiting, ", "),
+          pending > waiting.size() ? absl::StrCat(" and ", pending - waiting.size(), " more")
+                                   : ""));
     }
     if (pending > 0 && (!result.ok() || absl::Now() > deadline)) {
       if (result.ok()) {

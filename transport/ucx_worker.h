@@ -56,7 +56,10 @@ class UcxWorker {
   // (or at the first failure, or once the interrupt flag is set: CANCELLED). A send that
   // does not yield to cancelling (a rendezvous with a peer that stopped answering) gets
   // its endpoint force-closed, which ends it. Every request is freed either way.
-  absl::Status WaitAll(std::vector<PendingOperation>* operations, absl::Time deadline);
+  // UNAVAILABLE as well (and the rest cancelled) once none of them has finished for
+  // `stall_limit`: a dead link that nobody closes ends the wait in bounded time.
+  absl::Status WaitAll(std::vector<PendingOperation>* operations, absl::Time deadline,
+                       absl::Duration stall_limit = absl::InfiniteDuration());
 
   // While `*interrupt` is true, every wait ends at once (CANCELLED). Another thread may set
   // it to abort an epoch; null: never interrupted. The flag must outlive the worker's use.

@@ -68,6 +68,37 @@ TEST(UcxWorkerTest, ASendToAPeerThatStoppedAnsweringEndsAtTheInterrupt) {
   EXPECT_FALSE((*endpoint)->PostSend(9, big.data(), 8).ok());
 }
 
+TEST(UcxWorkerTest, OperationsThatStandStillEndAtTheStallLimitLongBeforeTheDeadline) {
+  // A dead link nobody closes: the receiver never progresses, nothing finishes. The send
+  // ends once it has stood still for the stall limit, though its deadline is a minute off.
+  auto receiver = UcxWorker::Create("stalled");
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  auto sender = UcxWorker::Create("sender");
+  ASSERT_TRUE(sender.ok()) << sender.status();
+  auto endpoint = (*sender)->Connect((*receiver)->address());
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  std::vector<uint8_t> big(64 << 20, 1);
+  const absl::Time start = absl::Now();
+  absl::StatusOr<PendingOperation> send = (*endpoint)->PostSend(/*tag=*/9, big.data(), big.size());
+  ASSERT_TRUE(send.ok()) << send.status();
+  std::vector<PendingOperation> sends = {*send};
+  const absl::Status sent =
+      (*sender)->WaitAll(&sends, absl::Now() + absl::Seconds(60), absl::Milliseconds(300));
+  EXPECT_EQ(sent.code(), absl::StatusCode::kUnavailable) << sent;
+  EXPECT_NE(sent.message().find("no data-plane operation finished for 300 ms"), std::string::npos)
+      << sent;
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  // A receive whose sender never comes ends the same way.
+  char buffer[8];
+  absl::StatusOr<PendingOperation> receive = (*receiver)->PostReceive(10, buffer, sizeof(buffer));
+  ASSERT_TRUE(receive.ok()) << receive.status();
+  std::vector<PendingOperation> receives = {*receive};
+  const absl::Status received =
+      (*receiver)->WaitAll(&receives, absl::Now() + absl::Seconds(60), absl::Milliseconds(200));
+  EXPECT_EQ(received.code(), absl::StatusCode::kUnavailable) << received;
+}
+
 TEST(UcxWorkerTest, ReceiveWithoutSenderEndsAtTheDeadline) {
   auto worker = UcxWorker::Create("lonely");
   ASSERT_TRUE(worker.ok()) << worker.status();

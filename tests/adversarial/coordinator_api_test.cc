@@ -16,9 +16,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
+#include "planner/testing/layout_builder.h"
 #include "tests/adversarial/hostile_cluster.h"
 #include "transport/shared_memory.h"
+#include "transport/ucx_worker.h"
 
 namespace refit::testing {
 namespace {
@@ -162,6 +166,79 @@ TEST_F(CoordinatorApiTest, ARogueDaemonCannotRegisterRoleNinetyNineOrTakeARankAn
   }
   stream->Finish();
   ASSERT_TRUE(Deregister(v1::ROLE_DESTINATION, 0).ok());
+}
+
+TEST_F(CoordinatorApiTest, ADaemonThatHeartbeatsButStopsReadingIsCutOffWithinALease) {
+  // 65,536 small tensors under 256-character names: refitd on node-a holds them as the
+  // source; a rogue daemon that heartbeats but never reads its stream registers the
+  // destination rank, so its plan slice (about 20 MB) cannot be written to it.
+  constexpr int kTensors = 1 << 16;
+  LayoutBuilder source_layout, destination_layout;
+  source_layout.Rank(0, "node-a", -1).Buffer(0, "b", int64_t{kTensors} * 4);
+  destination_layout.Rank(0, "stuck-node", -1).Buffer(0, "b", int64_t{kTensors} * 4);
+  for (int i = 0; i < kTensors; ++i) {
+    const std::string tensor = absl::StrCat(std::string(240, 't'), ".", i);
+    for (LayoutBuilder* layout : {&source_layout, &destination_layout}) {
+      layout->Tensor(tensor, {1, 1}).View(0, tensor, {0, 0}, {1, 1}, "b", int64_t{i} * 4);
+    }
+  }
+  const v1::LayoutSpec source = backed_.Back(source_layout.spec(), "stuck");
+  v1::RegisterRankRequest source_request;
+  source_request.set_role(v1::ROLE_SOURCE);
+  *source_request.mutable_layout() = source.ranks(0);
+  *source_request.mutable_tensors() = source.tensors();
+  ASSERT_TRUE(Register(source_request).ok());
+  // A real data-plane address (a worker that never progresses): node-a may connect to it.
+  absl::StatusOr<std::unique_ptr<transport::UcxWorker>> worker =
+      transport::UcxWorker::Create("stuck-node");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  grpc::ClientContext context;
+  auto stream = coordinator_stub_->Control(&context);
+  v1::DaemonMessage message;
+  *message.mutable_hello() = GoodHello("stuck-node");
+  message.mutable_hello()->set_data_plane_address((*worker)->address());
+  ASSERT_TRUE(stream->Write(message));
+  v1::CoordinatorMessage welcome;
+  ASSERT_TRUE(stream->Read(&welcome));
+  message.Clear();
+  message.mutable_register_rank()->set_role(v1::ROLE_DESTINATION);
+  *message.mutable_register_rank()->mutable_layout() = destination_layout.spec().ranks(0);
+  *message.mutable_register_rank()->mutable_tensors() = destination_layout.spec().tensors();
+  ASSERT_TRUE(stream->Write(message));
+  absl::Mutex mu;
+  bool stop = false;
+  std::thread heartbeat([&]() {
+    v1::DaemonMessage beat;
+    beat.mutable_heartbeat();
+    absl::MutexLock lock(&mu);
+    while (!mu.AwaitWithTimeout(absl::Condition(&stop), absl::Milliseconds(100))) {
+      if (!stream->Write(beat)) break;
+    }
+  });
+  const int64_t version = NextVersion();
+  ASSERT_TRUE(Publish(0, version).ok());
+  const absl::Time start = absl::Now();
+  grpc::Status refit;
+  for (int i = 0; i < 100; ++i) {  // until the coordinator holds the rogue's registration
+    refit = Refit(version, 30000);
+    if (refit.error_message().find("incomplete") == std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  const absl::Duration took = absl::Now() - start;
+  {
+    absl::MutexLock lock(&mu);
+    stop = true;
+  }
+  heartbeat.join();
+  context.TryCancel();
+  stream->Finish();
+  EXPECT_EQ(refit.error_code(), grpc::StatusCode::UNAVAILABLE) << refit.error_message();
+  EXPECT_THAT(refit.error_message(), HasSubstr("refitd on stuck-node is unreachable"));
+  EXPECT_THAT(coordinator()->Log(),
+              HasSubstr("refitd on stuck-node left a message unread for 1000 ms (its lease)"));
+  // A lease (1 s) and the quarter lease between checks, not the refit's 30 s deadline.
+  EXPECT_LT(took, absl::Seconds(10));
+  ASSERT_TRUE(Deregister(v1::ROLE_SOURCE, 0).ok());
 }
 
 TEST_F(CoordinatorApiTest, WatchingAnUnknownEpochIsNotFound) {

@@ -83,6 +83,19 @@ side_seen() {
   "$bin/refitctl" layouts --coordinator="$coordinator" 2>/dev/null | grep -q "^$1: $2 ranks"
 }
 
+# await_left NODE COUNT: waits (up to 10 s) until NODE's refitd has logged COUNT
+# destination ranks leaving. Only then does the coordinator's count of destinations settle:
+# while that refitd reconnects it says again the ranks it still holds, so the count can
+# drop to 0 and rise once more.
+await_left() {
+  for _ in $(seq 100); do
+    (($(grep -c "destination rank [0-9]* left" "$work/$1.log" || true) >= $2)) && return 0
+    sleep 0.1
+  done
+  echo "refitd on $1 did not see $2 destination ranks leave" >&2
+  return 1
+}
+
 # await_exit PID SECONDS: fails unless the process ends within SECONDS.
 await_exit() {
   for _ in $(seq $(($2 * 10))); do kill -0 "$1" 2>/dev/null || return 0; sleep 0.1; done

@@ -121,6 +121,8 @@ if [[ $fault == trainer-ranks || $fault == trainer-refitting ]]; then
     exit 1
   fi
 fi
+# Where the inference node's refitd outlived the fault, it sees its four ranks leave first.
+[[ $fault == destination-daemon ]] || await_left "$inference" 4
 for _ in $(seq 300); do destinations_seen 0 && break; sleep 0.1; done
 destinations_seen 0 || { echo "the first round's inference ranks are still registered" >&2; false; }
 # After the coordinator and daemon-stop faults the new inference ranks are staged (refitd

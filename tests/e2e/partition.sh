@@ -84,6 +84,7 @@ done
 ip -n "$netns" link set "$far" up
 for pid in "$inference_ranks" "$trainer_ranks"; do kill -TERM "$pid" 2> /dev/null || true; done
 for pid in "$inference_ranks" "$trainer_ranks"; do await_exit "$pid" 10; done
+await_left "$inference" 4
 for _ in $(seq 300); do destinations_seen 0 && break; sleep 0.1; done
 start_ranks 2
 await_exit "$trainer_ranks" 120
