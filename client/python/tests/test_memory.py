@@ -45,16 +45,22 @@ class MemoryTest(unittest.TestCase):
             RankMemory(0, {"w": (refit.replicated((2,)), torch.float32)}, device="meta")
 
 
+def own_segments():
+    """The shared-memory segments this process's client made (other tests share /dev/shm)."""
+    prefix = f"refit-py-{os.getpid()}-"
+    return {name for name in os.listdir("/dev/shm") if name.startswith(prefix)}
+
+
 class UnreachableDaemonTest(unittest.TestCase):
     def test_a_missing_daemon_is_a_clear_error_and_leaves_no_segment(self):
-        before = set(os.listdir("/dev/shm"))
+        before = own_segments()
         daemon = refit.LocalDaemon("/nonexistent/refitd.sock")
         with self.assertRaises(refit.RefitError) as raised:
             daemon.register_source(0, {"w": (refit.replicated((2,)), torch.float32)},
                                    timeout=1)
         self.assertIn(raised.exception.code.name, ("UNAVAILABLE", "DEADLINE_EXCEEDED"))
         daemon.close()
-        self.assertEqual(set(os.listdir("/dev/shm")) - before, set())
+        self.assertEqual(own_segments() - before, set())
 
 
 if __name__ == "__main__":
