@@ -19,9 +19,11 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   std::unique_ptr<CoordinatorServer> server(
       new CoordinatorServer(std::move(job), default_deadline, metrics, security.token));
   grpc::EnableDefaultHealthCheckService(true);
+  absl::StatusOr<std::unique_ptr<ConnectionListener>> listener = ConnectionListener::Bind(listen);
+  if (!listener.ok()) return listener.status();
+  server->listener_ = std::move(*listener);
   grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort(listen, *credentials, &port);
+  server->listener_->AttachTo(builder, *credentials);
   builder.RegisterService(&server->service_);
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
@@ -31,10 +33,12 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   if (!interceptors.empty()) builder.experimental().SetInterceptorCreators(std::move(interceptors));
   server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || port == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+  if (server->server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot serve on ", listen));
   }
-  server->address_ = absl::StrCat(listen.substr(0, listen.rfind(':')), ":", port);
+  server->listener_->Start();
+  server->address_ =
+      absl::StrCat(listen.substr(0, listen.rfind(':')), ":", server->listener_->port());
   server->lease_thread_ = std::thread(&CoordinatorServer::EnforceLeases, server.get());
   return server;
 }
@@ -67,6 +71,7 @@ CoordinatorServer::~CoordinatorServer() {
     }
     lease_thread_.join();
   }
+  listener_.reset();  // no connection is handed to a server shutting down
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/cluster.h"
+#include "daemon/connection_listener.h"
 #include "daemon/coordinator_service.h"
 #include "daemon/epoch_runner.h"
 #include "daemon/metrics.h"
@@ -52,6 +53,7 @@ class CoordinatorServer {
   Cluster cluster_;
   EpochRunner runner_;
   CoordinatorService service_;
+  std::unique_ptr<ConnectionListener> listener_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
   absl::Mutex lease_mu_;

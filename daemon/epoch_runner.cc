@@ -4,6 +4,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "daemon/cancellable_wait.h"
 #include "daemon/nccl_members.h"
 #include "daemon/piece_checksums.h"
 #include "daemon/view_checksums.h"
@@ -42,6 +44,21 @@ bool HeldByAll(const std::map<int64_t, uint64_t>& committed_to,
     if (it == committed_to.end() || it->second != registration) return false;
   }
   return true;
+}
+
+// The message that settles an epoch on a daemon: commit it, or abort it saying why.
+v1::CoordinatorMessage OutcomeMessage(const std::string& epoch_id, int64_t version, bool committed,
+                                      absl::string_view abort_reason) {
+  v1::CoordinatorMessage message;
+  if (committed) {
+    message.mutable_commit()->set_epoch_id(epoch_id);
+    message.mutable_commit()->set_version(version);
+  } else {
+    message.mutable_abort()->set_epoch_id(epoch_id);
+    message.mutable_abort()->set_version(version);
+    message.mutable_abort()->set_reason(std::string(abort_reason));
+  }
+  return message;
 }
 
 }  // namespace
@@ -136,12 +153,7 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
 bool EpochRunner::TakeGroup(absl::Time deadline, const Cancelled& cancelled) {
   absl::MutexLock lock(&mu_);
   auto group_free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !group_busy_; };
-  while (!group_free()) {
-    const absl::Time now = absl::Now();
-    if (now >= deadline || (cancelled && cancelled())) return false;
-    mu_.AwaitWithDeadline(absl::Condition(&group_free),
-                          std::min(deadline, now + absl::Milliseconds(100)));
-  }
+  if (!AwaitCancellable(mu_, absl::Condition(&group_free), deadline, cancelled)) return false;
   group_busy_ = true;
   return true;
 }
@@ -332,11 +344,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
     auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return waiting_for_.empty() || !failure_.empty();
     };
-    while (!settled() && absl::Now() < deadline && !gave_up()) {
-      mu_.AwaitWithDeadline(absl::Condition(&settled),
-                            std::min(deadline, absl::Now() + absl::Milliseconds(100)));
-    }
-    if (!settled() && gave_up()) {
+    if (!AwaitCancellable(mu_, absl::Condition(&settled), deadline, cancelled) && gave_up()) {
       failure_ = "the caller cancelled the refit";
       outcome = absl::CancelledError(absl::StrCat("epoch ", epoch_id, ": ", failure_));
     } else if (!failure_.empty()) {
@@ -382,15 +390,8 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
     ++progress_events_;
   }
   // Commit or abort everywhere.
-  v1::CoordinatorMessage message;
-  if (outcome.ok()) {
-    message.mutable_commit()->set_epoch_id(epoch_id);
-    message.mutable_commit()->set_version(version);
-  } else {
-    message.mutable_abort()->set_epoch_id(epoch_id);
-    message.mutable_abort()->set_reason(std::string(outcome.message()));
-    message.mutable_abort()->set_version(version);
-  }
+  const v1::CoordinatorMessage message =
+      OutcomeMessage(epoch_id, version, outcome.ok(), outcome.message());
   for (const auto& [index, channel] : snapshot->channels) channel->Send(message);
   // A daemon whose stream broke after its report said hello again in doubt: tell it too.
   SettleDaemonsInDoubt();
@@ -542,16 +543,8 @@ void EpochRunner::SettleDaemonsInDoubt(bool superseded) {
       absl::MutexLock lock(&mu_);
       DecidedLocked(epoch_id, committed);  // every daemon in doubt about it hears the same
     }
-    v1::CoordinatorMessage message;
-    if (committed) {
-      message.mutable_commit()->set_epoch_id(epoch_id);
-      message.mutable_commit()->set_version(daemon.epoch.version());
-    } else {
-      message.mutable_abort()->set_epoch_id(epoch_id);
-      message.mutable_abort()->set_version(daemon.epoch.version());
-      message.mutable_abort()->set_reason(resolution.why);
-    }
-    daemon.channel->Send(message);
+    daemon.channel->Send(
+        OutcomeMessage(epoch_id, daemon.epoch.version(), committed, resolution.why));
     cluster_->SettleInDoubt(daemon.index, epoch_id, committed);
     spdlog::warn("refitd on {} was in doubt about epoch {} (version {}): {} ({})", daemon.node,
                  epoch_id, daemon.epoch.version(), committed ? "committed" : "aborted",

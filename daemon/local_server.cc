@@ -31,27 +31,33 @@ absl::StatusOr<std::unique_ptr<LocalServer>> LocalServer::Start(const std::strin
   }
   auto server = std::unique_ptr<LocalServer>(new LocalServer(socket_path, registry));
   server->lock_ = std::move(*lock);
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("unix:" + socket_path, grpc::InsecureServerCredentials());
-  builder.RegisterService(&server->service_);
-  builder.SetMaxReceiveMessageSize(64 << 20);
-  builder.SetMaxSendMessageSize(64 << 20);
   // The socket is created owner-only (no window with wider permissions) and stays so:
   // only the user that runs refitd may register buffers with it.
   const mode_t previous_umask = umask(0077);
-  server->server_ = builder.BuildAndStart();
+  absl::StatusOr<std::unique_ptr<ConnectionListener>> listener =
+      ConnectionListener::Bind("unix:" + socket_path);
   umask(previous_umask);
-  if (server->server_ == nullptr) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on unix socket ", socket_path));
-  }
+  if (!listener.ok()) return listener.status();
+  server->listener_ = std::move(*listener);
   if (chmod(socket_path.c_str(), 0600) != 0) {
     return absl::InternalError(absl::StrCat("chmod ", socket_path, ": ", std::strerror(errno)));
   }
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  server->listener_->AttachTo(builder, grpc::InsecureServerCredentials());
+  builder.RegisterService(&server->service_);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.SetMaxSendMessageSize(64 << 20);
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot serve on unix socket ", socket_path));
+  }
+  server->listener_->Start();
   return server;
 }
 
 LocalServer::~LocalServer() {
+  listener_.reset();  // no connection is handed to a server shutting down
   if (server_ != nullptr) {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }

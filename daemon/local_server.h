@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "daemon/connection_listener.h"
 #include "daemon/local_service.h"
 #include "daemon/pid_lock.h"
 #include "daemon/rank_registry.h"
@@ -31,6 +32,7 @@ class LocalServer {
   std::string socket_path_;
   std::unique_ptr<PidLock> lock_;  // held while the socket is ours
   LocalService service_;
+  std::unique_ptr<ConnectionListener> listener_;
   std::unique_ptr<grpc::Server> server_;
 };
 

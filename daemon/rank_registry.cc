@@ -6,6 +6,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/cancellable_wait.h"
 #include "daemon/request_limits.h"
 #include "planner/dtype.h"
 #include "planner/layout.h"
@@ -247,12 +248,9 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
     return absl::NotFoundError(
         absl::StrCat(RankName(v1::ROLE_DESTINATION, rank), " is not registered on ", node_));
   }
-  bool gave_up = false;
-  while (!ready() && absl::Now() < deadline && !gave_up) {
-    mu_.AwaitWithDeadline(absl::Condition(&ready),
-                          std::min(deadline, absl::Now() + absl::Milliseconds(100)));
-    gave_up = cancelled && cancelled();
-  }
+  const bool gave_up =
+      !AwaitCancellable(mu_, absl::Condition(&ready), deadline, cancelled) && cancelled &&
+      cancelled();
   auto it = ranks_.find(key);
   if (it == ranks_.end()) {
     return absl::FailedPreconditionError(
