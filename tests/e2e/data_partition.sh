@@ -24,31 +24,15 @@ skip() {
 command -v ip > /dev/null || skip "needs ip (iproute2)"
 
 source "$(dirname "$0")/cluster.sh"
+source "$(dirname "$0")/netns.sh"
 open_work dpart
-suffix=$(printf '%04x' $((RANDOM % 65536)))
-netns=refit-dpart-$suffix
+open_netns refit-dpart
 control_near=rca$suffix data_near=rda$suffix  # this namespace's ends
 control_far=rcb$suffix data_far=rdb$suffix    # the inference node's ends
 control_subnet=10.214.$((RANDOM % 250 + 1))
 data_subnet=10.215.$((RANDOM % 250 + 1))
-teardown() {
-  cleanup
-  ip link del "$control_near" 2> /dev/null || true
-  ip link del "$data_near" 2> /dev/null || true
-  ip netns del "$netns" 2> /dev/null || true
-}
-trap teardown EXIT
-ip netns add "$netns" 2> /dev/null || skip "cannot create a network namespace here"
-for pair in "$control_near:$control_far:$control_subnet" "$data_near:$data_far:$data_subnet"; do
-  IFS=: read -r near far subnet <<< "$pair"
-  ip link add "$near" type veth peer name "$far" netns "$netns" 2> /dev/null ||
-    skip "cannot create a veth pair here"
-  ip addr add "$subnet.1/24" dev "$near"
-  ip link set "$near" up
-  ip -n "$netns" addr add "$subnet.2/24" dev "$far"
-  ip -n "$netns" link set "$far" up
-done
-ip -n "$netns" link set lo up
+link_netns "$control_near" "$control_far" "$control_subnet"
+link_netns "$data_near" "$data_far" "$data_subnet"
 tc qdisc add dev "$data_near" root handle 1: htb default 10 2> /dev/null &&
   tc class add dev "$data_near" parent 1: classid 1:10 htb rate 1000mbit 2> /dev/null ||
   skip "cannot shape a link here (tc htb)"

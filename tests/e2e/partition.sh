@@ -22,26 +22,13 @@ skip() {
 command -v ip > /dev/null || skip "needs ip (iproute2)"
 
 source "$(dirname "$0")/cluster.sh"
+source "$(dirname "$0")/netns.sh"
 open_work part
-suffix=$(printf '%04x' $((RANDOM % 65536)))
-netns=refit-part-$suffix
+open_netns refit-part
 near=rfa$suffix  # this namespace's end of the pair
 far=rfb$suffix   # the inference node's end
 subnet=10.213.$((RANDOM % 250 + 1))
-teardown() {
-  cleanup
-  ip link del "$near" 2> /dev/null || true
-  ip netns del "$netns" 2> /dev/null || true
-}
-trap teardown EXIT
-ip netns add "$netns" 2> /dev/null || skip "cannot create a network namespace here"
-ip link add "$near" type veth peer name "$far" netns "$netns" 2> /dev/null ||
-  skip "cannot create a veth pair here"
-ip addr add "$subnet.1/24" dev "$near"
-ip link set "$near" up
-ip -n "$netns" addr add "$subnet.2/24" dev "$far"
-ip -n "$netns" link set "$far" up
-ip -n "$netns" link set lo up
+link_netns "$near" "$far" "$subnet"
 
 trainer=train-node-0
 inference=infer-node-0
