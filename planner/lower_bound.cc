@@ -4,6 +4,7 @@
 #include <map>
 
 #include "planner/link_loads.h"
+#include "planner/overlap_index.h"
 
 namespace refit::planner {
 namespace {
@@ -37,6 +38,86 @@ class BoxUnion {
   std::vector<Box> boxes_;
 };
 
+// Bytes of a tensor that reach one place, counted once: boxes known to be disjoint are
+// summed as they come, the others united when the tensor is done.
+class Tally {
+ public:
+  void Add(const Box& box, int64_t bytes, bool may_overlap) {
+    if (sum_ == 0 && boxes_.empty()) touched_ = true;
+    if (may_overlap) {
+      boxes_.push_back(box);
+    } else {
+      sum_ += bytes;
+    }
+  }
+  // The bytes counted, and empty again.
+  int64_t Take(int element_bytes) {
+    int64_t bytes = sum_;
+    if (!boxes_.empty()) {
+      BoxUnion united;
+      for (const Box& box : boxes_) united.Add(box);
+      bytes += united.Volume() * element_bytes;
+    }
+    sum_ = 0;
+    boxes_.clear();
+    touched_ = false;
+    return bytes;
+  }
+  bool touched() const { return touched_; }
+
+ private:
+  int64_t sum_ = 0;
+  std::vector<Box> boxes_;
+  bool touched_ = false;
+};
+
+// Per tensor: whether its groups are pairwise disjoint (no region in two groups).
+std::vector<bool> DisjointGroups(const std::vector<ViewGroup>& groups, const OverlapIndex& index,
+                                 size_t num_tensors) {
+  std::vector<bool> disjoint(num_tensors, true);
+  std::vector<int32_t> candidates;
+  for (int32_t g = 0; g < static_cast<int32_t>(groups.size()); ++g) {
+    if (!disjoint[groups[g].tensor]) continue;
+    candidates.clear();
+    index.Query(groups[g].tensor, groups[g].box, &candidates);
+    for (int32_t other : candidates) {
+      if (other != g && Intersect(groups[g].box, groups[other].box).Volume() > 0) {
+        disjoint[groups[g].tensor] = false;
+        break;
+      }
+    }
+  }
+  return disjoint;
+}
+
+// Whether two members of `group` (replicas of its box) sit on one GPU.
+bool SharesAGpu(const PlanningProblem& problem, const ViewGroup& group) {
+  std::vector<int32_t> gpus;
+  for (int32_t v : group.views) gpus.push_back(problem.DestinationGpuOfView(v));
+  std::sort(gpus.begin(), gpus.end());
+  return std::adjacent_find(gpus.begin(), gpus.end()) != gpus.end();
+}
+
+// What of `box` (of `tensor`) no source view for which `excluded` is true holds: the
+// overlap index finds every source group that holds part of it, not only the one the
+// cover chose.
+template <typename Excluded>
+void WithoutHeldBy(const PlanningProblem& problem, int32_t tensor, const Box& box,
+                   Excluded excluded, std::vector<int32_t>* candidates, std::vector<Box>* out) {
+  out->assign(1, box);
+  candidates->clear();
+  problem.index->Query(tensor, box, candidates);
+  std::vector<Box> next;
+  for (int32_t g : *candidates) {
+    const ViewGroup& group = problem.source_groups[g];
+    if (std::none_of(group.views.begin(), group.views.end(), excluded)) continue;
+    next.clear();
+    for (const Box& b : *out) Subtract(b, group.box, &next);
+    out->swap(next);
+    if (out->empty()) return;
+  }
+}
+
 }  // namespace
 
 LowerBound ComputeLowerBound(const PlanningProblem& problem) {
@@ -47,11 +128,32 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
   std::vector<int64_t> domain_out(cluster.num_domains(), 0);
   std::vector<int64_t> gpu_ingress(cluster.num_gpus(), 0);
 
-  // Destination boxes per (tensor, domain), in group order (groups are sorted by tensor).
-  std::map<int32_t, BoxUnion> needed;  // domain -> union, for the current tensor
+  // Where a tensor's groups are disjoint, so are the pieces of any two of them: counted
+  // without uniting. Otherwise (replicas tiled differently) they are united.
+  const std::vector<bool> sources_disjoint =
+      DisjointGroups(problem.source_groups, *problem.index, dst.tensors.size());
+  const OverlapIndex destination_index(problem.destination_groups,
+                                       static_cast<int32_t>(dst.tensors.size()));
+  const std::vector<bool> destinations_disjoint =
+      DisjointGroups(problem.destination_groups, destination_index, dst.tensors.size());
+  std::vector<bool> gpu_holds_sources(cluster.num_gpus(), false);
+  for (const ViewInfo& view : problem.sources->views) {
+    gpu_holds_sources[cluster.SourceGpu(view.rank_index)] = true;
+  }
+
+  // For the current tensor (groups are sorted by tensor):
+  //  - per destination domain, the boxes it needs;
+  //  - per source domain, what only it holds and another domain needs: that must leave
+  //    it at least once, and once may be enough (the others can forward it);
+  //  - per destination GPU, what it writes and does not hold.
+  std::map<int32_t, BoxUnion> needed;
+  std::vector<Tally> leaving(cluster.num_domains());
+  std::vector<Tally> arriving(cluster.num_gpus());
+  std::vector<int32_t> touched_domains, touched_gpus;
   std::vector<int32_t> candidates;
   int32_t current_tensor = -1;
   auto settle = [&]() {
+    const int element_bytes = dst.tensors[current_tensor].element_bytes;
     for (auto& [domain, boxes] : needed) {
       // Remove what sources inside the domain already hold.
       std::vector<Box> snapshot = boxes.boxes();
@@ -67,11 +169,17 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
           }
         }
       }
-      domain_in[domain] += boxes.Volume() * dst.tensors[current_tensor].element_bytes;
+      domain_in[domain] += boxes.Volume() * element_bytes;
     }
+    for (int32_t domain : touched_domains) domain_out[domain] += leaving[domain].Take(element_bytes);
+    for (int32_t gpu : touched_gpus) gpu_ingress[gpu] += arriving[gpu].Take(element_bytes);
     needed.clear();
+    touched_domains.clear();
+    touched_gpus.clear();
   };
-  std::vector<int32_t> holder_domains;
+
+  std::vector<int32_t> holder_domains, member_gpus;
+  std::vector<Box> fresh;
   for (int32_t g = 0; g < static_cast<int32_t>(problem.destination_groups.size()); ++g) {
     const ViewGroup& group = problem.destination_groups[g];
     if (group.tensor != current_tensor) {
@@ -79,11 +187,22 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
       current_tensor = group.tensor;
     }
     const int element_bytes = dst.tensors[group.tensor].element_bytes;
+    const bool may_overlap = !destinations_disjoint[group.tensor];
+    const bool sources_overlap = !sources_disjoint[group.tensor];
+    auto leave = [&](int32_t domain, const Box& box) {
+      if (!leaving[domain].touched()) touched_domains.push_back(domain);
+      leaving[domain].Add(box, BoxBytes(box, element_bytes), may_overlap);
+    };
+    auto arrive = [&](int32_t gpu, const Box& box) {
+      if (!arriving[gpu].touched()) touched_gpus.push_back(gpu);
+      arriving[gpu].Add(box, BoxBytes(box, element_bytes), may_overlap);
+    };
     const absl::Span<const DomainMembers> runs = problem.RunsOf(g);
     for (const DomainMembers& run : runs) needed[run.domain].Add(group.box);
+    // Members on one GPU (replicas of one box) share what arrives once.
+    const bool shares_a_gpu = SharesAGpu(problem, group);
 
     for (const CoverPiece& piece : problem.destination_cover[g]) {
-      const int64_t bytes = BoxBytes(piece.box, element_bytes);
       const std::vector<int32_t>& holders = problem.source_groups[piece.source_group].views;
       holder_domains.clear();
       for (int32_t h : holders) {
@@ -92,19 +211,46 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
       std::sort(holder_domains.begin(), holder_domains.end());
       holder_domains.erase(std::unique(holder_domains.begin(), holder_domains.end()),
                            holder_domains.end());
-      for (const DomainMembers& run : runs) {
-        const bool domain_holds =
-            std::binary_search(holder_domains.begin(), holder_domains.end(), run.domain);
-        // Bytes only one domain holds must leave it for every other domain needing them.
-        if (holder_domains.size() == 1 && !domain_holds) domain_out[holder_domains[0]] += bytes;
-        for (int32_t v : problem.MembersOf(run)) {
-          const int32_t gpu = problem.DestinationGpuOfView(v);
-          bool held_here = false;
-          if (domain_holds) {
-            for (int32_t h : holders) held_here |= problem.SourceGpuOfView(h) == gpu;
-          }
-          if (!held_here) gpu_ingress[gpu] += bytes;
+      if (holder_domains.size() == 1 &&
+          std::any_of(runs.begin(), runs.end(), [&](const DomainMembers& run) {
+            return run.domain != holder_domains[0];
+          })) {
+        const int32_t domain = holder_domains[0];
+        if (!sources_overlap) {
+          leave(domain, piece.box);
+        } else {  // what no other domain holds (another source group may hold part of it)
+          WithoutHeldBy(
+              problem, group.tensor, piece.box,
+              [&](int32_t h) { return cluster.DomainOf(problem.SourceGpuOfView(h)) != domain; },
+              &candidates, &fresh);
+          for (const Box& box : fresh) leave(domain, box);
         }
+      }
+      auto arrive_at = [&](int32_t gpu) {
+        if (!gpu_holds_sources[gpu]) {  // most GPUs: nothing to look up
+          arrive(gpu, piece.box);
+        } else if (!sources_overlap) {
+          if (std::none_of(holders.begin(), holders.end(),
+                           [&](int32_t h) { return problem.SourceGpuOfView(h) == gpu; })) {
+            arrive(gpu, piece.box);
+          }
+        } else {
+          WithoutHeldBy(
+              problem, group.tensor, piece.box,
+              [&](int32_t h) { return problem.SourceGpuOfView(h) == gpu; }, &candidates, &fresh);
+          for (const Box& box : fresh) arrive(gpu, box);
+        }
+      };
+      for (const DomainMembers& run : runs) {
+        if (!shares_a_gpu) {
+          for (int32_t v : problem.MembersOf(run)) arrive_at(problem.DestinationGpuOfView(v));
+          continue;
+        }
+        member_gpus.clear();
+        for (int32_t v : problem.MembersOf(run)) member_gpus.push_back(problem.DestinationGpuOfView(v));
+        std::sort(member_gpus.begin(), member_gpus.end());
+        member_gpus.erase(std::unique(member_gpus.begin(), member_gpus.end()), member_gpus.end());
+        for (int32_t gpu : member_gpus) arrive_at(gpu);
       }
     }
   }

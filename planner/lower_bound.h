@@ -3,9 +3,12 @@
 //    (by tensor and global coordinate) that no source inside that domain holds;
 //  - seconds: the most loaded link's unavoidable bytes over its bandwidth, where a domain's
 //    NIC-in must carry its network bytes, a source domain's NIC-out the bytes only it holds
-//    that other domains need, and a destination GPU's ingress (NIC + NVLink) the bytes of
-//    its views that its own GPU does not hold (each spread evenly over the domain's GPUs).
-// Forwarding through third domains over the network is not considered.
+//    that other domains need (once: they may forward them among themselves), and a
+//    destination GPU's ingress (NIC + NVLink) the bytes of its views that its own GPU does
+//    not hold (each spread evenly over the domain's GPUs).
+// Each term holds for any plan, relays through other domains or GPUs included: bytes a
+// domain needs and does not hold enter it at least once, bytes only one domain holds leave
+// it at least once, and a GPU receives what it writes and does not hold.
 #ifndef REFIT_PLANNER_LOWER_BOUND_H_
 #define REFIT_PLANNER_LOWER_BOUND_H_
 

@@ -4,6 +4,7 @@
 
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "planner/check/coverage_checker.h"
 #include "planner/layout.h"
@@ -227,6 +228,31 @@ TEST(PlannerTest, LowerBoundSkipsWhatTheDomainAlreadyHolds) {
   EXPECT_EQ((*plan)->stats.network_bytes, 8 * 4 * 4);
   EXPECT_EQ((*plan)->stats.nvlink_bytes, 8 * 4 * 4);
   EXPECT_GT((*plan)->stats.predicted_seconds, (*plan)->stats.lower_bound_seconds);
+}
+
+TEST(PlannerTest, TheBoundLetsReplicasForwardWhatTheSourcesSendOnce) {
+  // One trainer node holds w; 1 or 4 inference nodes each need all of it. The bytes must
+  // enter every inference node, but leave the trainer node only once: a plan that forwards
+  // from node to node takes as long for four replicas as for one.
+  auto bound_for = [](int replicas, const char* strategy, double* predicted) {
+    LayoutBuilder src, dst;
+    src.Tensor("w", {1024, 1024}).Rank(0, "trainer", 0).Replicated("w", {0});
+    dst.Tensor("w", {1024, 1024});
+    for (int r = 0; r < replicas; ++r) {
+      dst.Rank(r, absl::StrCat("inference-", r), 0).Replicated("w", {r});
+    }
+    PlanOptions options;
+    options.strategy = strategy;
+    absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanOf(Compile(src, dst), options);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    *predicted = (*plan)->stats.predicted_seconds;
+    return (*plan)->stats.lower_bound_seconds;
+  };
+  double predicted = 0;
+  const double one = bound_for(1, kStrategyReshard, &predicted);
+  EXPECT_GT(one, 0);
+  EXPECT_DOUBLE_EQ(bound_for(4, kStrategyReshard, &predicted), one);
+  EXPECT_LE(bound_for(4, kStrategyGatherBroadcast, &predicted), predicted);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Property tests: for many random layout pairs (1 to 4 dims, uneven splits on up to 3
 // dims, replication, fused and strided buffers), both strategies produce plans that the
-// independent checkers accept: every destination byte right, every element written once.
+// independent checkers accept: every destination byte right, every element written once;
+// and neither beats the lower bound.
 #include <random>
 
 #include "gtest/gtest.h"
@@ -47,6 +48,14 @@ TEST_P(RandomLayoutsTest, EveryDestinationByteIsRight) {
         << check::CheckBytes(*sources, *destinations, **plan, int64_t{1} << 28);
     EXPECT_TRUE(check::CheckCoverage(*sources, *destinations, **plan).ok())
         << check::CheckCoverage(*sources, *destinations, **plan);
+    // The bound holds for every plan of every strategy, also where bytes and not
+    // latencies decide the time.
+    EXPECT_LE((*plan)->stats.lower_bound_seconds, (*plan)->stats.predicted_seconds * (1 + 1e-12));
+    EXPECT_LE((*plan)->stats.lower_bound_network_bytes, (*plan)->stats.network_bytes);
+    absl::StatusOr<std::shared_ptr<const Plan>> slow =
+        BuildPlan(*sources, *destinations, refit::testing::SlowLinksTopology(), plan_options);
+    ASSERT_TRUE(slow.ok()) << slow.status();
+    EXPECT_LE((*slow)->stats.lower_bound_seconds, (*slow)->stats.predicted_seconds * (1 + 1e-12));
     if (std::string(c.strategy) == kStrategyReshard && c.hierarchical) {
       // Reshard never crosses the network with more than the destinations need.
       EXPECT_EQ((*plan)->stats.network_bytes, (*plan)->stats.lower_bound_network_bytes);

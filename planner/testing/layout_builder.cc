@@ -214,6 +214,17 @@ v1::LayoutSpec RandomSide(std::mt19937_64& rng, const std::vector<v1::TensorSpec
 
 }  // namespace
 
+v1::Topology SlowLinksTopology() {
+  v1::Topology topology;
+  topology.set_name("slow-links");
+  topology.set_nvlink_gbytes_per_s(450e-6);
+  topology.set_nic_gbytes_per_s(50e-6);
+  topology.set_local_copy_gbytes_per_s(1500e-6);
+  topology.set_message_latency_us(1e-9);
+  topology.set_batch_latency_us(1e-9);
+  return topology;
+}
+
 LayoutPair RandomLayoutPair(std::mt19937_64& rng, const RandomLayoutOptions& o) {
   std::vector<v1::TensorSpec> tensors;
   const int num_tensors = Uniform(rng, 1, o.max_tensors);

@@ -52,6 +52,11 @@ struct LayoutPair {
 
 LayoutPair RandomLayoutPair(std::mt19937_64& rng, const RandomLayoutOptions& options);
 
+// DGX H100's link ratios (NVLink 9x the NIC, local copies 30x) at a millionth of the
+// speed, with latencies near zero: on the tiny layouts of the tests, bytes rather than
+// latencies decide a plan's predicted time, as they do on a real model.
+v1::Topology SlowLinksTopology();
+
 // The control plane's small pair: two trainers (host "trainer") hold rows of a [16, 12]
 // w and a replicated norm; two inference ranks (host "inference") hold columns of w and
 // the norm.
