@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "transport/memory_fault_guard.h"
 #include "transport/strided_copy.h"
 
 namespace refit::daemon {
@@ -53,8 +54,12 @@ absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
             hashed.erase(known);
             continue;
           }
-          known->second =
-              transport::HashBox(extent, buffers.tensors().at(t.tensor()).element_bytes, *memory);
+          absl::Status hashed_ok = transport::GuardMemoryAccess(
+              absl::StrCat("hashing \"", t.tensor(), "\" in rank ", end.rank()), [&] {
+                known->second = transport::HashBox(
+                    extent, buffers.tensors().at(t.tensor()).element_bytes, *memory);
+              });
+          if (!hashed_ok.ok()) return hashed_ok;
         }
         v1::PieceChecksum& checksum = out.emplace_back();
         checksum.set_sequence(t.sequence());

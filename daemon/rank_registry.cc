@@ -300,13 +300,21 @@ void RankRegistry::EndEpoch() {
 std::vector<int64_t> RankRegistry::Commit(int64_t version,
                                           const std::function<void(int64_t rank)>& marked) {
   absl::MutexLock lock(&mu_);
-  buffers_.CommitStaged();  // before anyone is told the version is there
+  // Before anyone is told the version is there. A rank whose copy faulted holds parts of
+  // it: its waiters hear so, not that the version arrived.
+  const std::map<int64_t, absl::Status> torn = buffers_.CommitStaged();
   committed_ = std::max(committed_, version);
   std::vector<int64_t> destinations;
   for (auto& [key, entry] : ranks_) {
     if (key.first != v1::ROLE_DESTINATION) continue;
     auto written = epoch_destinations_.find(key.second);
     if (written == epoch_destinations_.end() || written->second != entry.session) continue;
+    if (auto it = torn.find(key.second); it != torn.end()) {
+      spdlog::error("refitd {}: version {} not committed to {}: {}", node_, version,
+                    RankName(v1::ROLE_DESTINATION, key.second), std::string(it->second.message()));
+      entry.partial = std::max(entry.partial, version);
+      continue;
+    }
     entry.version = std::max(entry.version, version);
     if (entry.partial <= entry.version) entry.partial = -1;
     destinations.push_back(key.second);

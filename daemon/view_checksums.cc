@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "transport/memory_fault_guard.h"
 #include "transport/strided_copy.h"
 
 namespace refit::daemon {
@@ -69,12 +70,18 @@ absl::StatusOr<std::vector<v1::ViewChecksum>> ChecksumViews(
       absl::StatusOr<transport::StridedRef> memory = LocateView(r, v, buffers, &extent);
       if (!memory.ok()) return memory.status();
       if (memory->device >= 0) continue;  // GPU views: no device-side hash yet
+      uint64_t hash = 0;
+      absl::Status hashed = transport::GuardMemoryAccess(
+          absl::StrCat("hashing view ", v, " of rank ", r.layout().rank()), [&] {
+            hash = transport::HashBox(extent, buffers.tensors().at(view.tensor()).element_bytes,
+                                      *memory);
+          });
+      if (!hashed.ok()) return hashed;
       v1::ViewChecksum& checksum = out.emplace_back();
       checksum.set_role(r.role());
       checksum.set_rank(r.layout().rank());
       checksum.set_view(v);
-      checksum.set_xxh64(
-          transport::HashBox(extent, buffers.tensors().at(view.tensor()).element_bytes, *memory));
+      checksum.set_xxh64(hash);
     }
   }
   return out;

@@ -4,6 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "transport/gpu/cuda_ipc_buffer.h"
 #include "transport/host_memory.h"
+#include "transport/memory_fault_guard.h"
 
 namespace refit::transport {
 namespace {
@@ -212,21 +213,29 @@ void BufferMap::StageEpoch(const std::set<int64_t>& planned_destinations) {
   }
 }
 
-void BufferMap::CommitStaged() {
+std::map<int64_t, absl::Status> BufferMap::CommitStaged() {
+  std::map<int64_t, absl::Status> torn;
   for (auto& [key, memory] : ranks_) {
     if (!memory.written_by_epoch) continue;
     memory.written_by_epoch = false;
     // A buffer its owner shrank since the epoch began is left alone (it cannot be written
-    // without faulting); the next epoch reports it.
-    bool backed = true;
-    for (const auto& segment : memory.segments) backed = backed && segment->CheckBacked().ok();
-    if (!backed) continue;
-    for (size_t i = 0; i < memory.views.size(); ++i) {
-      const MappedView& view = memory.views[i];
-      CopyBox(view.extent, view.element_bytes, StridedRef{view.base, view.strides},
-              StridedRef{memory.committed_bases[i], view.strides});
+    // without faulting), as is the rest of a rank whose copy faulted midway.
+    absl::Status backed = absl::OkStatus();
+    for (const auto& segment : memory.segments) {
+      if (backed.ok()) backed = segment->CheckBacked();
     }
+    for (size_t i = 0; i < memory.views.size() && backed.ok(); ++i) {
+      const MappedView& view = memory.views[i];
+      backed = GuardMemoryAccess(absl::StrCat("committing view ", i, " of destination rank ", key.second),
+                                 [&] {
+                                   CopyBox(view.extent, view.element_bytes,
+                                           StridedRef{view.base, view.strides},
+                                           StridedRef{memory.committed_bases[i], view.strides});
+                                 });
+    }
+    if (!backed.ok()) torn.emplace(key.second, backed);
   }
+  return torn;
 }
 
 void BufferMap::DiscardStaged() {

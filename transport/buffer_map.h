@@ -74,11 +74,12 @@ class BufferMap {
   // Staged destination ranks (RankLayout.staged): the views point into shadow copies of
   // the buffers, which the data plane writes. StageEpoch marks the staged destination
   // ranks mapped now that the epoch about to run writes (`planned_destinations`);
-  // CommitStaged copies those ranks' views from the shadows into their buffers;
+  // CommitStaged copies those ranks' views from the shadows into their buffers and returns
+  // the ranks it could not copy whole (a segment truncated by its owner), with why;
   // DiscardStaged forgets them (the epoch failed: the buffers keep what they held). A rank
   // registered after StageEpoch, or not in the plan, is left alone.
   void StageEpoch(const std::set<int64_t>& planned_destinations);
-  void CommitStaged();
+  std::map<int64_t, absl::Status> CommitStaged();
   void DiscardStaged();
   // Whether the rank is mapped and staged.
   bool IsStaged(v1::Role role, int64_t rank) const;

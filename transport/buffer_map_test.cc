@@ -2,6 +2,10 @@
 // change only at CommitStaged, and only for ranks the epoch wrote.
 #include "transport/buffer_map.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <string>
 
@@ -76,6 +80,25 @@ TEST_F(StagedBufferMapTest, TheBuffersChangeOnlyAtCommitAndOnlyForRanksTheEpochW
   ASSERT_TRUE(map_.AddRank(v1::ROLE_DESTINATION, late).ok());
   map_.CommitStaged();
   EXPECT_EQ(Buffers(late), late_before);
+}
+
+TEST_F(StagedBufferMapTest, ARankWhoseSegmentWasTruncatedIsReportedTornAndLeftAlone) {
+  v1::RankLayout staged = destinations_.ranks(0);
+  staged.set_staged(true);
+  ASSERT_TRUE(map_.AddRank(v1::ROLE_DESTINATION, staged).ok());
+  map_.StageEpoch({0});
+  testing::FillViews(map_, v1::ROLE_DESTINATION, staged);
+  // Its owner shrinks the segment before the commit.
+  const std::string name = staged.buffers(0).shm_name();
+  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 0), 0);
+  close(fd);
+  const std::map<int64_t, absl::Status> torn = map_.CommitStaged();
+  ASSERT_EQ(torn.size(), 1u);
+  EXPECT_EQ(torn.begin()->first, 0);
+  EXPECT_NE(torn.begin()->second.message().find("truncated"), std::string::npos)
+      << torn.begin()->second;
 }
 
 TEST_F(StagedBufferMapTest, OnlyDestinationsCanBeStaged) {

@@ -28,6 +28,15 @@ int64_t Volume(const Dims& extent) {
   return v;
 }
 
+// `copied` with the transfer it belongs to named (a copy that faulted says which tensor and
+// ranks were being moved).
+absl::Status InTransfer(absl::Status copied, const v1::Transfer& t) {
+  if (copied.ok()) return copied;
+  return absl::Status(copied.code(),
+                      absl::StrCat("moving \"", t.tensor(), "\" from rank ", t.src().rank(),
+                                   " to destination rank ", t.dst().rank(), ": ", copied.message()));
+}
+
 }  // namespace
 
 v1::Role EndpointRole(v1::EndpointKind kind) {
@@ -69,8 +78,8 @@ absl::Status PlanExecutor::CopyLocal(const v1::Transfer& t, ScratchArena* scratc
   absl::StatusOr<StridedRef> to = Locate(t.dst(), t, scratch);
   if (!to.ok()) return to.status();
   const Dims extent = ExtentOf(t);
-  absl::Status copied =
-      gpu::CopyAnyBox(extent, buffers_.tensors().at(t.tensor()).element_bytes, *from, *to);
+  absl::Status copied = InTransfer(
+      gpu::CopyAnyBox(extent, buffers_.tensors().at(t.tensor()).element_bytes, *from, *to), t);
   if (!copied.ok()) return copied;
   stats->runs += CountRuns(extent, from->strides, to->strides);
   return absl::OkStatus();
@@ -183,8 +192,9 @@ absl::Status PlanExecutor::CopyPieces(const std::vector<const v1::Transfer*>& li
     const Dims extent = ExtentOf(*t);
     const int element_bytes = buffers_.tensors().at(t->tensor()).element_bytes;
     const StridedRef dense{cursor, RowMajorStrides(extent), staging_device};
-    absl::Status copied = pack ? gpu::CopyAnyBox(extent, element_bytes, *side, dense)
-                               : gpu::CopyAnyBox(extent, element_bytes, dense, *side);
+    absl::Status copied = InTransfer(pack ? gpu::CopyAnyBox(extent, element_bytes, *side, dense)
+                                          : gpu::CopyAnyBox(extent, element_bytes, dense, *side),
+                                     *t);
     if (!copied.ok()) return copied;
     stats->runs += CountRuns(extent, side->strides, dense.strides);
     cursor += Volume(extent) * element_bytes;
@@ -316,7 +326,7 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
       }
       absl::StatusOr<StridedRef> from = Locate(t.src(), t, scratch);
       if (!from.ok()) return from.status();
-      absl::Status packed = gpu::CopyAnyBox(extent, element_bytes, *from, dense);
+      absl::Status packed = InTransfer(gpu::CopyAnyBox(extent, element_bytes, *from, dense), t);
       if (!packed.ok()) return packed;
       absl::Status sent = endpoint->Send(MessageTag(epoch, true, ordinal, self_), staging.data(),
                                          staging.size(), deadline);
@@ -329,7 +339,7 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
       stats->bytes_received_from[r.src_daemon] += *got;
       absl::StatusOr<StridedRef> to = Locate(t.dst(), t, scratch);
       if (!to.ok()) return to.status();
-      absl::Status unpacked = gpu::CopyAnyBox(extent, element_bytes, dense, *to);
+      absl::Status unpacked = InTransfer(gpu::CopyAnyBox(extent, element_bytes, dense, *to), t);
       if (!unpacked.ok()) return unpacked;
     }
   }

@@ -1,5 +1,6 @@
 // The build without a CUDA toolkit: only host memory exists.
 #include "transport/gpu/device_copy.h"
+#include "transport/memory_fault_guard.h"
 
 namespace refit::transport::gpu {
 
@@ -8,8 +9,8 @@ absl::Status CopyAnyBox(const Dims& extent, int element_bytes, const StridedRef&
   if (src.device >= 0 || dst.device >= 0) {
     return absl::UnimplementedError("a copy touches GPU memory but refit was built without CUDA");
   }
-  CopyBox(extent, element_bytes, src, dst);
-  return absl::OkStatus();
+  return GuardMemoryAccess("a copy between host buffers",
+                           [&] { CopyBox(extent, element_bytes, src, dst); });
 }
 
 }  // namespace refit::transport::gpu

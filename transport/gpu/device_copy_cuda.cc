@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "transport/gpu/copy_shape.h"
 #include "transport/gpu/device_copy.h"
+#include "transport/memory_fault_guard.h"
 
 namespace refit::transport::gpu {
 namespace {
@@ -55,8 +56,8 @@ cudaMemcpyKind KindOf(const StridedRef& src, const StridedRef& dst) {
 absl::Status CopyAnyBox(const Dims& extent, int element_bytes, const StridedRef& src,
                         const StridedRef& dst) {
   if (src.device < 0 && dst.device < 0) {
-    CopyBox(extent, element_bytes, src, dst);
-    return absl::OkStatus();
+    return GuardMemoryAccess("a copy between host buffers",
+                             [&] { CopyBox(extent, element_bytes, src, dst); });
   }
   // The copy runs on a stream of the device it writes to (else the one it reads from).
   const int32_t device = dst.device >= 0 ? dst.device : src.device;
