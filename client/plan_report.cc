@@ -45,6 +45,8 @@ std::string PlanReportJson(const PlanSummary& summary) {
   json.Real("mean_link_bytes", s.mean_link_bytes);
   json.Real("predicted_seconds", s.predicted_seconds);
   json.Real("lower_bound_seconds", s.lower_bound_seconds);
+  json.Int("relayed_bytes", s.relayed_bytes);
+  json.Real("direct_predicted_seconds", s.direct_predicted_seconds);
   json.Real("plan_seconds", plan.plan_seconds);
   json.Text("digest", plan.digest);
   if (summary.verified.has_value()) {
@@ -76,6 +78,10 @@ std::string PlanReportTable(const PlanSummary& summary) {
       {"predicted time",
        absl::StrFormat("%.3f s vs lower bound %.3f s (%.3fx), cost model", s.predicted_seconds,
                        s.lower_bound_seconds, Ratio(s.predicted_seconds, s.lower_bound_seconds))},
+      {"relays", s.relayed_bytes == 0
+                     ? std::string("none (every destination domain receives from the sources)")
+                     : absl::StrFormat("%s forwarded domain to domain; without relays %.3f s",
+                                       HumanBytes(s.relayed_bytes), s.direct_predicted_seconds)},
       {"plan time", absl::StrFormat("%.3f s", plan.plan_seconds)},
       {"digest", plan.digest},
   };

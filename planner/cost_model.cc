@@ -39,7 +39,9 @@ void PricePlan(const PlanningProblem& problem, Plan* plan) {
   std::vector<int32_t> pair_stamp(use_matrix ? num_slots * num_slots : 0, -1);
   absl::flat_hash_set<uint64_t> pairs;
   PlanStats& stats = plan->stats;
+  const int64_t relayed_bytes = stats.relayed_bytes;  // the planner's, not the model's
   stats = PlanStats{};
+  stats.relayed_bytes = relayed_bytes;
   size_t i = 0;
   for (int32_t b = 0; b < plan->num_batches; ++b) {
     pairs.clear();

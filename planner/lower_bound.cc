@@ -260,6 +260,7 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
   for (int32_t d = 0; d < cluster.num_domains(); ++d) {
     bound.network_bytes += domain_in[d];
     const double nics = cluster.GpusInDomain(d) * bw.nic_bytes_per_s;
+    bound.nic_in_seconds = std::max(bound.nic_in_seconds, domain_in[d] / nics);
     bound.seconds = std::max(bound.seconds, domain_in[d] / nics);
     bound.seconds = std::max(bound.seconds, domain_out[d] / nics);
   }

@@ -21,6 +21,9 @@ namespace refit::planner {
 struct LowerBound {
   int64_t network_bytes = 0;
   double seconds = 0;
+  // The destination domains' NIC-in term alone: how long the busiest destination domain's
+  // NICs need for what must enter it (any plan takes at least this).
+  double nic_in_seconds = 0;
 };
 
 LowerBound ComputeLowerBound(const PlanningProblem& problem);

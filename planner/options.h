@@ -19,6 +19,9 @@ struct PlanOptions {
   int64_t split_threshold_bytes = int64_t{32} << 20;
   // Cross the network once per NVLink domain and forward inside it.
   bool hierarchical = true;
+  // With hierarchical: a domain may receive a piece from a domain that received it before
+  // (relays), so the sources' NICs send it once rather than once per domain.
+  bool relays = true;
 };
 
 }  // namespace refit::planner

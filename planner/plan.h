@@ -58,6 +58,11 @@ struct PlanStats {
   double mean_link_bytes = 0;
   double predicted_seconds = 0;
   double lower_bound_seconds = 0;
+  // Bytes a destination domain received from another one (relays), not from a source.
+  int64_t relayed_bytes = 0;
+  // Where the planner weighed a plan without relays and kept the relayed one: that plan's
+  // predicted seconds (0 when not weighed).
+  double direct_predicted_seconds = 0;
 };
 
 struct Plan {

@@ -26,13 +26,28 @@ absl::StatusOr<std::shared_ptr<const Plan>> BuildPlan(const Layout& sources,
       MakePlanningProblem(sources, destinations, topology);
   if (!problem.ok()) return problem.status();
   auto plan = std::make_shared<Plan>();
+  const LowerBound bound = ComputeLowerBound(**problem);
   if (options.strategy == kStrategyReshard) {
-    PlanReshard(**problem, options, plan.get());
+    PlanReshard(**problem, options, bound, plan.get());
+    PricePlan(**problem, plan.get());
+    if (plan->stats.relayed_bytes > 0) {
+      // Relays pay in batches what they save on the sources' NICs: kept only where the
+      // cost model says they win.
+      PlanOptions direct_options = options;
+      direct_options.relays = false;
+      auto direct = std::make_shared<Plan>();
+      PlanReshard(**problem, direct_options, bound, direct.get());
+      PricePlan(**problem, direct.get());
+      if (direct->stats.predicted_seconds <= plan->stats.predicted_seconds) {
+        plan = std::move(direct);
+      } else {
+        plan->stats.direct_predicted_seconds = direct->stats.predicted_seconds;
+      }
+    }
   } else {
     PlanGatherBroadcast(**problem, options, plan.get());
+    PricePlan(**problem, plan.get());
   }
-  PricePlan(**problem, plan.get());
-  const LowerBound bound = ComputeLowerBound(**problem);
   plan->stats.lower_bound_network_bytes = bound.network_bytes;
   plan->stats.lower_bound_seconds = bound.seconds;
   plan->digest = PlanDigest(*plan);

@@ -255,5 +255,59 @@ TEST(PlannerTest, TheBoundLetsReplicasForwardWhatTheSourcesSendOnce) {
   EXPECT_LE(bound_for(4, kStrategyGatherBroadcast, &predicted), predicted);
 }
 
+// One trainer node (TP8) feeding `replicas` inference nodes (TP8 each, another split):
+// 16 tensors of 8 GiB, 128 GiB of weights (a 70B model in BF16).
+Compiled FanOut(int replicas) {
+  LayoutBuilder src, dst;
+  std::vector<int64_t> trainers, replica_ranks;
+  for (int r = 0; r < 8; ++r) {
+    src.Rank(r, "trainer", r);
+    trainers.push_back(r);
+  }
+  for (int r = 0; r < 8 * replicas; ++r) dst.Rank(r, absl::StrCat("inference-", r / 8), r % 8);
+  for (int t = 0; t < 16; ++t) {
+    const std::string name = absl::StrCat("layer.", t, ".w");
+    src.Tensor(name, {65536, 65536}, "BF16").Chunked(name, 0, trainers);
+    dst.Tensor(name, {65536, 65536}, "BF16");
+    for (int replica = 0; replica < replicas; ++replica) {
+      replica_ranks.clear();
+      for (int r = 0; r < 8; ++r) replica_ranks.push_back(replica * 8 + r);
+      dst.Chunked(name, 1, replica_ranks);
+    }
+  }
+  return Compile(src, dst);
+}
+
+TEST(PlannerTest, RelaysLetManyReplicasTakeAboutAsLongAsOne) {
+  const Compiled c = FanOut(8);
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanOf(c);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_TRUE(check::CheckCoverage(c.sources, c.destinations, **plan).ok())
+      << check::CheckCoverage(c.sources, c.destinations, **plan);
+  const PlanStats& s = (*plan)->stats;
+  // The trainer node's NICs send the weights about once; the replicas forward the rest.
+  int64_t from_sources = 0;
+  for (const Transfer& t : (*plan)->transfers) {
+    if (t.route == v1::ROUTE_NETWORK && t.src.IsSourceSide()) from_sources += t.bytes;
+  }
+  const int64_t weights = int64_t{16} * 65536 * 65536 * 2;
+  EXPECT_GT(s.relayed_bytes, 0);
+  EXPECT_LE(from_sources, weights * 3 / 2) << "the trainer node sent " << from_sources;
+  EXPECT_GT(s.direct_predicted_seconds, 4 * s.predicted_seconds);
+  EXPECT_LE(s.predicted_seconds, 1.15 * s.lower_bound_seconds);
+  PlanOptions gather;
+  gather.strategy = kStrategyGatherBroadcast;
+  absl::StatusOr<std::shared_ptr<const Plan>> baseline = PlanOf(c, gather);
+  ASSERT_TRUE(baseline.ok());
+  EXPECT_LT(s.predicted_seconds, (*baseline)->stats.predicted_seconds);
+}
+
+TEST(PlannerTest, APlanThatRelaysNothingSaysSo) {
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanOf(FanOut(1));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ((*plan)->stats.relayed_bytes, 0);
+  EXPECT_EQ((*plan)->stats.direct_predicted_seconds, 0);
+}
+
 }  // namespace
 }  // namespace refit::planner

@@ -1,6 +1,7 @@
 #include "planner/reshard.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "absl/container/flat_hash_set.h"
@@ -33,18 +34,42 @@ size_t SplitDim(const Box& box, int64_t parts) {
   return best;
 }
 
+// The batch size of a relayed plan. Every hop of a chain of domains costs a batch before
+// the last domain starts, and every batch costs its latency: with T the destinations' NIC
+// time, L a batch's latency and H the hops of the longest chain, a batch of
+// sqrt(T * L / H) seconds on a NIC balances the two (within the staging budget, at least
+// 1 MiB).
+int64_t RelayBatchBytes(const PlanningProblem& problem, const PlanOptions& options,
+                        const LowerBound& bound) {
+  size_t most_domains = 1;
+  for (int32_t g = 0; g < static_cast<int32_t>(problem.destination_groups.size()); ++g) {
+    most_domains = std::max(most_domains, problem.RunsOf(g).size());
+  }
+  const Bandwidths& bw = problem.cluster->bandwidths();
+  const double hops = std::max<double>(1, most_domains - 1);
+  const double latency = bw.batch_latency_s + 8 * bw.message_latency_s;
+  const double batch_seconds = std::sqrt(bound.nic_in_seconds * latency / hops);
+  const int64_t bytes = static_cast<int64_t>(batch_seconds * bw.nic_bytes_per_s);
+  return std::clamp<int64_t>(bytes, std::min<int64_t>(int64_t{1} << 20, options.staging_budget_bytes),
+                             options.staging_budget_bytes);
+}
+
 uint64_t TensorDomainKey(int32_t tensor, int32_t domain) {
   return (static_cast<uint64_t>(tensor) << 32) | static_cast<uint32_t>(domain);
 }
 
 class ReshardPlanner {
  public:
-  ReshardPlanner(const PlanningProblem& problem, const PlanOptions& options, Plan* plan)
+  ReshardPlanner(const PlanningProblem& problem, const PlanOptions& options,
+                 const LowerBound& bound, Plan* plan)
       : problem_(problem),
         options_(options),
         plan_(plan),
         cluster_(*problem.cluster),
-        loads_(cluster_.num_gpus()) {}
+        loads_(cluster_.num_gpus()),
+        source_pace_bytes_(static_cast<int64_t>(bound.nic_in_seconds *
+                                                cluster_.bandwidths().nic_bytes_per_s)),
+        relay_batch_bytes_(RelayBatchBytes(problem, options, bound)) {}
 
   void Run() {
     FindSharedDomains();
@@ -64,9 +89,11 @@ class ReshardPlanner {
     });
     for (int32_t w : order) Route(work_[w]);
     for (uint64_t key : shared_domain_order_) RouteSharedDomain(key >> 32, key & 0xffffffff);
+    const int64_t budget = relayed_bytes_ > 0 ? relay_batch_bytes_ : options_.staging_budget_bytes;
     BatchBuilder batches(problem_.sources->ranks.size(), problem_.destinations->ranks.size(),
-                         options_.staging_budget_bytes, cluster_.bandwidths());
+                         budget, cluster_.bandwidths());
     plan_->num_batches = batches.Assign(&plan_->transfers, depends_on_);
+    plan_->stats.relayed_bytes = relayed_bytes_;
   }
 
  private:
@@ -125,6 +152,11 @@ class ReshardPlanner {
         }
         const int64_t budget = std::max<int64_t>(1, options_.staging_budget_bytes);
         parts = std::max(parts, (bytes + budget - 1) / budget);
+        // Pieces that may be relayed from domain to domain travel in chunks of a relay
+        // batch, so that a relay forwards one chunk while the next arrives.
+        if (options_.relays && options_.hierarchical && problem_.RunsOf(g).size() > 1) {
+          parts = std::max(parts, (bytes + relay_batch_bytes_ - 1) / relay_batch_bytes_);
+        }
         if (parts == 1) {
           work_.push_back(WorkItem{AddPiece(group.tensor, cover.box), cover.source_group, g});
           continue;
@@ -143,13 +175,17 @@ class ReshardPlanner {
   }
 
   // Emits the transfers that bring one piece to every member of its destination group.
+  // Domains after the first may get it from a member of one served before (a relay) rather
+  // than from a source: whichever GPU has sent the least over its NIC so far.
   void Route(const WorkItem& work) {
     const std::vector<int32_t>& holders = problem_.source_groups[work.source_group].views;
     const int32_t tensor = problem_.destination_groups[work.destination_group].tensor;
+    relays_.clear();
     for (const DomainMembers& run : problem_.RunsOf(work.destination_group)) {
       // Pairs outside shared_domains_ hold no source of the tensor: straight to the network.
       if (shared_domains_.contains(TensorDomainKey(tensor, run.domain))) continue;
-      RouteToDomain(work.piece, holders, run.domain, problem_.MembersOf(run), /*may_hold=*/false);
+      RouteToDomain(work.piece, holders, run.domain, problem_.MembersOf(run), /*may_hold=*/false,
+                    options_.relays ? &relays_ : nullptr);
     }
   }
 
@@ -172,9 +208,11 @@ class ReshardPlanner {
 
   // Brings `piece` to `members` (all in `domain`; `may_hold` when sources of the piece may
   // sit in it). Returns the arrival through the network (transfer index, leader view), or
-  // transfer -1 when the domain held the piece.
+  // transfer -1 when the domain held the piece. With `relays`, a member of another domain
+  // listed there may send it instead of a source, and the members are added to the list.
   Arrival RouteToDomain(int32_t piece, const std::vector<int32_t>& holders, int32_t domain,
-                        absl::Span<const int32_t> members, bool may_hold) {
+                        absl::Span<const int32_t> members, bool may_hold,
+                        std::vector<Arrival>* relays = nullptr) {
     const int64_t bytes = plan_->pieces[piece].bytes;
     Arrival arrival{plan_->pieces[piece].box, -1, -1};
     if (may_hold && LocalHolder(holders, domain, members[0]) >= 0) {
@@ -196,9 +234,37 @@ class ReshardPlanner {
     const int32_t leader = LeastLoaded(
         members, kNicIn, [&](int32_t view) { return problem_.DestinationGpuOfView(view); });
     arrival.view = leader;
-    arrival.transfer = Emit(SourceEndpoint(sender), leader, piece, bytes, -1);
+    // A relay while one has room under the pace the destinations' NICs set anyway: the
+    // sources then send each piece about once, however many domains need it.
+    const int64_t sender_out = loads_.At(problem_.SourceGpuOfView(sender), kNicOut);
+    const Arrival* relay = relays != nullptr ? LeastLoadedRelay(*relays) : nullptr;
+    const int64_t relay_out =
+        relay != nullptr ? loads_.At(problem_.DestinationGpuOfView(relay->view), kNicOut) : 0;
+    if (relay != nullptr && (relay_out + bytes <= source_pace_bytes_ || relay_out < sender_out)) {
+      arrival.transfer = Emit(DestinationEndpoint(relay->view), leader, piece, bytes, relay->transfer);
+      relayed_bytes_ += bytes;
+    } else {
+      arrival.transfer = Emit(SourceEndpoint(sender), leader, piece, bytes, -1);
+    }
     ForwardFrom(arrival, members, piece);
+    // The member that received it over the network may pass it on: domains form chains
+    // (a pipeline, as long as the destinations' NICs need) or trees.
+    if (relays != nullptr) relays->push_back(arrival);
     return arrival;
+  }
+
+  // The member in `relays` whose GPU has sent the least over its NIC; null if none.
+  const Arrival* LeastLoadedRelay(const std::vector<Arrival>& relays) const {
+    const Arrival* best = nullptr;
+    int64_t best_bytes = 0;
+    for (const Arrival& relay : relays) {
+      const int64_t bytes = loads_.At(problem_.DestinationGpuOfView(relay.view), kNicOut);
+      if (best == nullptr || bytes < best_bytes) {
+        best = &relay;
+        best_bytes = bytes;
+      }
+    }
+    return best;
   }
 
   // The first of `views` whose GPU carries the fewest bytes on `link` so far.
@@ -279,6 +345,10 @@ class ReshardPlanner {
   Endpoint SourceEndpoint(int32_t view) const {
     return Endpoint{EndpointKind::kSourceView, problem_.sources->views[view].rank_index, view};
   }
+  Endpoint DestinationEndpoint(int32_t view) const {
+    return Endpoint{EndpointKind::kDestinationView, problem_.destinations->views[view].rank_index,
+                    view};
+  }
 
   int32_t Emit(const Endpoint& src, int32_t member, int32_t piece, int64_t bytes,
                int32_t depends_on) {
@@ -306,13 +376,20 @@ class ReshardPlanner {
   std::vector<int32_t> depends_on_;
   absl::flat_hash_set<uint64_t> shared_domains_;
   std::vector<uint64_t> shared_domain_order_;
+  std::vector<Arrival> relays_;  // members the current piece reached, and how
+  // Bytes a GPU's NIC carries in the time the busiest destination domain needs for its
+  // NIC-in (the lower bound's term).
+  const int64_t source_pace_bytes_;
+  const int64_t relay_batch_bytes_;
+  int64_t relayed_bytes_ = 0;
 };
 
 }  // namespace
 
-void PlanReshard(const PlanningProblem& problem, const PlanOptions& options, Plan* plan) {
+void PlanReshard(const PlanningProblem& problem, const PlanOptions& options,
+                 const LowerBound& bound, Plan* plan) {
   plan->strategy = kStrategyReshard;
-  ReshardPlanner(problem, options, plan).Run();
+  ReshardPlanner(problem, options, bound, plan).Run();
 }
 
 }  // namespace refit::planner

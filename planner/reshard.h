@@ -6,14 +6,18 @@
 
 #include <vector>
 
+#include "planner/lower_bound.h"
 #include "planner/options.h"
 #include "planner/plan.h"
 #include "planner/problem.h"
 
 namespace refit::planner {
 
-// Fills plan.pieces, plan.transfers (batched, unsorted) and plan.num_batches.
-void PlanReshard(const PlanningProblem& problem, const PlanOptions& options, Plan* plan);
+// Fills plan.pieces, plan.transfers (batched, unsorted) and plan.num_batches. `bound`
+// (of the same problem) tells when the sources' NICs would become the bottleneck, past
+// which domains receive from domains served before them instead (options.relays).
+void PlanReshard(const PlanningProblem& problem, const PlanOptions& options,
+                 const LowerBound& bound, Plan* plan);
 
 }  // namespace refit::planner
 
