@@ -47,6 +47,7 @@ std::string PlanReportJson(const PlanSummary& summary) {
   json.Real("lower_bound_seconds", s.lower_bound_seconds);
   json.Int("relayed_bytes", s.relayed_bytes);
   json.Real("direct_predicted_seconds", s.direct_predicted_seconds);
+  json.Real("direct_lower_bound_seconds", s.direct_lower_bound_seconds);
   json.Real("plan_seconds", plan.plan_seconds);
   json.Text("digest", plan.digest);
   if (summary.verified.has_value()) {
@@ -80,8 +81,12 @@ std::string PlanReportTable(const PlanSummary& summary) {
                        s.lower_bound_seconds, Ratio(s.predicted_seconds, s.lower_bound_seconds))},
       {"relays", s.relayed_bytes == 0
                      ? std::string("none (every destination domain receives from the sources)")
-                     : absl::StrFormat("%s forwarded domain to domain; without relays %.3f s",
-                                       HumanBytes(s.relayed_bytes), s.direct_predicted_seconds)},
+                 : s.direct_predicted_seconds > 0
+                     ? absl::StrFormat("%s forwarded domain to domain; without relays %.3f s",
+                                       HumanBytes(s.relayed_bytes), s.direct_predicted_seconds)
+                     : absl::StrFormat("%s forwarded domain to domain; without relays at least "
+                                       "%.3f s (not planned)",
+                                       HumanBytes(s.relayed_bytes), s.direct_lower_bound_seconds)},
       {"plan time", absl::StrFormat("%.3f s", plan.plan_seconds)},
       {"digest", plan.digest},
   };

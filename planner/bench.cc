@@ -1,4 +1,4 @@
-// Planner benchmark over the reference refits: plan time, plan-cache time, network bytes
+// Planner benchmark over the reference refits and a fan-out family: plan time, plan-cache time, network bytes
 // against the lower bound and against gather-and-broadcast, link balance, and modelled
 // times against the lower bound and the baseline, all measured side by side in one run.
 #include <chrono>
@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "planner/check/coverage_checker.h"
 #include "planner/layout.h"
 #include "planner/planner.h"
@@ -18,13 +20,32 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The fan-out family: Qwen3-235B from one TP8 trainer node to TP8 x DP n replicas, one
+// node each ("fanout-dp16").
+constexpr char kFanOutPrefix[] = "fanout-dp";
+const int kFanOutReplicas[] = {1, 2, 4, 8, 16, 64};
+
+absl::StatusOr<RefitScenario> ScenarioNamed(const std::string& name) {
+  int replicas = 0;
+  if (name.rfind(kFanOutPrefix, 0) != 0 ||
+      !absl::SimpleAtoi(name.substr(sizeof(kFanOutPrefix) - 1), &replicas) || replicas < 1) {
+    return ReferenceRefit(name);
+  }
+  absl::StatusOr<v1::ModelConfig> config = BuiltinModelConfig("qwen3-235b-a22b");
+  if (!config.ok()) return config.status();
+  absl::StatusOr<RefitScenario> scenario =
+      ModelRefit(*config, "tp=8", absl::StrCat("tp=8,dp=", replicas), 8, false);
+  if (scenario.ok()) scenario->name = name;
+  return scenario;
+}
+
 int Run(const std::vector<std::string>& names) {
-  std::printf("%-11s %6s %9s %9s %9s | %10s %10s %10s %6s %6s | %8s %8s %8s %6s %6s | %s\n",
+  std::printf("%-11s %6s %9s %9s %9s | %10s %10s %10s %6s %6s | %8s %8s %8s %8s %6s %6s | %s\n",
               "refit", "ranks", "plan_s", "cache_ms", "transfers", "net_GB", "bound_GB", "gb_GB",
-              "net/lb", "gb/net", "pred_s", "bound_s", "gb_s", "p/lb", "gb/p",
+              "net/lb", "gb/net", "pred_s", "direct_s", "bound_s", "gb_s", "p/lb", "gb/p",
               "max/mean link, coverage");
   for (const std::string& name : names) {
-    absl::StatusOr<RefitScenario> scenario = ReferenceRefit(name);
+    absl::StatusOr<RefitScenario> scenario = ScenarioNamed(name);
     if (!scenario.ok()) {
       std::fprintf(stderr, "%s\n", scenario.status().ToString().c_str());
       return 2;
@@ -57,14 +78,18 @@ int Run(const std::vector<std::string>& names) {
     const PlanStats& s = (*plan)->stats;
     const PlanStats& b = (*baseline)->stats;
     std::printf(
-        "%-11s %6zu %9.3f %9.3f %9zu | %10.1f %10.1f %10.1f %6.3f %6.2f | %8.3f %8.3f %8.3f "
+        "%-11s %6zu %9.3f %9.3f %9zu | %10.1f %10.1f %10.1f %6.3f %6.2f | %8.3f %8.3f %8.3f %8.3f "
         "%6.3f %6.2f | %.3f, %s%s\n",
         name.c_str(), sources->ranks.size() + destinations->ranks.size(), plan_seconds, cache_ms,
         (*plan)->transfers.size(), s.network_bytes / 1e9, s.lower_bound_network_bytes / 1e9,
         b.network_bytes / 1e9,
         static_cast<double>(s.network_bytes) / std::max<int64_t>(1, s.lower_bound_network_bytes),
         static_cast<double>(b.network_bytes) / std::max<int64_t>(1, s.network_bytes),
-        s.predicted_seconds, s.lower_bound_seconds, b.predicted_seconds,
+        s.predicted_seconds,
+        s.relayed_bytes == 0          ? s.predicted_seconds
+        : s.direct_predicted_seconds > 0 ? s.direct_predicted_seconds
+                                         : -s.direct_lower_bound_seconds,
+        s.lower_bound_seconds, b.predicted_seconds,
         s.predicted_seconds / s.lower_bound_seconds, b.predicted_seconds / s.predicted_seconds,
         s.max_link_bytes / std::max(1.0, s.mean_link_bytes), coverage.ok() ? "ok" : "FAILED ",
         coverage.ok() ? "" : coverage.ToString().c_str());
@@ -72,7 +97,9 @@ int Run(const std::vector<std::string>& names) {
   }
   std::printf(
       "\nnet = reshard network bytes, bound = lower bound, gb = gather-and-broadcast; "
-      "pred/bound/gb seconds are cost-model outputs (DGX H100 or GB200 NVL72 model),\n"
+      "direct = reshard without relays\n(negative: not planned, at least that much); "
+      "pred/direct/bound/gb seconds are cost-model outputs "
+      "(DGX H100 or GB200 NVL72 model), "
       "not measurements. Published on DGX H100 for dsv3-h100: 14.9 s gather-and-broadcast, "
       "2.6 s NCCL M2N Reshard.\n");
   return 0;
@@ -84,6 +111,11 @@ int Run(const std::vector<std::string>& names) {
 int main(int argc, char** argv) {
   std::vector<std::string> names;
   for (int i = 1; i < argc; ++i) names.push_back(argv[i]);
-  if (names.empty()) names = refit::planner::ReferenceRefitNames();
+  if (names.empty()) {
+    names = refit::planner::ReferenceRefitNames();
+    for (int replicas : refit::planner::kFanOutReplicas) {
+      names.push_back(absl::StrCat(refit::planner::kFanOutPrefix, replicas));
+    }
+  }
   return refit::planner::Run(names);
 }

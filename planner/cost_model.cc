@@ -39,9 +39,11 @@ void PricePlan(const PlanningProblem& problem, Plan* plan) {
   std::vector<int32_t> pair_stamp(use_matrix ? num_slots * num_slots : 0, -1);
   absl::flat_hash_set<uint64_t> pairs;
   PlanStats& stats = plan->stats;
-  const int64_t relayed_bytes = stats.relayed_bytes;  // the planner's, not the model's
+  const PlanStats planner_says = stats;  // the planner's figures, not the model's
   stats = PlanStats{};
-  stats.relayed_bytes = relayed_bytes;
+  stats.relayed_bytes = planner_says.relayed_bytes;
+  stats.direct_predicted_seconds = planner_says.direct_predicted_seconds;
+  stats.direct_lower_bound_seconds = planner_says.direct_lower_bound_seconds;
   size_t i = 0;
   for (int32_t b = 0; b < plan->num_batches; ++b) {
     pairs.clear();

@@ -126,6 +126,7 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
   const Layout& dst = *problem.destinations;
   std::vector<int64_t> domain_in(cluster.num_domains(), 0);
   std::vector<int64_t> domain_out(cluster.num_domains(), 0);
+  std::vector<int64_t> domain_out_direct(cluster.num_domains(), 0);
   std::vector<int64_t> gpu_ingress(cluster.num_gpus(), 0);
 
   // Where a tensor's groups are disjoint, so are the pieces of any two of them: counted
@@ -217,13 +218,20 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
           })) {
         const int32_t domain = holder_domains[0];
         if (!sources_overlap) {
-          leave(domain, piece.box);
+          fresh.assign(1, piece.box);
         } else {  // what no other domain holds (another source group may hold part of it)
           WithoutHeldBy(
               problem, group.tensor, piece.box,
               [&](int32_t h) { return cluster.DomainOf(problem.SourceGpuOfView(h)) != domain; },
               &candidates, &fresh);
-          for (const Box& box : fresh) leave(domain, box);
+        }
+        for (const Box& box : fresh) leave(domain, box);
+        if (!may_overlap) {  // without relays: once per other domain that needs it
+          int64_t fresh_bytes = 0;
+          for (const Box& box : fresh) fresh_bytes += BoxBytes(box, element_bytes);
+          for (const DomainMembers& run : runs) {
+            if (run.domain != domain) domain_out_direct[domain] += fresh_bytes;
+          }
         }
       }
       auto arrive_at = [&](int32_t gpu) {
@@ -263,11 +271,13 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
     bound.nic_in_seconds = std::max(bound.nic_in_seconds, domain_in[d] / nics);
     bound.seconds = std::max(bound.seconds, domain_in[d] / nics);
     bound.seconds = std::max(bound.seconds, domain_out[d] / nics);
+    bound.direct_seconds = std::max(bound.direct_seconds, domain_out_direct[d] / nics);
   }
   for (int32_t gpu = 0; gpu < cluster.num_gpus(); ++gpu) {
     bound.seconds =
         std::max(bound.seconds, gpu_ingress[gpu] / (bw.nic_bytes_per_s + bw.nvlink_bytes_per_s));
   }
+  bound.direct_seconds = std::max(bound.direct_seconds, bound.seconds);
   return bound;
 }
 

@@ -24,6 +24,9 @@ struct LowerBound {
   // The destination domains' NIC-in term alone: how long the busiest destination domain's
   // NICs need for what must enter it (any plan takes at least this).
   double nic_in_seconds = 0;
+  // What no plan without relays can beat: there every domain that needs bytes only one
+  // domain holds gets them from that domain's NICs (0 where it was not worked out).
+  double direct_seconds = 0;
 };
 
 LowerBound ComputeLowerBound(const PlanningProblem& problem);

@@ -1,9 +1,11 @@
 // The lower bound against plans no strategy of ours makes: on tiny random layouts, every
 // way of delivering each destination piece (straight from any source that holds it, or
 // forwarded from another destination that received it in an earlier batch, in chains and
-// trees through other domains) is priced by the cost model, and none beats the bound.
+// trees through other domains) is priced by the cost model, and none beats the bound; none
+// whose network transfers all start at sources beats the bound for direct plans.
 #include "planner/lower_bound.h"
 
+#include <algorithm>
 #include <functional>
 #include <random>
 
@@ -105,7 +107,7 @@ TEST(LowerBoundTest, NoPlanOnTinyLayoutsBeatsIt) {
   options.max_ranks = 4;
   options.max_volume = 48;
   options.fused_buffers = false;
-  int64_t plans_priced = 0, relayed_plans = 0;
+  int64_t plans_priced = 0, relayed_plans = 0, direct_plans = 0;
   for (int trial = 0; trial < 300; ++trial) {
     options.colocated = trial % 3 == 0;
     const refit::testing::LayoutPair pair = refit::testing::RandomLayoutPair(rng, options);
@@ -155,11 +157,22 @@ TEST(LowerBoundTest, NoPlanOnTinyLayoutsBeatsIt) {
       relayed_plans += plan.num_batches > 1;
       ASSERT_LE(bound.seconds, plan.stats.predicted_seconds * (1 + 1e-12)) << "combination " << n;
       ASSERT_LE(bound.network_bytes, plan.stats.network_bytes) << "combination " << n;
+      // A plan whose network transfers all start at sources is bounded by the direct bound.
+      const bool direct = std::none_of(
+          plan.transfers.begin(), plan.transfers.end(), [](const Transfer& t) {
+            return t.route == v1::ROUTE_NETWORK && !t.src.IsSourceSide();
+          });
+      direct_plans += direct;
+      if (direct) {
+        ASSERT_LE(bound.direct_seconds, plan.stats.predicted_seconds * (1 + 1e-12))
+            << "combination " << n;
+      }
     }
   }
   // The search really priced relayed plans, not only direct ones.
   EXPECT_GT(plans_priced, 10000);
   EXPECT_GT(relayed_plans, plans_priced / 4);
+  EXPECT_GT(direct_plans, 1000);
 }
 
 }  // namespace

@@ -60,9 +60,11 @@ struct PlanStats {
   double lower_bound_seconds = 0;
   // Bytes a destination domain received from another one (relays), not from a source.
   int64_t relayed_bytes = 0;
-  // Where the planner weighed a plan without relays and kept the relayed one: that plan's
-  // predicted seconds (0 when not weighed).
+  // Where the plan relays: the predicted seconds of the plan without relays, where the
+  // planner made it to compare (0 where it did not: the relayed plan was already faster
+  // than any direct plan can be), and what no plan without relays can beat.
   double direct_predicted_seconds = 0;
+  double direct_lower_bound_seconds = 0;
 };
 
 struct Plan {

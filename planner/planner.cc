@@ -30,9 +30,10 @@ absl::StatusOr<std::shared_ptr<const Plan>> BuildPlan(const Layout& sources,
   if (options.strategy == kStrategyReshard) {
     PlanReshard(**problem, options, bound, plan.get());
     PricePlan(**problem, plan.get());
-    if (plan->stats.relayed_bytes > 0) {
+    if (plan->stats.relayed_bytes > 0) plan->stats.direct_lower_bound_seconds = bound.direct_seconds;
+    if (plan->stats.relayed_bytes > 0 && plan->stats.predicted_seconds >= bound.direct_seconds) {
       // Relays pay in batches what they save on the sources' NICs: kept only where the
-      // cost model says they win.
+      // cost model says they win. (Below what any direct plan takes, they win outright.)
       PlanOptions direct_options = options;
       direct_options.relays = false;
       auto direct = std::make_shared<Plan>();
