@@ -123,6 +123,10 @@ absl::StatusOr<std::vector<int>> ListenTcp(const std::string& address, int* port
     sockets.push_back(socket);
   }
   freeaddrinfo(found);
+  if (sockets.empty() && host == "::") {
+    // "[::]" on a host without IPv6: every IPv4 address, as gRPC does.
+    return ListenTcp(absl::StrCat("0.0.0.0:", wanted), port);
+  }
   if (sockets.empty()) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", address, ": ", last_error));
   }
@@ -153,7 +157,9 @@ bool ConnectionsOwnError(int error) {
 // A connection given descriptor `fd` leaves the daemon short of descriptors when fd lies in
 // the top quarter of the limit: the kernel hands out the lowest free one, so all below are
 // taken. That quarter stays for the daemon's own files (shared-memory segments, UCX
-// sockets, whose creation aborts the process when it fails halfway).
+// sockets, whose creation aborts the process when it fails halfway). A number, not a count
+// (counting /proc/self/fd per connection costs too much at a million descriptors): holes
+// that closed files left below the quarter can each still take one connection.
 bool NearlyOutOfDescriptors(int fd, std::string* why) {
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return false;

@@ -3,6 +3,8 @@
 #include "daemon/local_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -308,6 +310,28 @@ TEST_F(LocalServerTest, WaitForVersionEndsAtItsDeadlineOrOnCommit) {
   committer.join();
   EXPECT_EQ(Wait(7, 1, 100).error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(Wait(1, 6, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);  // no deadline
+}
+
+TEST_F(LocalServerTest, AStagedRankWhoseCommitCouldNotBeCopiedHearsSoAtOnce) {
+  v1::RegisterRankRequest request = Request(v1::ROLE_DESTINATION, 1);
+  request.mutable_layout()->set_staged(true);
+  ASSERT_TRUE(Register(request).ok());
+  registry_.BeginEpoch({1});
+  registry_.EndEpoch();
+  // Its owner shrinks the segment before the commit copies the shadow into it.
+  const std::string name = request.layout().buffers(0).shm_name();
+  const int fd = shm_open(name.c_str(), O_RDWR, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 0), 0);
+  close(fd);
+  registry_.Commit(5);
+  const absl::Time start = absl::Now();
+  const grpc::Status status = Wait(1, 5, 10000);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DATA_LOSS) << status.error_message();
+  EXPECT_NE(status.error_message().find("version 5 was committed but not copied"),
+            std::string::npos)
+      << status.error_message();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));  // told, not left to its deadline
 }
 
 }  // namespace

@@ -241,7 +241,7 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
   const int64_t aborts_before = aborts_;
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = ranks_.find(key);
-    return it == ranks_.end() || it->second.version >= version ||
+    return it == ranks_.end() || it->second.version >= version || it->second.torn >= version ||
            (aborts_ != aborts_before && last_abort_.version >= version);
   };
   if (!ranks_.count(key)) {
@@ -262,6 +262,12 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
   const std::string holds = absl::StrCat(
       "its buffers hold version ", entry.version,
       entry.partial >= 0 ? absl::StrCat(" and may hold parts of version ", entry.partial) : "");
+  if (entry.torn >= version) {
+    return absl::DataLossError(absl::StrCat(RankName(v1::ROLE_DESTINATION, rank),
+                                            " waited for version ", version, ": version ",
+                                            entry.torn, " was committed but not copied into its "
+                                            "buffers (", entry.torn_reason, "); ", holds));
+  }
   if (aborts_ != aborts_before && last_abort_.version >= version) {
     return absl::AbortedError(
         absl::StrCat(RankName(v1::ROLE_DESTINATION, rank), " waited for version ", version,
@@ -313,6 +319,8 @@ std::vector<int64_t> RankRegistry::Commit(int64_t version,
       spdlog::error("refitd {}: version {} not committed to {}: {}", node_, version,
                     RankName(v1::ROLE_DESTINATION, key.second), std::string(it->second.message()));
       entry.partial = std::max(entry.partial, version);
+      entry.torn = version;
+      entry.torn_reason = std::string(it->second.message());
       continue;
     }
     entry.version = std::max(entry.version, version);

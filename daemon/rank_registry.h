@@ -105,6 +105,10 @@ class RankRegistry {
     v1::RankRegistration registration;
     int64_t version = -1;  // published (sources) or committed (destinations)
     int64_t partial = -1;  // destinations: an aborted epoch's version, newer than `version`
+    // Staged destinations: a committed version its commit copy could not write (its
+    // segment was truncated), and why.
+    int64_t torn = -1;
+    std::string torn_reason;
     std::string session;
   };
   struct AbortRecord {

@@ -67,7 +67,7 @@ absl::StatusOr<std::shared_ptr<const Plan>> PlanCache::GetOrBuild(const Layout& 
   const std::string key =
       absl::StrCat(sources.digest, "/", destinations.digest, "/", options.strategy, "/",
                    options.staging_budget_bytes, "/", options.split_threshold_bytes, "/",
-                   options.hierarchical, "/", topology_bytes);
+                   options.hierarchical, "/", options.relays, "/", topology_bytes);
   {
     absl::MutexLock lock(&mu_);
     auto it = plans_.find(key);

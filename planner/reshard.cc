@@ -50,8 +50,8 @@ int64_t RelayBatchBytes(const PlanningProblem& problem, const PlanOptions& optio
   const double latency = bw.batch_latency_s + 8 * bw.message_latency_s;
   const double batch_seconds = std::sqrt(bound.nic_in_seconds * latency / hops);
   const int64_t bytes = static_cast<int64_t>(batch_seconds * bw.nic_bytes_per_s);
-  return std::clamp<int64_t>(bytes, std::min<int64_t>(int64_t{1} << 20, options.staging_budget_bytes),
-                             options.staging_budget_bytes);
+  const int64_t budget = std::max<int64_t>(1, options.staging_budget_bytes);
+  return std::clamp<int64_t>(bytes, std::min<int64_t>(int64_t{1} << 20, budget), budget);
 }
 
 uint64_t TensorDomainKey(int32_t tensor, int32_t domain) {

@@ -72,6 +72,32 @@ TEST(MemoryFaultGuardTest, GuardsNestAndTheInnerOneCatchesItsFault) {
   EXPECT_EQ(inner.code(), absl::StatusCode::kDataLoss);
 }
 
+// Their handler: 42 for a fault outside a guard, 1 if a guarded fault reached it.
+volatile sig_atomic_t in_guarded_access = 0;
+void ExitWith42(int) { _exit(in_guarded_access ? 1 : 42); }
+
+TEST(MemoryFaultGuardDeathTest, AHandlerInstalledLaterIsChainedAndTheGuardStillWorks) {
+  GuardMemoryAccess("install", [] {}).IgnoreError();
+  EXPECT_EXIT(
+      {
+        // Another library puts its own SIGBUS handler in after the guard's (UCX may).
+        struct sigaction theirs = {};
+        theirs.sa_handler = ExitWith42;
+        sigemptyset(&theirs.sa_mask);
+        sigaction(SIGBUS, &theirs, nullptr);
+        TruncatedMapping mapping;
+        in_guarded_access = 1;
+        const bool caught =
+            GuardMemoryAccess("guarded", [&] { mapping.data()[0] = 1; }).code() ==
+            absl::StatusCode::kDataLoss;
+        in_guarded_access = 0;
+        if (!caught) std::exit(1);
+        mapping.data()[0] = 1;  // outside a guard: theirs decides
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(42), "");
+}
+
 TEST(MemoryFaultGuardDeathTest, AFaultOutsideAGuardStillEndsTheProcess) {
   GuardMemoryAccess("install", [] {}).IgnoreError();
   EXPECT_EXIT(
