@@ -504,16 +504,16 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
         &nccl);
     if (!joined.ok()) return fail(joined);
   }
-  // Connections only to the daemons this slice exchanges pieces with: a large group's
-  // daemons would otherwise each hold an endpoint to every other.
-  std::set<int32_t> exchanged_with;
+  // Connections only to the daemons this slice sends pieces to (receiving needs none): a
+  // large group's daemons would otherwise each hold an endpoint to every other.
+  std::set<int32_t> sends_to;
   for (const v1::Batch& batch : slice.plan().batches()) {
     for (const v1::Transfer& t : batch.transfers()) {
-      for (const v1::Endpoint* end : {&t.src(), &t.dst()}) {
-        absl::StatusOr<int32_t> daemon =
-            placement.DaemonOf(transport::EndpointRole(end->kind()), end->rank());
-        if (daemon.ok()) exchanged_with.insert(*daemon);
-      }
+      absl::StatusOr<int32_t> from =
+          placement.DaemonOf(transport::EndpointRole(t.src().kind()), t.src().rank());
+      absl::StatusOr<int32_t> to =
+          placement.DaemonOf(transport::EndpointRole(t.dst().kind()), t.dst().rank());
+      if (from.ok() && to.ok() && *from == slice.daemon_index()) sends_to.insert(*to);
     }
   }
   std::vector<transport::UcxEndpoint*> peers;
@@ -521,7 +521,7 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
     if (peer.index() < 0 || peer.index() > 1 << 20)
       return fail(absl::InvalidArgumentError("bad daemon index"));
     if (peers.size() <= static_cast<size_t>(peer.index())) peers.resize(peer.index() + 1, nullptr);
-    if (peer.index() == slice.daemon_index() || !exchanged_with.count(peer.index())) continue;
+    if (peer.index() == slice.daemon_index() || !sends_to.count(peer.index())) continue;
     auto& [address, endpoint] = peers_[peer.index()];
     if (endpoint == nullptr || endpoint->broken() || address != peer.data_plane_address()) {
       absl::StatusOr<std::unique_ptr<transport::UcxEndpoint>> connected =

@@ -26,6 +26,13 @@ for target in $(grep -oE "^//[^ ]+" "$log"); do
     echo "skipped in $target: $(grep -m1 -B1 "^\[  SKIPPED \] [A-Za-z]" "$test_log" | head -1)"
   fi
 done
+# A failed test shows why here, so a run's printout alone says what broke.
+for target in $(grep -E "^//.* (FAILED|TIMEOUT)" "$log" | grep -oE "^//[^ ]+"); do
+  test_log=bazel-testlogs/$(echo "${target#//}" | tr ':' '/')/test.log
+  [[ -f $test_log ]] || continue
+  echo "--- why $target failed (first failures of $test_log):"
+  grep -m3 -A8 -E "Failure$|^FAIL|: FAILED|Assertion|terminate called" "$test_log" | cut -c1-300 | head -40
+done
 rm -f "$log"
 echo "tests: $passed passed, $failed failed ($skipped with skipped cases)"
 exit "$status"

@@ -49,29 +49,45 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const std::string& 
   ucp_worker_params_t worker_params = {};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
-  ucp_worker_h worker = nullptr;
-  status = UcxStatus(ucp_worker_create(context, &worker_params, &worker), "ucp_worker_create");
-  if (!status.ok()) {
+  ucp_worker_h workers[2] = {nullptr, nullptr};  // receiver, sender
+  auto undo = [&]() {
+    for (ucp_worker_h worker : workers) {
+      if (worker != nullptr) ucp_worker_destroy(worker);
+    }
     ucp_cleanup(context);
-    return status;
+  };
+  for (ucp_worker_h& worker : workers) {
+    status = UcxStatus(ucp_worker_create(context, &worker_params, &worker), "ucp_worker_create");
+    if (!status.ok()) {
+      worker = nullptr;
+      undo();
+      return status;
+    }
   }
   ucp_address_t* address = nullptr;
   size_t length = 0;
-  status = UcxStatus(ucp_worker_get_address(worker, &address, &length), "ucp_worker_get_address");
+  status =
+      UcxStatus(ucp_worker_get_address(workers[0], &address, &length), "ucp_worker_get_address");
   if (!status.ok()) {
-    ucp_worker_destroy(worker);
-    ucp_cleanup(context);
+    undo();
     return status;
   }
   std::string bytes =
       SealDataPlaneAddress(std::string_view(reinterpret_cast<const char*>(address), length));
-  ucp_worker_release_address(worker, address);
-  return std::unique_ptr<UcxWorker>(new UcxWorker(context, worker, std::move(bytes)));
+  ucp_worker_release_address(workers[0], address);
+  return std::unique_ptr<UcxWorker>(
+      new UcxWorker(context, workers[0], workers[1], std::move(bytes)));
 }
 
 UcxWorker::~UcxWorker() {
-  ucp_worker_destroy(worker_);
+  ucp_worker_destroy(sender_);
+  ucp_worker_destroy(receiver_);
   ucp_cleanup(context_);
+}
+
+void UcxWorker::Progress() {
+  ucp_worker_progress(receiver_);
+  ucp_worker_progress(sender_);
 }
 
 absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl::Time deadline,
@@ -90,7 +106,7 @@ absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl:
                          : std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                absl::ToChronoNanoseconds(stall_limit));
   while (pending > 0) {
-    ucp_worker_progress(worker_);
+    Progress();
     for (PendingOperation& op : *operations) {
       if (op.request == nullptr) continue;
       ucp_tag_recv_info_t info = {};
@@ -130,7 +146,9 @@ absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl:
             }()));
       }
       for (PendingOperation& op : *operations) {
-        if (op.request != nullptr) ucp_request_cancel(worker_, op.request);
+        if (op.request != nullptr) {
+          ucp_request_cancel(op.receive ? receiver_ : sender_, op.request);
+        }
       }
       // What a cancel cannot end within a moment, closing its endpoint does.
       const absl::Time grace = absl::Now() + absl::Milliseconds(100);
@@ -138,7 +156,7 @@ absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl:
       for (PendingOperation& op : *operations) {
         if (op.request == nullptr) continue;
         while (ucp_request_check_status(op.request) == UCS_INPROGRESS && absl::Now() < give_up) {
-          ucp_worker_progress(worker_);
+          Progress();
           if (absl::Now() > grace && op.endpoint != nullptr) op.endpoint->ForceClose();
         }
         if (ucp_request_check_status(op.request) == UCS_INPROGRESS) {
@@ -162,7 +180,7 @@ absl::StatusOr<PendingOperation> UcxWorker::PostReceive(uint64_t tag, void* buff
   // Always get a request (no immediate completion), so the length comes one way.
   ucp_request_param_t params = {};
   params.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  void* request = ucp_tag_recv_nbx(worker_, buffer, capacity, tag, ~uint64_t{0}, &params);
+  void* request = ucp_tag_recv_nbx(receiver_, buffer, capacity, tag, ~uint64_t{0}, &params);
   if (UCS_PTR_IS_ERR(request)) return UcxStatus(UCS_PTR_STATUS(request), "ucp_tag_recv_nbx");
   return PendingOperation{request, true, 0, absl::StrCat("receive of UCX message tag ", tag)};
 }
@@ -180,7 +198,7 @@ absl::StatusOr<std::unique_ptr<UcxEndpoint>> UcxWorker::Connect(const std::strin
   params.err_handler.cb = &UcxEndpoint::OnError;
   params.err_handler.arg = endpoint.get();
   absl::Status status =
-      UcxStatus(ucp_ep_create(worker_, &params, &endpoint->endpoint_), "ucp_ep_create");
+      UcxStatus(ucp_ep_create(sender_, &params, &endpoint->endpoint_), "ucp_ep_create");
   if (!status.ok()) {
     endpoint->endpoint_ = nullptr;
     return status;
@@ -218,7 +236,7 @@ void UcxEndpoint::ForceClose() {
   // Progressed here rather than through WaitAll, which may be what called this.
   const absl::Time give_up = absl::Now() + absl::Seconds(5);
   while (ucp_request_check_status(request) == UCS_INPROGRESS && absl::Now() < give_up) {
-    ucp_worker_progress(worker_->worker_);
+    worker_->Progress();
   }
   if (ucp_request_check_status(request) != UCS_INPROGRESS) ucp_request_free(request);
 }

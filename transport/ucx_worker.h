@@ -1,7 +1,14 @@
-// UCX for the host data plane between refitd daemons: one UCP context and worker per
-// daemon (single-threaded), endpoints to peers by worker address, and tagged messages
-// whose every wait has a deadline. Daemons exchange worker addresses through the
-// coordinator; UCX picks shared memory, TCP or RDMA verbs underneath.
+// UCX for the host data plane between refitd daemons: one UCP context per daemon with two
+// workers (single-threaded), one that receives and one that sends, endpoints to peers by
+// the receiving worker's address, and tagged messages whose every wait has a deadline.
+// Daemons exchange addresses through the coordinator; UCX picks shared memory, TCP or
+// RDMA verbs underneath.
+//
+// Why two workers: when two daemons hold endpoints to each other between the same pair of
+// workers, UCX 1.13 (Debian 12) runs both over one TCP connection, and a one-sided close
+// of one endpoint (refitd replaces its endpoints after a failed epoch) silently drops
+// messages coming the other way, or aborts the process in tcp_cm.c / tcp_iface.c. Sending
+// from one worker to the peer's receiving worker keeps every pair of workers one-way.
 #ifndef REFIT_TRANSPORT_UCX_WORKER_H_
 #define REFIT_TRANSPORT_UCX_WORKER_H_
 
@@ -40,7 +47,7 @@ class UcxWorker {
   UcxWorker(const UcxWorker&) = delete;
   UcxWorker& operator=(const UcxWorker&) = delete;
 
-  // This worker's address, for peers to connect to.
+  // The receiving worker's address, for peers to connect to.
   const std::string& address() const { return address_; }
 
   absl::StatusOr<std::unique_ptr<UcxEndpoint>> Connect(const std::string& peer_address);
@@ -72,11 +79,15 @@ class UcxWorker {
 
  private:
   friend class UcxEndpoint;
-  UcxWorker(ucp_context_h context, ucp_worker_h worker, std::string address)
-      : context_(context), worker_(worker), address_(std::move(address)) {}
+  UcxWorker(ucp_context_h context, ucp_worker_h receiver, ucp_worker_h sender,
+            std::string address)
+      : context_(context), receiver_(receiver), sender_(sender), address_(std::move(address)) {}
+  // One pass of progress on both workers.
+  void Progress();
 
   ucp_context_h context_;
-  ucp_worker_h worker_;
+  ucp_worker_h receiver_;  // receives; its address is the one peers connect to
+  ucp_worker_h sender_;    // every endpoint is made from it
   std::string address_;
   const std::atomic<bool>* interrupt_ = nullptr;
   std::atomic<int64_t> abandoned_{0};
