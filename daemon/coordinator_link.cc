@@ -260,7 +260,6 @@ void CoordinatorLink::Session() {
         }
         if (executed) {
           FinishEpoch();            // no write into the buffers after they are marked
-          reconnect_peers_ = true;  // another daemon failed: its connections may be gone
           registry_->Abort(message.abort().version(), message.abort().epoch_id(),
                            message.abort().reason());
         }
@@ -374,7 +373,6 @@ void CoordinatorLink::EpochLoop() {
 
 void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice) {
   v1::DaemonMessage done;
-  if (reconnect_peers_.exchange(false)) peers_.clear();
   std::set<int64_t> planned_destinations;
   if (slice != nullptr) {
     for (const v1::RankPlacement& p : slice->placement()) {
@@ -392,20 +390,26 @@ void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSl
         "refitd on ", node_, " has no data plane (its UCX worker could not be made again)"));
   }
   // Before the buffers can be unmapped or reused: an operation left running could still
-  // write into them. Destroying the worker ends them; the epoch loop makes a new one.
-  if (worker_ != nullptr && worker_->abandoned_operations() > 0) {
+  // touch them. Closing every endpoint ends them (a receive runs on the endpoint back to
+  // its sender, which is why a daemon holds one to every peer it receives from);
+  // destroying the worker makes sure. The epoch loop makes a new one, whose new address
+  // makes every peer connect anew.
+  if (worker_ != nullptr &&
+      (worker_->abandoned_operations() > 0 || worker_->lingering_receives() > 0)) {
     spdlog::warn(
         "refitd {}: epoch {} left {} UCX operations that would not end; dropping the "
-        "data-plane worker so they cannot write into memory later",
-        node_, execute.epoch_id(), worker_->abandoned_operations());
+        "data-plane worker so they cannot touch memory later",
+        node_, execute.epoch_id(),
+        worker_->abandoned_operations() + static_cast<int64_t>(worker_->lingering_receives()));
     peers_.clear();  // endpoints before their worker
     worker_.reset();
   }
   registry_->EndEpoch();
   if (metrics_ != nullptr) metrics_->EpochDone(done.done().ok());
-  // After a failure, a peer may have closed its side of a connection (or died): the next
-  // epoch connects to every peer anew rather than find out mid-transfer.
-  if (!done.done().ok()) peers_.clear();
+  // A failed epoch leaves the endpoints alone: one that broke (or that a stuck send
+  // force-closed) says so and is replaced at the next epoch, a peer that restarted or
+  // replaced its worker has a new address, and closing a healthy endpoint this daemon
+  // never sent on would make UCX drop what the peer sends next (see ucx_worker.h).
   {
     absl::MutexLock lock(&mu_);
     running_epoch_.clear();
@@ -504,16 +508,17 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
         &nccl);
     if (!joined.ok()) return fail(joined);
   }
-  // Connections only to the daemons this slice sends pieces to (receiving needs none): a
-  // large group's daemons would otherwise each hold an endpoint to every other.
-  std::set<int32_t> sends_to;
+  // Connections only to the daemons this slice exchanges pieces with: a large group's
+  // daemons would otherwise each hold an endpoint to every other. Receiving needs one
+  // too: closing it is what ends a receive stuck behind a dead link.
+  std::set<int32_t> exchanged_with;
   for (const v1::Batch& batch : slice.plan().batches()) {
     for (const v1::Transfer& t : batch.transfers()) {
-      absl::StatusOr<int32_t> from =
-          placement.DaemonOf(transport::EndpointRole(t.src().kind()), t.src().rank());
-      absl::StatusOr<int32_t> to =
-          placement.DaemonOf(transport::EndpointRole(t.dst().kind()), t.dst().rank());
-      if (from.ok() && to.ok() && *from == slice.daemon_index()) sends_to.insert(*to);
+      for (const v1::Endpoint* end : {&t.src(), &t.dst()}) {
+        absl::StatusOr<int32_t> daemon =
+            placement.DaemonOf(transport::EndpointRole(end->kind()), end->rank());
+        if (daemon.ok()) exchanged_with.insert(*daemon);
+      }
     }
   }
   std::vector<transport::UcxEndpoint*> peers;
@@ -521,7 +526,7 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
     if (peer.index() < 0 || peer.index() > 1 << 20)
       return fail(absl::InvalidArgumentError("bad daemon index"));
     if (peers.size() <= static_cast<size_t>(peer.index())) peers.resize(peer.index() + 1, nullptr);
-    if (peer.index() == slice.daemon_index() || !sends_to.count(peer.index())) continue;
+    if (peer.index() == slice.daemon_index() || !exchanged_with.count(peer.index())) continue;
     auto& [address, endpoint] = peers_[peer.index()];
     if (endpoint == nullptr || endpoint->broken() || address != peer.data_plane_address()) {
       absl::StatusOr<std::unique_ptr<transport::UcxEndpoint>> connected =

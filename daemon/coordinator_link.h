@@ -136,8 +136,6 @@ class CoordinatorLink {
   std::shared_ptr<const v1::PlanSlice> slice_;
   std::string last_stream_error_;  // what WarnOnce said last
   uint32_t last_epoch_number_ = 0;
-  // Set when an epoch this daemon ran was aborted: the next epoch connects anew.
-  std::atomic<bool> reconnect_peers_{false};
   // Owned by the epoch thread (one at a time).
   std::map<int32_t, std::pair<std::string, std::unique_ptr<transport::UcxEndpoint>>> peers_;
   std::unique_ptr<transport::gpu::NcclGroup> nccl_group_;

@@ -124,6 +124,7 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
     if (!posted.ok()) return fail(posted.status());
     operations.push_back(*posted);
     operations.back().what = absl::StrCat("the ", staging.size(), " bytes from daemon ", peer);
+    operations.back().buffer_owner = &staging;
   }
   for (const auto& [peer, list] : outgoing) {
     UcxEndpoint* endpoint = PeerOf(peer);
@@ -333,8 +334,8 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
       if (!sent.ok()) return sent;
       stats->bytes_sent_to[r.dst_daemon] += staging.size();
     } else {
-      absl::StatusOr<size_t> got = worker_->Receive(MessageTag(epoch, true, ordinal, r.src_daemon),
-                                                    staging.data(), staging.size(), deadline);
+      absl::StatusOr<size_t> got =
+          worker_->Receive(MessageTag(epoch, true, ordinal, r.src_daemon), &staging, deadline);
       if (!got.ok()) return got.status();
       stats->bytes_received_from[r.src_daemon] += *got;
       absl::StatusOr<StridedRef> to = Locate(t.dst(), t, scratch);

@@ -49,45 +49,63 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const std::string& 
   ucp_worker_params_t worker_params = {};
   worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
   worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
-  ucp_worker_h workers[2] = {nullptr, nullptr};  // receiver, sender
-  auto undo = [&]() {
-    for (ucp_worker_h worker : workers) {
-      if (worker != nullptr) ucp_worker_destroy(worker);
-    }
+  ucp_worker_h worker = nullptr;
+  status = UcxStatus(ucp_worker_create(context, &worker_params, &worker), "ucp_worker_create");
+  if (!status.ok()) {
     ucp_cleanup(context);
-  };
-  for (ucp_worker_h& worker : workers) {
-    status = UcxStatus(ucp_worker_create(context, &worker_params, &worker), "ucp_worker_create");
-    if (!status.ok()) {
-      worker = nullptr;
-      undo();
-      return status;
-    }
+    return status;
   }
   ucp_address_t* address = nullptr;
   size_t length = 0;
-  status =
-      UcxStatus(ucp_worker_get_address(workers[0], &address, &length), "ucp_worker_get_address");
+  status = UcxStatus(ucp_worker_get_address(worker, &address, &length), "ucp_worker_get_address");
   if (!status.ok()) {
-    undo();
+    ucp_worker_destroy(worker);
+    ucp_cleanup(context);
     return status;
   }
   std::string bytes =
       SealDataPlaneAddress(std::string_view(reinterpret_cast<const char*>(address), length));
-  ucp_worker_release_address(workers[0], address);
-  return std::unique_ptr<UcxWorker>(
-      new UcxWorker(context, workers[0], workers[1], std::move(bytes)));
+  ucp_worker_release_address(worker, address);
+  return std::unique_ptr<UcxWorker>(new UcxWorker(context, worker, std::move(bytes)));
 }
 
 UcxWorker::~UcxWorker() {
-  ucp_worker_destroy(sender_);
-  ucp_worker_destroy(receiver_);
+  // UCX aborts the process (an assertion in Debian's build) when a worker is destroyed
+  // with a rendezvous still running on it, so give what lingers a moment to end, and
+  // otherwise leave the worker (and the memory it may write) alone for good.
+  const absl::Time give_up = absl::Now() + absl::Seconds(1);
+  while (!NothingLeftRunning() && absl::Now() < give_up) Progress();
+  if (!NothingLeftRunning()) {
+    spdlog::error(
+        "UCX: {} receives and {} other operations still running; leaving the data-plane "
+        "worker undestroyed (its sockets stay open until the process exits)",
+        lingering_.size(), abandoned_requests_.size());
+    for (Lingering& lingering : lingering_) new std::vector<uint8_t>(std::move(lingering.buffer));
+    return;
+  }
+  ucp_worker_destroy(worker_);
   ucp_cleanup(context_);
 }
 
 void UcxWorker::Progress() {
-  ucp_worker_progress(receiver_);
-  ucp_worker_progress(sender_);
+  ucp_worker_progress(worker_);
+  for (size_t i = 0; i < lingering_.size();) {
+    if (ucp_request_check_status(lingering_[i].request) == UCS_INPROGRESS) {
+      ++i;
+      continue;
+    }
+    ucp_request_free(lingering_[i].request);
+    lingering_[i] = std::move(lingering_.back());
+    lingering_.pop_back();
+  }
+}
+
+bool UcxWorker::NothingLeftRunning() {
+  if (!lingering_.empty()) return false;
+  for (void* request : abandoned_requests_) {
+    if (ucp_request_check_status(request) == UCS_INPROGRESS) return false;
+  }
+  return true;
 }
 
 absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl::Time deadline,
@@ -146,9 +164,7 @@ absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl:
             }()));
       }
       for (PendingOperation& op : *operations) {
-        if (op.request != nullptr) {
-          ucp_request_cancel(op.receive ? receiver_ : sender_, op.request);
-        }
+        if (op.request != nullptr) ucp_request_cancel(worker_, op.request);
       }
       // What a cancel cannot end within a moment, closing its endpoint does.
       const absl::Time grace = absl::Now() + absl::Milliseconds(100);
@@ -159,10 +175,17 @@ absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl:
           Progress();
           if (absl::Now() > grace && op.endpoint != nullptr) op.endpoint->ForceClose();
         }
-        if (ucp_request_check_status(op.request) == UCS_INPROGRESS) {
-          // Freeing it would let UCX touch a buffer the caller is about to free; only
-          // destroying the worker ends it for sure (see abandoned_operations()).
+        if (ucp_request_check_status(op.request) == UCS_INPROGRESS && op.receive &&
+            op.buffer_owner != nullptr) {
+          // UCX may still write into its buffer: the worker keeps both until it ends.
+          spdlog::warn("UCX: {} would not end; keeping its buffer until it does", op.what);
+          lingering_.push_back({op.request, std::move(*op.buffer_owner)});
+          op.buffer_owner->clear();
+        } else if (ucp_request_check_status(op.request) == UCS_INPROGRESS) {
+          // Freeing it would let UCX touch memory the caller is about to free or unmap;
+          // only destroying the worker ends it for sure (see abandoned_operations()).
           spdlog::error("UCX: {} would not end; leaving it", op.what);
+          abandoned_requests_.push_back(op.request);
           ++abandoned_;
         } else {
           ucp_request_free(op.request);
@@ -180,7 +203,7 @@ absl::StatusOr<PendingOperation> UcxWorker::PostReceive(uint64_t tag, void* buff
   // Always get a request (no immediate completion), so the length comes one way.
   ucp_request_param_t params = {};
   params.op_attr_mask = UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-  void* request = ucp_tag_recv_nbx(receiver_, buffer, capacity, tag, ~uint64_t{0}, &params);
+  void* request = ucp_tag_recv_nbx(worker_, buffer, capacity, tag, ~uint64_t{0}, &params);
   if (UCS_PTR_IS_ERR(request)) return UcxStatus(UCS_PTR_STATUS(request), "ucp_tag_recv_nbx");
   return PendingOperation{request, true, 0, absl::StrCat("receive of UCX message tag ", tag)};
 }
@@ -198,7 +221,7 @@ absl::StatusOr<std::unique_ptr<UcxEndpoint>> UcxWorker::Connect(const std::strin
   params.err_handler.cb = &UcxEndpoint::OnError;
   params.err_handler.arg = endpoint.get();
   absl::Status status =
-      UcxStatus(ucp_ep_create(sender_, &params, &endpoint->endpoint_), "ucp_ep_create");
+      UcxStatus(ucp_ep_create(worker_, &params, &endpoint->endpoint_), "ucp_ep_create");
   if (!status.ok()) {
     endpoint->endpoint_ = nullptr;
     return status;
@@ -212,10 +235,22 @@ void UcxEndpoint::OnError(void* self, ucp_ep_h, ucs_status_t status) {
   spdlog::debug("UCX endpoint to a peer broke: {}", ucs_status_string(status));
 }
 
+absl::StatusOr<size_t> UcxWorker::Receive(uint64_t tag, std::vector<uint8_t>* buffer,
+                                          absl::Time deadline) {
+  return ReceiveOne(tag, buffer->data(), buffer->size(), buffer, deadline);
+}
+
 absl::StatusOr<size_t> UcxWorker::Receive(uint64_t tag, void* buffer, size_t capacity,
                                           absl::Time deadline) {
+  return ReceiveOne(tag, buffer, capacity, nullptr, deadline);
+}
+
+absl::StatusOr<size_t> UcxWorker::ReceiveOne(uint64_t tag, void* buffer, size_t capacity,
+                                             std::vector<uint8_t>* buffer_owner,
+                                             absl::Time deadline) {
   absl::StatusOr<PendingOperation> posted = PostReceive(tag, buffer, capacity);
   if (!posted.ok()) return posted.status();
+  posted->buffer_owner = buffer_owner;
   std::vector<PendingOperation> operations = {*posted};
   absl::Status status = WaitAll(&operations, deadline);
   if (!status.ok()) return status;

@@ -1,14 +1,14 @@
-// UCX for the host data plane between refitd daemons: one UCP context per daemon with two
-// workers (single-threaded), one that receives and one that sends, endpoints to peers by
-// the receiving worker's address, and tagged messages whose every wait has a deadline.
-// Daemons exchange addresses through the coordinator; UCX picks shared memory, TCP or
-// RDMA verbs underneath.
+// UCX for the host data plane between refitd daemons: one UCP context and worker per
+// daemon (single-threaded), endpoints to peers by worker address, and tagged messages
+// whose every wait has a deadline. Daemons exchange worker addresses through the
+// coordinator; UCX picks shared memory, TCP or RDMA verbs underneath.
 //
-// Why two workers: when two daemons hold endpoints to each other between the same pair of
-// workers, UCX 1.13 (Debian 12) runs both over one TCP connection, and a one-sided close
-// of one endpoint (refitd replaces its endpoints after a failed epoch) silently drops
-// messages coming the other way, or aborts the process in tcp_cm.c / tcp_iface.c. Sending
-// from one worker to the peer's receiving worker keeps every pair of workers one-way.
+// What UCX 1.13 (Debian 12) cannot take, and refitd therefore never does: when two
+// workers hold endpoints to each other, UCX runs both over one TCP connection; closing
+// one side's endpoint that was never sent on, after the other side replaced its own,
+// silently drops what comes the other way, or aborts the process in tcp_cm.c. refitd
+// closes such an endpoint only together with its worker (the worker's address changes,
+// so peers connect anew); a sender replaces its own endpoints freely.
 #ifndef REFIT_TRANSPORT_UCX_WORKER_H_
 #define REFIT_TRANSPORT_UCX_WORKER_H_
 
@@ -37,6 +37,10 @@ struct PendingOperation {
   size_t length = 0;                // bytes received, once complete
   std::string what;                 // for errors
   UcxEndpoint* endpoint = nullptr;  // sends: force-closed if the send cannot be cancelled
+  // Receives: the vector holding the buffer. If the receive can be neither finished nor
+  // cancelled, the worker takes the vector's storage over (the vector is left empty) and
+  // keeps it until UCX ends the receive, so a late write cannot land in freed memory.
+  std::vector<uint8_t>* buffer_owner = nullptr;
 };
 
 class UcxWorker {
@@ -47,7 +51,7 @@ class UcxWorker {
   UcxWorker(const UcxWorker&) = delete;
   UcxWorker& operator=(const UcxWorker&) = delete;
 
-  // The receiving worker's address, for peers to connect to.
+  // This worker's address, for peers to connect to.
   const std::string& address() const { return address_; }
 
   absl::StatusOr<std::unique_ptr<UcxEndpoint>> Connect(const std::string& peer_address);
@@ -55,6 +59,9 @@ class UcxWorker {
   // Receives one message with exactly `tag` into `buffer`; returns its length.
   // DEADLINE_EXCEEDED (request cancelled) when none arrives in time.
   absl::StatusOr<size_t> Receive(uint64_t tag, void* buffer, size_t capacity, absl::Time deadline);
+  // The same into all of `*buffer`, which the worker keeps if the receive cannot end (see
+  // PendingOperation::buffer_owner).
+  absl::StatusOr<size_t> Receive(uint64_t tag, std::vector<uint8_t>* buffer, absl::Time deadline);
 
   // Posts a receive of one message with exactly `tag`; finish it with WaitAll.
   absl::StatusOr<PendingOperation> PostReceive(uint64_t tag, void* buffer, size_t capacity);
@@ -73,24 +80,37 @@ class UcxWorker {
   void SetInterrupt(const std::atomic<bool>* interrupt) { interrupt_ = interrupt; }
 
   // Operations WaitAll could neither finish nor cancel (a rendezvous whose peer vanished
-  // mid-transfer). Their buffers may still be written if the peer comes back, so the
-  // owner must destroy this worker (which ends them) before reusing any of that memory.
+  // mid-transfer) and whose memory it could not keep (sends, receives without a
+  // buffer_owner). UCX may still touch that memory if the peer comes back, so the owner
+  // must destroy this worker before reusing any of it.
   int64_t abandoned_operations() const { return abandoned_; }
+
+  // Receives WaitAll could neither finish nor cancel, kept with their buffers until UCX
+  // ends them (the peer's connection fails or comes back); each progress reaps the ended.
+  size_t lingering_receives() const { return lingering_.size(); }
 
  private:
   friend class UcxEndpoint;
-  UcxWorker(ucp_context_h context, ucp_worker_h receiver, ucp_worker_h sender,
-            std::string address)
-      : context_(context), receiver_(receiver), sender_(sender), address_(std::move(address)) {}
-  // One pass of progress on both workers.
+  UcxWorker(ucp_context_h context, ucp_worker_h worker, std::string address)
+      : context_(context), worker_(worker), address_(std::move(address)) {}
+  absl::StatusOr<size_t> ReceiveOne(uint64_t tag, void* buffer, size_t capacity,
+                                    std::vector<uint8_t>* buffer_owner, absl::Time deadline);
+  // One pass of progress; frees the lingering receives that ended.
   void Progress();
+  // Whether no request this worker gave up on is still running (so destroying it is safe).
+  bool NothingLeftRunning();
 
   ucp_context_h context_;
-  ucp_worker_h receiver_;  // receives; its address is the one peers connect to
-  ucp_worker_h sender_;    // every endpoint is made from it
+  ucp_worker_h worker_;
   std::string address_;
   const std::atomic<bool>* interrupt_ = nullptr;
   std::atomic<int64_t> abandoned_{0};
+  struct Lingering {
+    void* request;
+    std::vector<uint8_t> buffer;  // where UCX may still write
+  };
+  std::vector<Lingering> lingering_;
+  std::vector<void*> abandoned_requests_;  // never freed: UCX may still complete them
 };
 
 class UcxEndpoint {

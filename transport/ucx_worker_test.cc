@@ -2,6 +2,7 @@
 // (UCX picks shared memory or TCP on loopback); every wait ends by its deadline.
 #include "transport/ucx_worker.h"
 
+#include <ucp/api/ucp.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "transport/data_plane_address.h"
 
 namespace refit::transport {
 namespace {
@@ -107,49 +109,70 @@ TEST(UcxWorkerTest, OperationsThatStandStillEndAtTheStallLimitLongBeforeTheDeadl
   EXPECT_EQ(received.code(), absl::StatusCode::kUnavailable) << received;
 }
 
-// What two daemon processes share for the endpoint-replacement test: addresses, and how
-// far each got (one round at a time, so each round's replacements happen between messages).
+// What two daemon processes share for the endpoint-replacement test: the inference
+// side's address (it changes with its worker), and how far each got, one round at a time.
 struct SharedRounds {
   char address[2][4096];
   std::atomic<int> address_length[2];
-  std::atomic<int> rounds_done[2];  // by the trainer (sent) and the inference side (received)
-  std::atomic<bool> failed;         // either gave up: the other stops waiting
+  std::atomic<int> address_generation[2];  // bumped with every new worker
+  std::atomic<int> rounds_ready[2];        // the inference side set up round N-1
+  std::atomic<int> rounds_done[2];         // by the trainer (sent) and the inference side
+  std::atomic<bool> failed;                // either gave up: the other stops waiting
 };
 
 // One daemon of the endpoint-replacement test, in its own process: 0 the trainer (sends
-// every round), 1 the inference side (holds an endpoint back it never sends on). Before a
-// round, `replaces[round]` says who replaces its endpoint: bit 0 the trainer, bit 1 the
-// inference side. Returns what went wrong, or "" once every round's message arrived.
+// every round), 1 the inference side (holds an endpoint back, never sent on, as refitd
+// does to every peer it receives from). Before a round, `replaces[round]` says what is
+// replaced the way refitd replaces things: bit 0, the trainer's endpoint alone (a send
+// that had to be force-closed); bit 1, the inference side's worker with its endpoint (a
+// receive that would not end). Returns what went wrong, or "" once every message arrived.
 std::string RunReplacingDaemon(int self, SharedRounds* shared, const std::vector<int>& replaces) {
-  auto worker = UcxWorker::Create(self == 0 ? "trainer" : "inference");
-  if (!worker.ok()) return worker.status().ToString();
-  const std::string& own = (*worker)->address();
-  if (own.size() > sizeof(shared->address[self])) return "address too long";
-  std::memcpy(shared->address[self], own.data(), own.size());
-  shared->address_length[self] = static_cast<int>(own.size());
   const int peer = 1 - self;
+  std::unique_ptr<UcxWorker> worker;
+  std::unique_ptr<UcxEndpoint> endpoint;
+  auto new_worker = [&]() -> std::string {
+    endpoint.reset();  // endpoints before their worker
+    worker.reset();
+    auto made = UcxWorker::Create(self == 0 ? "trainer" : "inference");
+    if (!made.ok()) return made.status().ToString();
+    worker = std::move(*made);
+    const std::string& own = worker->address();
+    if (own.size() > sizeof(shared->address[self])) return "address too long";
+    std::memcpy(shared->address[self], own.data(), own.size());
+    shared->address_length[self] = static_cast<int>(own.size());
+    ++shared->address_generation[self];
+    return "";
+  };
   const absl::Time give_up = absl::Now() + absl::Seconds(60);
-  auto wait_for = [&](int who, int rounds) {
-    while (shared->rounds_done[who].load() < rounds) {
+  auto wait_for = [&](std::atomic<int>* counter, int value) {
+    while (counter->load() < value) {
       if (shared->failed.load() || absl::Now() > give_up) return false;
       absl::SleepFor(absl::Microseconds(200));  // no progress meanwhile, as between epochs
     }
     return true;
   };
-  while (shared->address_length[peer].load() == 0) {
-    if (absl::Now() > give_up) return "the peer never said its address";
-    absl::SleepFor(absl::Milliseconds(1));
-  }
-  const std::string peer_address(shared->address[peer], shared->address_length[peer].load());
-  std::unique_ptr<UcxEndpoint> endpoint;
+  if (std::string made = new_worker(); !made.empty()) return made;
+  int connected_generation = 0;  // of the peer's address this side's endpoint goes to
   for (int round = 0; round < static_cast<int>(replaces.size()); ++round) {
-    if (!wait_for(peer, round)) return absl::StrCat("round ", round, ": the peer gave up or fell behind");
-    if (endpoint == nullptr || (replaces[round] & (1 << self)) != 0) {
+    if (!wait_for(&shared->rounds_done[peer], round) ||
+        (self == 0 && !wait_for(&shared->rounds_ready[1], round + 1)) ||
+        !wait_for(&shared->address_generation[peer], 1)) {
+      return absl::StrCat("round ", round, ": the peer gave up or fell behind");
+    }
+    if (self == 1 && round > 0 && (replaces[round] & 2) != 0) {
+      if (std::string made = new_worker(); !made.empty()) return made;
+    }
+    const int generation = shared->address_generation[peer].load();
+    if (endpoint == nullptr || generation != connected_generation ||
+        (self == 0 && (replaces[round] & 1) != 0)) {
       endpoint.reset();  // force-closed
-      auto connected = (*worker)->Connect(peer_address);
+      auto connected = worker->Connect(
+          std::string(shared->address[peer], shared->address_length[peer].load()));
       if (!connected.ok()) return connected.status().ToString();
       endpoint = std::move(*connected);
+      connected_generation = generation;
     }
+    if (self == 1) shared->rounds_ready[1] = round + 1;
     uint64_t payload = round;
     const absl::Time deadline = absl::Now() + absl::Seconds(5);
     if (self == 0) {
@@ -157,29 +180,25 @@ std::string RunReplacingDaemon(int self, SharedRounds* shared, const std::vector
       if (!sent.ok()) return absl::StrCat("round ", round, ": ", sent.ToString());
     } else {
       payload = ~uint64_t{0};
-      absl::StatusOr<size_t> length =
-          (*worker)->Receive(round, &payload, sizeof(payload), deadline);
+      absl::StatusOr<size_t> length = worker->Receive(round, &payload, sizeof(payload), deadline);
       if (!length.ok()) return absl::StrCat("round ", round, ": ", length.status().ToString());
       if (payload != static_cast<uint64_t>(round)) return absl::StrCat("round ", round, ": bad bytes");
     }
     shared->rounds_done[self] = round + 1;
   }
-  wait_for(peer, static_cast<int>(replaces.size()));
+  wait_for(&shared->rounds_done[peer], static_cast<int>(replaces.size()));
   return "";
 }
 
-TEST(UcxWorkerTest, EndpointsReplacedOnEitherSideLoseNothingSentTheOtherWay) {
+TEST(UcxWorkerTest, EndpointsAndWorkersReplacedTheWayRefitdDoesLoseNothing) {
   // Two daemon processes each hold an endpoint to the other, as the trainer and an
-  // inference node do (the inference side never sends on its own). After a failed epoch
-  // refitd replaces its endpoints: sometimes both sides, sometimes one alone. Every message
-  // the trainer sends must still arrive. With one UCX worker per daemon, UCX 1.13 shares
-  // one TCP connection between the two endpoints, and a one-sided close of the idle one
-  // silently drops what comes the other way, or aborts the process in tcp_cm.c or
-  // tcp_iface.c (separate processes are needed to see it).
+  // inference node do (the inference side never sends on its own), and replace them the
+  // way refitd does after failed epochs. Every message the trainer sends must arrive.
+  // (Separate processes: UCX's connection handling differs from one process to another.)
   constexpr int kRounds = 150;
   std::vector<int> replaces(kRounds);
   std::mt19937 random(12345);
-  for (int& who : replaces) who = std::uniform_int_distribution<int>(0, 3)(random);
+  for (int& what : replaces) what = std::uniform_int_distribution<int>(0, 3)(random);
   void* mapped = mmap(nullptr, sizeof(SharedRounds), PROT_READ | PROT_WRITE,
                       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(mapped, MAP_FAILED);
@@ -191,7 +210,9 @@ TEST(UcxWorkerTest, EndpointsReplacedOnEitherSideLoseNothingSentTheOtherWay) {
     if (children[self] == 0) {
       const std::string failure = RunReplacingDaemon(self, shared, replaces);
       if (!failure.empty()) shared->failed = true;
-      if (!failure.empty()) fprintf(stderr, "%s: %s\n", self == 0 ? "trainer" : "inference", failure.c_str());
+      if (!failure.empty()) {
+        fprintf(stderr, "%s: %s\n", self == 0 ? "trainer" : "inference", failure.c_str());
+      }
       _exit(failure.empty() ? 0 : 1);
     }
   }
@@ -204,6 +225,113 @@ TEST(UcxWorkerTest, EndpointsReplacedOnEitherSideLoseNothingSentTheOtherWay) {
                                 : absl::StrCat("exit code ", WEXITSTATUS(status)));
   }
   munmap(mapped, sizeof(SharedRounds));
+}
+
+// A sender that starts a large (rendezvous) send to `receiver` and then stops answering
+// without closing anything, as a daemon behind a dead link does; raw UCX, so that nothing
+// of the worker under test runs on its side.
+class StalledSender {
+ public:
+  explicit StalledSender(const std::string& sealed_address, size_t bytes) : data_(bytes, 3) {
+    ucp_config_t* config = nullptr;
+    EXPECT_EQ(ucp_config_read(nullptr, nullptr, &config), UCS_OK);
+    ucp_params_t params = {};
+    params.field_mask = UCP_PARAM_FIELD_FEATURES;
+    params.features = UCP_FEATURE_TAG;
+    EXPECT_EQ(ucp_init(&params, config, &context_), UCS_OK);
+    ucp_config_release(config);
+    ucp_worker_params_t worker_params = {};
+    EXPECT_EQ(ucp_worker_create(context_, &worker_params, &worker_), UCS_OK);
+    absl::StatusOr<std::string> address = OpenDataPlaneAddress(sealed_address);
+    EXPECT_TRUE(address.ok()) << address.status();
+    ucp_ep_params_t ep_params = {};
+    ep_params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+    ep_params.address = reinterpret_cast<const ucp_address_t*>(address->data());
+    ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+    EXPECT_EQ(ucp_ep_create(worker_, &ep_params, &endpoint_), UCS_OK);
+    ucp_request_param_t send_params = {};
+    request_ = ucp_tag_send_nbx(endpoint_, data_.data(), data_.size(), /*tag=*/5, &send_params);
+    EXPECT_FALSE(UCS_PTR_IS_ERR(request_));
+  }
+  // Progress for a moment: the send's first message (its rendezvous request) goes out.
+  void Start() {
+    const absl::Time until = absl::Now() + absl::Milliseconds(200);
+    while (absl::Now() < until) ucp_worker_progress(worker_);
+  }
+  // Closes the connection at last (its socket goes away), and everything with it.
+  ~StalledSender() {
+    ucp_request_param_t params = {};
+    params.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    params.flags = UCP_EP_CLOSE_FLAG_FORCE;
+    void* closing = ucp_ep_close_nbx(endpoint_, &params);
+    for (void* request : {closing, request_}) {
+      if (request == nullptr || UCS_PTR_IS_ERR(request)) continue;
+      while (ucp_request_check_status(request) == UCS_INPROGRESS) ucp_worker_progress(worker_);
+      ucp_request_free(request);
+    }
+    ucp_worker_destroy(worker_);
+    ucp_cleanup(context_);
+  }
+
+ private:
+  std::vector<uint8_t> data_;
+  ucp_context_h context_ = nullptr;
+  ucp_worker_h worker_ = nullptr;
+  ucp_ep_h endpoint_ = nullptr;
+  void* request_ = nullptr;
+};
+
+// Receives the stalled sender's message until the stall limit gives up on it. Both sides
+// progress for a moment first, so the send's rendezvous request waits at the receiver;
+// the receive posted after it matches at once and then waits for data that never comes.
+absl::Status ReceiveFromStalled(StalledSender* sender, UcxWorker* receiver,
+                                std::vector<uint8_t>* buffer) {
+  std::thread starting([&]() { sender->Start(); });
+  char unused[8];
+  while (receiver->Receive(99, unused, sizeof(unused), absl::Now() + absl::Milliseconds(300))
+             .ok()) {
+  }
+  starting.join();
+  absl::StatusOr<PendingOperation> posted = receiver->PostReceive(5, buffer->data(), buffer->size());
+  if (!posted.ok()) return posted.status();
+  posted->buffer_owner = buffer;
+  std::vector<PendingOperation> operations = {*posted};
+  return receiver->WaitAll(&operations, absl::Now() + absl::Seconds(30), absl::Milliseconds(300));
+}
+
+TEST(UcxWorkerTest, AReceiveThatCannotEndKeepsItsBufferUntilUcxEndsIt) {
+  auto receiver = UcxWorker::Create("receiver");
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  auto sender = std::make_unique<StalledSender>((*receiver)->address(), 64 << 20);
+  std::vector<uint8_t> buffer(64 << 20);
+  const absl::Status received = ReceiveFromStalled(sender.get(), receiver->get(), &buffer);
+  EXPECT_EQ(received.code(), absl::StatusCode::kUnavailable) << received;
+  // The buffer now belongs to the worker: the caller's vector is empty, nothing abandoned.
+  EXPECT_TRUE(buffer.empty());
+  EXPECT_EQ((*receiver)->lingering_receives(), 1u);
+  EXPECT_EQ((*receiver)->abandoned_operations(), 0);
+  // The sender goes away: UCX fails the receive, and the worker lets it go.
+  sender.reset();
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  char unused[8];
+  while ((*receiver)->lingering_receives() > 0 && absl::Now() < give_up) {
+    (*receiver)->Receive(99, unused, sizeof(unused), absl::Now() + absl::Milliseconds(50))
+        .IgnoreError();  // progresses the worker
+  }
+  EXPECT_EQ((*receiver)->lingering_receives(), 0u);
+}
+
+TEST(UcxWorkerTest, AWorkerWithAReceiveThatCannotEndIsDroppedWithoutAborting) {
+  // UCX 1.13 (Debian's build) asserts when a worker is destroyed under a running
+  // rendezvous: refitd dropping its worker after a dead link must not take the process.
+  auto receiver = UcxWorker::Create("receiver");
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  StalledSender sender((*receiver)->address(), 64 << 20);
+  std::vector<uint8_t> buffer(64 << 20);
+  EXPECT_EQ(ReceiveFromStalled(&sender, receiver->get(), &buffer).code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ((*receiver)->lingering_receives(), 1u);
+  receiver->reset();  // still running: left undestroyed, and the process lives on
 }
 
 TEST(UcxWorkerTest, ReceiveWithoutSenderEndsAtTheDeadline) {
