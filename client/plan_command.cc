@@ -25,7 +25,7 @@ const char kPlanUsage[] =
     "usage: refitctl plan (--src SRC.json --dst DST.json | --model CONFIG.json|NAME\n"
     "                      --src-parallel pp=16,ep=16 --dst-parallel tp=32,dp=8\n"
     "                      [--gpus-per-node 8] [--colocated] | --refit NAME)\n"
-    "                     [--topology T.json] [--strategy reshard|gather_broadcast]\n"
+    "                     [--topology T.json] [--strategy reshard|gather_broadcast|auto]\n"
     "                     [--verify=bytes|coverage] [--json] [--staging-budget 1GiB]\n"
     "                     [--split-threshold 32MiB] [--flat] [--verify-max-bytes 4GiB]\n"
     "                     [--plan-out PLAN.json]  (the plan itself, as refit.v1.Plan JSON)\n"

@@ -164,6 +164,18 @@ TEST(RefitctlTest, ReadableTableWithoutJson) {
   EXPECT_FALSE(absl::StrContains(run.out, "verified"));
 }
 
+TEST(RefitctlTest, AutoSaysWhichPlanItChoseOverWhich) {
+  const CommandResult run = Refitctl("plan --refit mini --strategy auto");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  // Every candidate priced, the chosen one first with its predicted seconds.
+  EXPECT_TRUE(absl::StrContains(run.out, "chosen          reshard_")) << run.out;
+  EXPECT_TRUE(absl::StrContains(run.out, ", over ")) << run.out;
+  EXPECT_TRUE(absl::StrContains(run.out, "gather_broadcast ")) << run.out;
+  const CommandResult json = Refitctl("plan --refit mini --strategy auto --json");
+  EXPECT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_TRUE(absl::StrContains(json.out, "\"candidate_gather_broadcast_seconds\"")) << json.out;
+}
+
 TEST(RefitctlTest, DeepseekV3AtFullScaleMeetsTheBoundAndCoverage) {
   const CommandResult run = Refitctl(
       "plan --model deepseek-v3 --src-parallel pp=16,ep=16 --dst-parallel tp=32,dp=8 "

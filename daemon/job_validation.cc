@@ -62,9 +62,9 @@ absl::Status CheckJob(const v1::JobSpec& job) {
     status = Bad("stagingBudgetBytes", absl::StrCat(job.staging_budget_bytes(), " is negative"));
   }
   if (status.ok() && !job.strategy().empty() && job.strategy() != "reshard" &&
-      job.strategy() != "gather_broadcast") {
+      job.strategy() != "gather_broadcast" && job.strategy() != "auto") {
     status = Bad("strategy", absl::StrCat("\"", absl::CHexEscape(job.strategy()),
-                                          "\" is not reshard or gather_broadcast"));
+                                          "\" is not reshard, gather_broadcast or auto"));
   }
   const v1::Topology& topology = job.topology();
   for (const auto& [field, rate] :

@@ -40,7 +40,7 @@ TEST(JobValidationTest, EveryFieldOutOfRangeIsRefusedByName) {
   ExpectRefused([](v1::JobSpec* j) { j->set_staging_budget_bytes(-1); },
                 "job: stagingBudgetBytes -1 is negative");
   ExpectRefused([](v1::JobSpec* j) { j->set_strategy("broadcast"); },
-                "job: strategy \"broadcast\" is not reshard or gather_broadcast");
+                "job: strategy \"broadcast\" is not reshard, gather_broadcast or auto");
   ExpectRefused([](v1::JobSpec* j) { j->mutable_topology()->set_nic_gbytes_per_s(-50); },
                 "job: topology.nicGbytesPerS -50");
   ExpectRefused([](v1::JobSpec* j) { j->mutable_topology()->set_batch_latency_us(NAN); },

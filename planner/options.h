@@ -9,6 +9,8 @@ namespace refit::planner {
 
 inline constexpr char kStrategyReshard[] = "reshard";
 inline constexpr char kStrategyGatherBroadcast[] = "gather_broadcast";
+// Plans both and keeps the one the cost model says is faster.
+inline constexpr char kStrategyAuto[] = "auto";
 
 struct PlanOptions {
   std::string strategy = kStrategyReshard;

@@ -48,6 +48,13 @@ struct Transfer {
   int64_t bytes = 0;
 };
 
+// A plan the planner priced while choosing: "reshard_relays", "reshard_direct" or
+// "gather_broadcast", and what the cost model predicts for it.
+struct PlanCandidate {
+  std::string name;
+  double predicted_seconds = 0;
+};
+
 struct PlanStats {
   int64_t total_bytes = 0;
   int64_t network_bytes = 0;
@@ -65,6 +72,8 @@ struct PlanStats {
   // than any direct plan can be), and what no plan without relays can beat.
   double direct_predicted_seconds = 0;
   double direct_lower_bound_seconds = 0;
+  // Every plan priced to choose this one, in the order planned (the chosen one included).
+  std::vector<PlanCandidate> candidates;
 };
 
 struct Plan {

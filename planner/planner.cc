@@ -13,42 +13,69 @@
 
 namespace refit::planner {
 
+namespace {
+
+// The reshard plan: with relays where the options allow them and the cost model says they
+// win, else without. Every plan it prices is added to `candidates`.
+std::shared_ptr<Plan> PlanReshardChoosingRelays(const PlanningProblem& problem,
+                                                const PlanOptions& options,
+                                                const LowerBound& bound,
+                                                std::vector<PlanCandidate>* candidates) {
+  auto plan = std::make_shared<Plan>();
+  PlanReshard(problem, options, bound, plan.get());
+  PricePlan(problem, plan.get());
+  const bool relays = plan->stats.relayed_bytes > 0;
+  candidates->push_back(
+      {relays ? "reshard_relays" : "reshard_direct", plan->stats.predicted_seconds});
+  if (!relays) return plan;
+  plan->stats.direct_lower_bound_seconds = bound.direct_seconds;
+  // Relays pay in batches what they save on the sources' NICs: kept only where the cost
+  // model says they win. (Below what any direct plan takes, they win outright.)
+  if (plan->stats.predicted_seconds < bound.direct_seconds) return plan;
+  PlanOptions direct_options = options;
+  direct_options.relays = false;
+  auto direct = std::make_shared<Plan>();
+  PlanReshard(problem, direct_options, bound, direct.get());
+  PricePlan(problem, direct.get());
+  candidates->push_back({"reshard_direct", direct->stats.predicted_seconds});
+  if (direct->stats.predicted_seconds <= plan->stats.predicted_seconds) return direct;
+  plan->stats.direct_predicted_seconds = direct->stats.predicted_seconds;
+  return plan;
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<const Plan>> BuildPlan(const Layout& sources,
                                                       const Layout& destinations,
                                                       const v1::Topology& topology,
                                                       const PlanOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  if (options.strategy != kStrategyReshard && options.strategy != kStrategyGatherBroadcast) {
-    return absl::InvalidArgumentError(absl::StrCat("unknown strategy \"", options.strategy,
-                                                   "\" (expected reshard or gather_broadcast)"));
+  const bool reshard = options.strategy == kStrategyReshard || options.strategy == kStrategyAuto;
+  const bool gather_broadcast =
+      options.strategy == kStrategyGatherBroadcast || options.strategy == kStrategyAuto;
+  if (!reshard && !gather_broadcast) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown strategy \"", options.strategy,
+                     "\" (expected reshard, gather_broadcast or auto)"));
   }
   absl::StatusOr<std::unique_ptr<PlanningProblem>> problem =
       MakePlanningProblem(sources, destinations, topology);
   if (!problem.ok()) return problem.status();
-  auto plan = std::make_shared<Plan>();
   const LowerBound bound = ComputeLowerBound(**problem);
-  if (options.strategy == kStrategyReshard) {
-    PlanReshard(**problem, options, bound, plan.get());
-    PricePlan(**problem, plan.get());
-    if (plan->stats.relayed_bytes > 0) plan->stats.direct_lower_bound_seconds = bound.direct_seconds;
-    if (plan->stats.relayed_bytes > 0 && plan->stats.predicted_seconds >= bound.direct_seconds) {
-      // Relays pay in batches what they save on the sources' NICs: kept only where the
-      // cost model says they win. (Below what any direct plan takes, they win outright.)
-      PlanOptions direct_options = options;
-      direct_options.relays = false;
-      auto direct = std::make_shared<Plan>();
-      PlanReshard(**problem, direct_options, bound, direct.get());
-      PricePlan(**problem, direct.get());
-      if (direct->stats.predicted_seconds <= plan->stats.predicted_seconds) {
-        plan = std::move(direct);
-      } else {
-        plan->stats.direct_predicted_seconds = direct->stats.predicted_seconds;
-      }
+  std::vector<PlanCandidate> candidates;
+  std::shared_ptr<Plan> plan;
+  if (reshard) plan = PlanReshardChoosingRelays(**problem, options, bound, &candidates);
+  if (gather_broadcast) {
+    auto broadcast = std::make_shared<Plan>();
+    PlanGatherBroadcast(**problem, options, broadcast.get());
+    PricePlan(**problem, broadcast.get());
+    candidates.push_back({kStrategyGatherBroadcast, broadcast->stats.predicted_seconds});
+    // auto: reshard unless gather_broadcast is predicted faster.
+    if (plan == nullptr || broadcast->stats.predicted_seconds < plan->stats.predicted_seconds) {
+      plan = std::move(broadcast);
     }
-  } else {
-    PlanGatherBroadcast(**problem, options, plan.get());
-    PricePlan(**problem, plan.get());
   }
+  plan->stats.candidates = std::move(candidates);
   plan->stats.lower_bound_network_bytes = bound.network_bytes;
   plan->stats.lower_bound_seconds = bound.seconds;
   plan->digest = PlanDigest(*plan);

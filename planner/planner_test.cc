@@ -313,5 +313,45 @@ TEST(PlannerTest, APlanThatRelaysNothingSaysSo) {
   EXPECT_EQ((*plan)->stats.direct_lower_bound_seconds, 0);
 }
 
+TEST(PlannerTest, AutoKeepsWhicheverStrategyIsPredictedFasterAndSaysWhatItPriced) {
+  const Compiled c = FanOut(8);
+  auto plan_with = [&](const char* strategy, bool relays) {
+    PlanOptions options;
+    options.strategy = strategy;
+    options.relays = relays;
+    absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanOf(c, options);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return *plan;
+  };
+  const auto seconds_of = [](const Plan& plan, const std::string& name) {
+    for (const PlanCandidate& candidate : plan.stats.candidates) {
+      if (candidate.name == name) return candidate.predicted_seconds;
+    }
+    return -1.0;
+  };
+  const auto broadcast = plan_with(kStrategyGatherBroadcast, true);
+  const auto direct = plan_with(kStrategyReshard, false);
+  const auto relayed = plan_with(kStrategyReshard, true);
+  // Without relays, reshard sends every replica's bytes out of the trainer node: slower
+  // than gather_broadcast's forwarding, so auto picks gather_broadcast...
+  ASSERT_GT(direct->stats.predicted_seconds, broadcast->stats.predicted_seconds);
+  const auto auto_direct = plan_with(kStrategyAuto, false);
+  EXPECT_EQ(auto_direct->strategy, kStrategyGatherBroadcast);
+  EXPECT_EQ(auto_direct->digest, broadcast->digest);
+  ASSERT_EQ(auto_direct->stats.candidates.size(), 2u);
+  EXPECT_EQ(seconds_of(*auto_direct, "reshard_direct"), direct->stats.predicted_seconds);
+  EXPECT_EQ(seconds_of(*auto_direct, "gather_broadcast"), broadcast->stats.predicted_seconds);
+  // ...and with relays reshard is faster, so auto picks it.
+  ASSERT_LT(relayed->stats.predicted_seconds, broadcast->stats.predicted_seconds);
+  const auto auto_relayed = plan_with(kStrategyAuto, true);
+  EXPECT_EQ(auto_relayed->strategy, kStrategyReshard);
+  EXPECT_EQ(auto_relayed->digest, relayed->digest);
+  EXPECT_EQ(seconds_of(*auto_relayed, "reshard_relays"), relayed->stats.predicted_seconds);
+  EXPECT_EQ(seconds_of(*auto_relayed, "gather_broadcast"), broadcast->stats.predicted_seconds);
+  // A single strategy prices only what it chose among.
+  EXPECT_EQ(seconds_of(*relayed, "gather_broadcast"), -1.0);
+  EXPECT_EQ(seconds_of(*broadcast, "gather_broadcast"), broadcast->stats.predicted_seconds);
+}
+
 }  // namespace
 }  // namespace refit::planner

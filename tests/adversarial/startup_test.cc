@@ -54,7 +54,7 @@ TEST_F(StartupTest, AJobWhoseLeaseCouldNeverHoldIsRefused) {
 
 TEST_F(StartupTest, AJobWithAnUnknownStrategyIsRefused) {
   ExpectJobRefused(R"("strategy": "broadcast_all")",
-                   "job: strategy \"broadcast_all\" is not reshard or gather_broadcast");
+                   "job: strategy \"broadcast_all\" is not reshard, gather_broadcast or auto");
 }
 
 TEST_F(StartupTest, AJobWithANegativeBandwidthIsRefused) {
