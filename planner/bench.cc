@@ -1,4 +1,5 @@
-// Planner benchmark over the reference refits and a fan-out family: plan time, plan-cache time, network bytes
+// Planner benchmark over the reference refits and a fan-out family (and DeepSeek-V3 to 32
+// replicas): plan time, plan-cache time, network bytes
 // against the lower bound and against gather-and-broadcast, link balance, and modelled
 // times against the lower bound and the baseline, all measured side by side in one run.
 #include <chrono>
@@ -25,7 +26,18 @@ double SecondsSince(std::chrono::steady_clock::time_point start) {
 constexpr char kFanOutPrefix[] = "fanout-dp";
 const int kFanOutReplicas[] = {1, 2, 4, 8, 16, 64};
 
+// DeepSeek-V3 from its PP16 x EP16 trainers to TP8 x DP32 replicas, one node each.
+constexpr char kDeepseekFanOut[] = "dsv3-dp32";
+
 absl::StatusOr<RefitScenario> ScenarioNamed(const std::string& name) {
+  if (name == kDeepseekFanOut) {
+    absl::StatusOr<v1::ModelConfig> config = BuiltinModelConfig("deepseek-v3");
+    if (!config.ok()) return config.status();
+    absl::StatusOr<RefitScenario> scenario =
+        ModelRefit(*config, "pp=16,ep=16", "tp=8,dp=32", 8, false);
+    if (scenario.ok()) scenario->name = name;
+    return scenario;
+  }
   int replicas = 0;
   if (name.rfind(kFanOutPrefix, 0) != 0 ||
       !absl::SimpleAtoi(name.substr(sizeof(kFanOutPrefix) - 1), &replicas) || replicas < 1) {
@@ -116,6 +128,7 @@ int main(int argc, char** argv) {
     for (int replicas : refit::planner::kFanOutReplicas) {
       names.push_back(absl::StrCat(refit::planner::kFanOutPrefix, replicas));
     }
+    names.push_back(refit::planner::kDeepseekFanOut);
   }
   return refit::planner::Run(names);
 }
