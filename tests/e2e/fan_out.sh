@@ -16,17 +16,20 @@ trainer=train-node-0
 inferences=(infer-node-0 infer-node-1 infer-node-2 infer-node-3)
 ranks=("$bin/refit-synthetic-ranks" --model="$model" --source_parallel="$src"
        --destination_parallel="$dst" --gpus_per_node=2)
+# The job leaves the choice to the planner (strategy auto): it must pick reshard's relays.
 cat > "$work/job.json" <<JSON
 {"name": "fanout", "model": "$model", "sourceParallel": "$src", "destinationParallel": "$dst",
- "epochDeadlineMs": 120000}
+ "epochDeadlineMs": 120000, "strategy": "auto"}
 JSON
 start_coordinator "$work/job.json"
 start_daemons "$trainer" "${inferences[@]}"
 
 # The plan the coordinator will make relays (refitctl plans the same job offline).
 "$bin/refitctl" plan --model "$model" --src-parallel "$src" --dst-parallel "$dst" \
-  --gpus-per-node 2 > "$work/plan.txt"
+  --gpus-per-node 2 --strategy auto > "$work/plan.txt"
 grep -q "^relays .* forwarded domain to domain" "$work/plan.txt" || { cat "$work/plan.txt"; exit 1; }
+grep -q "^chosen  *reshard_relays .*, over .*gather_broadcast" "$work/plan.txt" ||
+  { cat "$work/plan.txt"; exit 1; }
 
 waiting=()
 for node in "${inferences[@]}"; do
