@@ -68,12 +68,17 @@ start_daemons() {
 }
 
 # http_get PATH [PORT]: GET a path of the HTTP endpoints on PORT (default: the
-# coordinator's), in bash only: a fresh machine may lack curl.
+# coordinator's), in bash only: a fresh machine may lack curl. The whole response is read
+# before any of it is written out: a reader that stops at its first match (grep -q) once
+# made the copy fail half way (the headers and the body come in two reads), and the
+# pipeline with it.
 http_get() {
+  local response
   exec 3<>"/dev/tcp/127.0.0.1/${2:-$metrics_port}"
   printf 'GET %s HTTP/1.0\r\nHost: localhost\r\n\r\n' "$1" >&3
-  cat <&3
+  response=$(cat <&3)
   exec 3<&-
+  printf '%s\n' "$response"
 }
 
 # destinations_seen N, sources_seen N: the coordinator knows exactly N ranks of that side.

@@ -32,8 +32,8 @@ cat > "$work/job.json" <<JSON
 JSON
 
 start_coordinator "$work/job.json"
-http_get /healthz | grep -q "^ok"
-http_get /readyz | grep -q "503"  # no ranks registered yet
+http_get /healthz | grep "^ok" > /dev/null
+http_get /readyz | grep "503" > /dev/null  # no ranks registered yet
 
 start_daemons "${trainers[@]}" "${inferences[@]}"
 
@@ -100,10 +100,10 @@ for _ in $(seq 50); do
   sleep 0.1
 done
 http_get /metrics | grep "^refit_registered_ranks{role=\"destination\"} 0$" > /dev/null
-http_get /readyz | grep -q "503"
+http_get /readyz | grep "503" > /dev/null
 # Each daemon says what it found of GPUs (here: none, or a build without CUDA), on /readyz
 # and through the coordinator's Status.
-http_get /readyz "${daemon_metrics_port[$inference]}" | grep -q "^gpu: "
+http_get /readyz "${daemon_metrics_port[$inference]}" | grep "^gpu: " > /dev/null
 grep -q "^  $inference  \[GPU: " "$work/status.txt" || { cat "$work/status.txt"; exit 1; }
 # refitctl doctor on the inference node: refitd answers, the coordinator knows the node.
 "$bin/refitctl" doctor --socket="$work/$inference.sock" --coordinator="$coordinator" \
