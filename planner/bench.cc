@@ -2,10 +2,13 @@
 // replicas): plan time, plan-cache time, network bytes
 // against the lower bound and against gather-and-broadcast, link balance, and modelled
 // times against the lower bound and the baseline, all measured side by side in one run.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
+
+#include <sys/resource.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -16,6 +19,13 @@
 
 namespace refit::planner {
 namespace {
+
+// The most memory this process has held so far, in MB.
+double PeakResidentMegabytes() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss / 1024.0;
+}
 
 double SecondsSince(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -29,31 +39,47 @@ const int kFanOutReplicas[] = {1, 2, 4, 8, 16, 64};
 // DeepSeek-V3 from its PP16 x EP16 trainers to TP8 x DP32 replicas, one node each.
 constexpr char kDeepseekFanOut[] = "dsv3-dp32";
 
-absl::StatusOr<RefitScenario> ScenarioNamed(const std::string& name) {
-  if (name == kDeepseekFanOut) {
-    absl::StatusOr<v1::ModelConfig> config = BuiltinModelConfig("deepseek-v3");
-    if (!config.ok()) return config.status();
-    absl::StatusOr<RefitScenario> scenario =
-        ModelRefit(*config, "pp=16,ep=16", "tp=8,dp=32", 8, false);
-    if (scenario.ok()) scenario->name = name;
-    return scenario;
-  }
-  int replicas = 0;
-  if (name.rfind(kFanOutPrefix, 0) != 0 ||
-      !absl::SimpleAtoi(name.substr(sizeof(kFanOutPrefix) - 1), &replicas) || replicas < 1) {
-    return ReferenceRefit(name);
-  }
-  absl::StatusOr<v1::ModelConfig> config = BuiltinModelConfig("qwen3-235b-a22b");
+// DeepSeek-V3 at scale, for plan time and memory: PP16 x EP(n/32) trainers to TP32 x
+// DP(n/64) replicas, n ranks in all ("dsv3-2048"). Not in the default run.
+constexpr char kDeepseekScalePrefix[] = "dsv3-";
+
+absl::StatusOr<RefitScenario> ModelScenario(const std::string& name, const std::string& model,
+                                            const std::string& source_parallel,
+                                            const std::string& destination_parallel) {
+  absl::StatusOr<v1::ModelConfig> config = BuiltinModelConfig(model);
   if (!config.ok()) return config.status();
   absl::StatusOr<RefitScenario> scenario =
-      ModelRefit(*config, "tp=8", absl::StrCat("tp=8,dp=", replicas), 8, false);
+      ModelRefit(*config, source_parallel, destination_parallel, 8, false);
   if (scenario.ok()) scenario->name = name;
   return scenario;
 }
 
+// The number after `prefix` in `name`, or 0 when `name` is not prefix + a positive number.
+int NumberAfter(const std::string& name, const std::string& prefix) {
+  int number = 0;
+  if (name.rfind(prefix, 0) != 0 || !absl::SimpleAtoi(name.substr(prefix.size()), &number)) {
+    return 0;
+  }
+  return std::max(number, 0);
+}
+
+absl::StatusOr<RefitScenario> ScenarioNamed(const std::string& name) {
+  if (name == kDeepseekFanOut) {
+    return ModelScenario(name, "deepseek-v3", "pp=16,ep=16", "tp=8,dp=32");
+  }
+  if (const int replicas = NumberAfter(name, kFanOutPrefix); replicas > 0) {
+    return ModelScenario(name, "qwen3-235b-a22b", "tp=8", absl::StrCat("tp=8,dp=", replicas));
+  }
+  if (const int ranks = NumberAfter(name, kDeepseekScalePrefix); ranks >= 128) {
+    return ModelScenario(name, "deepseek-v3", absl::StrCat("pp=16,ep=", ranks / 32),
+                         absl::StrCat("tp=32,dp=", ranks / 64));
+  }
+  return ReferenceRefit(name);
+}
+
 int Run(const std::vector<std::string>& names) {
-  std::printf("%-11s %6s %9s %9s %9s | %10s %10s %10s %6s %6s | %8s %8s %8s %8s %6s %6s | %s\n",
-              "refit", "ranks", "plan_s", "cache_ms", "transfers", "net_GB", "bound_GB", "gb_GB",
+  std::printf("%-11s %6s %9s %7s %9s %9s | %10s %10s %10s %6s %6s | %8s %8s %8s %8s %6s %6s | %s\n",
+              "refit", "ranks", "plan_s", "peak_MB", "cache_ms", "transfers", "net_GB", "bound_GB", "gb_GB",
               "net/lb", "gb/net", "pred_s", "direct_s", "bound_s", "gb_s", "p/lb", "gb/p",
               "max/mean link, coverage");
   for (const std::string& name : names) {
@@ -74,6 +100,7 @@ int Run(const std::vector<std::string>& names) {
     auto start = std::chrono::steady_clock::now();
     auto plan = cache.GetOrBuild(*sources, *destinations, scenario->topology, options);
     const double plan_seconds = SecondsSince(start);
+    const double peak_megabytes = PeakResidentMegabytes();
     start = std::chrono::steady_clock::now();
     bool from_cache = false;
     auto again =
@@ -90,9 +117,10 @@ int Run(const std::vector<std::string>& names) {
     const PlanStats& s = (*plan)->stats;
     const PlanStats& b = (*baseline)->stats;
     std::printf(
-        "%-11s %6zu %9.3f %9.3f %9zu | %10.1f %10.1f %10.1f %6.3f %6.2f | %8.3f %8.3f %8.3f %8.3f "
+        "%-11s %6zu %9.3f %7.0f %9.3f %9zu | %10.1f %10.1f %10.1f %6.3f %6.2f | %8.3f %8.3f %8.3f %8.3f "
         "%6.3f %6.2f | %.3f, %s%s\n",
-        name.c_str(), sources->ranks.size() + destinations->ranks.size(), plan_seconds, cache_ms,
+        name.c_str(), sources->ranks.size() + destinations->ranks.size(), plan_seconds, peak_megabytes,
+        cache_ms,
         (*plan)->transfers.size(), s.network_bytes / 1e9, s.lower_bound_network_bytes / 1e9,
         b.network_bytes / 1e9,
         static_cast<double>(s.network_bytes) / std::max<int64_t>(1, s.lower_bound_network_bytes),

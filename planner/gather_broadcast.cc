@@ -30,7 +30,7 @@ class GatherBroadcastPlanner {
     std::vector<std::vector<int32_t>> holder_ranks_by_tensor(dst.tensors.size());
     for (const ViewGroup& group : problem_.source_groups) {
       for (int32_t v : group.views) {
-        holder_ranks_by_tensor[group.tensor].push_back(problem_.sources->views[v].rank_index);
+        holder_ranks_by_tensor[group.tensor].push_back(problem_.SourceRankOfView(v));
       }
     }
     for (int32_t t = 0; t < static_cast<int32_t>(dst.tensors.size()); ++t) {
@@ -70,7 +70,7 @@ class GatherBroadcastPlanner {
     // Broadcast: domain by domain, part j to the j-th member, then all-gather in the domain.
     std::map<int32_t, std::vector<int32_t>> ranks_by_domain;
     for (int32_t v : views) {
-      const int32_t rank = problem_.destinations->views[v].rank_index;
+      const int32_t rank = problem_.DestinationRankOfView(v);
       ranks_by_domain[cluster_.DomainOf(cluster_.DestinationGpu(rank))].push_back(rank);
     }
     std::vector<std::vector<int32_t>> chain;
@@ -124,7 +124,7 @@ class GatherBroadcastPlanner {
           best_score = score;
         }
       }
-      Emit(Endpoint{EndpointKind::kSourceView, problem_.sources->views[best].rank_index, best},
+      Emit(Endpoint{EndpointKind::kSourceView, problem_.SourceRankOfView(best), best},
            owner, AddPiece(tensor, piece.box), batch);
     }
   }

@@ -96,6 +96,14 @@ absl::StatusOr<std::unique_ptr<PlanningProblem>> MakePlanningProblem(const Layou
       MatchTensors(sources, destinations, &problem->source_to_destination_tensor);
   if (!matched.ok()) return matched;
   problem->cluster = std::make_unique<ClusterMap>(topology, sources, destinations);
+  for (const ViewInfo& view : sources.views) {
+    problem->source_view_rank.push_back(view.rank_index);
+    problem->source_view_gpu.push_back(problem->cluster->SourceGpu(view.rank_index));
+  }
+  for (const ViewInfo& view : destinations.views) {
+    problem->destination_view_rank.push_back(view.rank_index);
+    problem->destination_view_gpu.push_back(problem->cluster->DestinationGpu(view.rank_index));
+  }
   problem->source_groups = GroupViews(sources, problem->source_to_destination_tensor);
   problem->index =
       std::make_unique<OverlapIndex>(problem->source_groups, destinations.tensors.size());

@@ -54,12 +54,15 @@ struct PlanningProblem {
     return absl::MakeConstSpan(members_by_domain.data() + run.begin, run.end - run.begin);
   }
 
-  int32_t SourceGpuOfView(int32_t view) const {
-    return cluster->SourceGpu(sources->views[view].rank_index);
-  }
-  int32_t DestinationGpuOfView(int32_t view) const {
-    return cluster->DestinationGpu(destinations->views[view].rank_index);
-  }
+  // Rank and GPU of every view, side by side: the planners look them up for every
+  // transfer, and a view's full record (Layout::views) is a cache miss each time.
+  std::vector<int32_t> source_view_rank, source_view_gpu;
+  std::vector<int32_t> destination_view_rank, destination_view_gpu;
+
+  int32_t SourceGpuOfView(int32_t view) const { return source_view_gpu[view]; }
+  int32_t DestinationGpuOfView(int32_t view) const { return destination_view_gpu[view]; }
+  int32_t SourceRankOfView(int32_t view) const { return source_view_rank[view]; }
+  int32_t DestinationRankOfView(int32_t view) const { return destination_view_rank[view]; }
 };
 
 // Matches the sides (same tensors, dtypes and shapes), groups, indexes and covers. Errors

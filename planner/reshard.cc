@@ -6,6 +6,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "planner/batch_builder.h"
+#include "planner/least_loaded_set.h"
 #include "planner/link_loads.h"
 
 namespace refit::planner {
@@ -19,7 +20,7 @@ struct WorkItem {
 
 // Where a piece landed first in an NVLink domain, so later boxes can forward from it.
 struct Arrival {
-  Box box;
+  int32_t piece = 0;     // into Plan::pieces
   int32_t view = 0;      // destination view holding it
   int32_t transfer = 0;  // the transfer that brought it
 };
@@ -58,6 +59,23 @@ uint64_t TensorDomainKey(int32_t tensor, int32_t domain) {
   return (static_cast<uint64_t>(tensor) << 32) | static_cast<uint32_t>(domain);
 }
 
+// NIC-out bytes so far of a source view's GPU, and of the GPU of a relay (by its index).
+struct SourceNicOut {
+  const PlanningProblem* problem;
+  const LinkLoads* loads;
+  int64_t operator()(int32_t view) const {
+    return loads->At(problem->SourceGpuOfView(view), kNicOut);
+  }
+};
+struct RelayNicOut {
+  const PlanningProblem* problem;
+  const LinkLoads* loads;
+  const std::vector<Arrival>* relays;
+  int64_t operator()(int32_t relay) const {
+    return loads->At(problem->DestinationGpuOfView((*relays)[relay].view), kNicOut);
+  }
+};
+
 class ReshardPlanner {
  public:
   ReshardPlanner(const PlanningProblem& problem, const PlanOptions& options,
@@ -69,7 +87,9 @@ class ReshardPlanner {
         loads_(cluster_.num_gpus()),
         source_pace_bytes_(static_cast<int64_t>(bound.nic_in_seconds *
                                                 cluster_.bandwidths().nic_bytes_per_s)),
-        relay_batch_bytes_(RelayBatchBytes(problem, options, bound)) {}
+        relay_batch_bytes_(RelayBatchBytes(problem, options, bound)),
+        senders_(SourceNicOut{&problem, &loads_}),
+        relay_senders_(RelayNicOut{&problem, &loads_, &relays_}) {}
 
   void Run() {
     FindSharedDomains();
@@ -102,6 +122,7 @@ class ReshardPlanner {
   // They are planned box by box in RouteSharedDomain instead.
   void FindSharedDomains() {
     const int32_t num_tensors = problem_.destinations->tensors.size();
+    tensor_shares_a_domain_.assign(num_tensors, false);
     std::vector<absl::flat_hash_set<int32_t>> source_domains(num_tensors);
     for (const ViewGroup& group : problem_.source_groups) {
       for (int32_t v : group.views) {
@@ -118,7 +139,10 @@ class ReshardPlanner {
             shared = Overlaps(*boxes[i], *boxes[j]);
           }
         }
-        if (shared) shared_domains_.insert(TensorDomainKey(tensor, domain));
+        if (shared) {
+          shared_domains_.insert(TensorDomainKey(tensor, domain));
+          tensor_shares_a_domain_[tensor] = true;
+        }
       }
       boxes_by_domain.clear();
     };
@@ -180,12 +204,18 @@ class ReshardPlanner {
   void Route(const WorkItem& work) {
     const std::vector<int32_t>& holders = problem_.source_groups[work.source_group].views;
     const int32_t tensor = problem_.destination_groups[work.destination_group].tensor;
+    senders_.Clear();
+    for (int32_t h : holders) senders_.Add(h);
     relays_.clear();
+    relay_senders_.Clear();
     for (const DomainMembers& run : problem_.RunsOf(work.destination_group)) {
       // Pairs outside shared_domains_ hold no source of the tensor: straight to the network.
-      if (shared_domains_.contains(TensorDomainKey(tensor, run.domain))) continue;
+      if (tensor_shares_a_domain_[tensor] &&
+          shared_domains_.contains(TensorDomainKey(tensor, run.domain))) {
+        continue;
+      }
       RouteToDomain(work.piece, holders, run.domain, problem_.MembersOf(run), /*may_hold=*/false,
-                    options_.relays ? &relays_ : nullptr);
+                    /*fan_out=*/true);
     }
   }
 
@@ -208,13 +238,13 @@ class ReshardPlanner {
 
   // Brings `piece` to `members` (all in `domain`; `may_hold` when sources of the piece may
   // sit in it). Returns the arrival through the network (transfer index, leader view), or
-  // transfer -1 when the domain held the piece. With `relays`, a member of another domain
-  // listed there may send it instead of a source, and the members are added to the list.
+  // transfer -1 when the domain held the piece. With `fan_out` (Route's domains), the
+  // sender is chosen from senders_, and with relays a member of another domain in relays_
+  // may send it instead of a source; the arrival is added there.
   Arrival RouteToDomain(int32_t piece, const std::vector<int32_t>& holders, int32_t domain,
-                        absl::Span<const int32_t> members, bool may_hold,
-                        std::vector<Arrival>* relays = nullptr) {
+                        absl::Span<const int32_t> members, bool may_hold, bool fan_out = false) {
     const int64_t bytes = plan_->pieces[piece].bytes;
-    Arrival arrival{plan_->pieces[piece].box, -1, -1};
+    Arrival arrival{piece, -1, -1};
     if (may_hold && LocalHolder(holders, domain, members[0]) >= 0) {
       for (int32_t member : members) {
         Emit(SourceEndpoint(LocalHolder(holders, domain, member)), member, piece, bytes, -1);
@@ -223,11 +253,13 @@ class ReshardPlanner {
     }
     // Cross the network once: least loaded sender to least loaded receiver.
     const int32_t sender =
-        LeastLoaded(holders, kNicOut, [&](int32_t view) { return problem_.SourceGpuOfView(view); });
+        fan_out ? senders_.Least()
+                : LeastLoaded(holders, kNicOut,
+                              [&](int32_t view) { return problem_.SourceGpuOfView(view); });
     if (!options_.hierarchical) {
       for (int32_t member : members) {
         const int32_t t = Emit(SourceEndpoint(sender), member, piece, bytes, -1);
-        if (arrival.transfer < 0) arrival = Arrival{arrival.box, member, t};
+        if (arrival.transfer < 0) arrival = Arrival{piece, member, t};
       }
       return arrival;
     }
@@ -236,8 +268,10 @@ class ReshardPlanner {
     arrival.view = leader;
     // A relay while one has room under the pace the destinations' NICs set anyway: the
     // sources then send each piece about once, however many domains need it.
+    const bool relays = fan_out && options_.relays;
     const int64_t sender_out = loads_.At(problem_.SourceGpuOfView(sender), kNicOut);
-    const Arrival* relay = relays != nullptr ? LeastLoadedRelay(*relays) : nullptr;
+    const Arrival* relay = relays && !relay_senders_.empty() ? &relays_[relay_senders_.Least()]
+                                                             : nullptr;
     const int64_t relay_out =
         relay != nullptr ? loads_.At(problem_.DestinationGpuOfView(relay->view), kNicOut) : 0;
     if (relay != nullptr && (relay_out + bytes <= source_pace_bytes_ || relay_out < sender_out)) {
@@ -249,22 +283,11 @@ class ReshardPlanner {
     ForwardFrom(arrival, members, piece);
     // The member that received it over the network may pass it on: domains form chains
     // (a pipeline, as long as the destinations' NICs need) or trees.
-    if (relays != nullptr) relays->push_back(arrival);
-    return arrival;
-  }
-
-  // The member in `relays` whose GPU has sent the least over its NIC; null if none.
-  const Arrival* LeastLoadedRelay(const std::vector<Arrival>& relays) const {
-    const Arrival* best = nullptr;
-    int64_t best_bytes = 0;
-    for (const Arrival& relay : relays) {
-      const int64_t bytes = loads_.At(problem_.DestinationGpuOfView(relay.view), kNicOut);
-      if (best == nullptr || bytes < best_bytes) {
-        best = &relay;
-        best_bytes = bytes;
-      }
+    if (relays) {
+      relays_.push_back(arrival);
+      relay_senders_.Add(static_cast<int32_t>(relays_.size()) - 1);
     }
-    return best;
+    return arrival;
   }
 
   // The first of `views` whose GPU carries the fewest bytes on `link` so far.
@@ -284,8 +307,7 @@ class ReshardPlanner {
 
   // Copies `piece` from where it arrived to every other member, after it arrived.
   void ForwardFrom(const Arrival& arrival, absl::Span<const int32_t> members, int32_t piece) {
-    const Endpoint from{EndpointKind::kDestinationView,
-                        problem_.destinations->views[arrival.view].rank_index, arrival.view};
+    const Endpoint from = DestinationEndpoint(arrival.view);
     for (int32_t member : members) {
       if (member == arrival.view) continue;
       Emit(from, member, piece, plan_->pieces[piece].bytes, arrival.transfer);
@@ -313,11 +335,12 @@ class ReshardPlanner {
       remaining.assign(1, it->box);
       for (const Arrival& a : arrived) {
         next.clear();
+        const Box arrived_box = plan_->pieces[a.piece].box;  // AddPiece may move the pieces
         for (const Box& part : remaining) {
-          if (Overlaps(part, a.box)) {
-            ForwardFrom(a, members, AddPiece(tensor, Intersect(part, a.box)));
+          if (Overlaps(part, arrived_box)) {
+            ForwardFrom(a, members, AddPiece(tensor, Intersect(part, arrived_box)));
           }
-          Subtract(part, a.box, &next);
+          Subtract(part, arrived_box, &next);
         }
         remaining.swap(next);
       }
@@ -343,23 +366,21 @@ class ReshardPlanner {
   }
 
   Endpoint SourceEndpoint(int32_t view) const {
-    return Endpoint{EndpointKind::kSourceView, problem_.sources->views[view].rank_index, view};
+    return Endpoint{EndpointKind::kSourceView, problem_.SourceRankOfView(view), view};
   }
   Endpoint DestinationEndpoint(int32_t view) const {
-    return Endpoint{EndpointKind::kDestinationView, problem_.destinations->views[view].rank_index,
-                    view};
+    return Endpoint{EndpointKind::kDestinationView, problem_.DestinationRankOfView(view), view};
   }
 
   int32_t Emit(const Endpoint& src, int32_t member, int32_t piece, int64_t bytes,
                int32_t depends_on) {
     Transfer transfer;
     transfer.src = src;
-    transfer.dst = Endpoint{EndpointKind::kDestinationView,
-                            problem_.destinations->views[member].rank_index, member};
+    transfer.dst = DestinationEndpoint(member);
     transfer.piece = piece;
     transfer.bytes = bytes;
     const int32_t src_gpu = cluster_.EndpointGpu(transfer.src);
-    const int32_t dst_gpu = cluster_.EndpointGpu(transfer.dst);
+    const int32_t dst_gpu = problem_.DestinationGpuOfView(member);
     transfer.route = cluster_.RouteBetween(src_gpu, dst_gpu);
     loads_.Add(transfer.route, src_gpu, dst_gpu, bytes);
     plan_->transfers.push_back(transfer);
@@ -375,6 +396,7 @@ class ReshardPlanner {
   std::vector<WorkItem> work_;
   std::vector<int32_t> depends_on_;
   absl::flat_hash_set<uint64_t> shared_domains_;
+  std::vector<bool> tensor_shares_a_domain_;  // per tensor: has a pair in shared_domains_
   std::vector<uint64_t> shared_domain_order_;
   std::vector<Arrival> relays_;  // members the current piece reached, and how
   // Bytes a GPU's NIC carries in the time the busiest destination domain needs for its
@@ -382,6 +404,10 @@ class ReshardPlanner {
   const int64_t source_pace_bytes_;
   const int64_t relay_batch_bytes_;
   int64_t relayed_bytes_ = 0;
+  // For the piece Route is placing: its holders, and the members it reached (relays_),
+  // least loaded on top.
+  LeastLoadedSet<SourceNicOut> senders_;
+  LeastLoadedSet<RelayNicOut> relay_senders_;
 };
 
 }  // namespace
