@@ -141,6 +141,18 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
   for (const ViewInfo& view : problem.sources->views) {
     gpu_holds_sources[cluster.SourceGpu(view.rank_index)] = true;
   }
+  // Per tensor, the domains where sources of it sit (sorted): in every other domain no
+  // source holds any of it, and nothing needs looking up.
+  std::vector<std::vector<int32_t>> source_domains(dst.tensors.size());
+  for (const ViewGroup& group : problem.source_groups) {
+    for (int32_t h : group.views) {
+      source_domains[group.tensor].push_back(cluster.DomainOf(problem.SourceGpuOfView(h)));
+    }
+  }
+  for (std::vector<int32_t>& domains : source_domains) {
+    std::sort(domains.begin(), domains.end());
+    domains.erase(std::unique(domains.begin(), domains.end()), domains.end());
+  }
 
   // For the current tensor (groups are sorted by tensor):
   //  - per destination domain, the boxes it needs;
@@ -155,7 +167,12 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
   int32_t current_tensor = -1;
   auto settle = [&]() {
     const int element_bytes = dst.tensors[current_tensor].element_bytes;
+    const std::vector<int32_t>& domains_with_sources = source_domains[current_tensor];
     for (auto& [domain, boxes] : needed) {
+      if (!std::binary_search(domains_with_sources.begin(), domains_with_sources.end(), domain)) {
+        domain_in[domain] += boxes.Volume() * element_bytes;
+        continue;
+      }
       // Remove what sources inside the domain already hold.
       std::vector<Box> snapshot = boxes.boxes();
       for (const Box& box : snapshot) {
