@@ -18,9 +18,7 @@ double Ratio(double a, double b) { return b > 0 ? a / b : 0; }
 // Which priced plan won, and over what: "reshard_relays 1.232 s, over reshard_direct
 // 18.842 s and gather_broadcast 1.382 s".
 std::string Chosen(const planner::Plan& plan) {
-  const std::string chosen = plan.strategy != planner::kStrategyReshard ? plan.strategy
-                             : plan.stats.relayed_bytes > 0            ? "reshard_relays"
-                                                                        : "reshard_direct";
+  const std::string& chosen = plan.stats.chosen;
   std::vector<std::string> others;
   double chosen_seconds = plan.stats.predicted_seconds;
   for (const planner::PlanCandidate& candidate : plan.stats.candidates) {

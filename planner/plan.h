@@ -72,8 +72,10 @@ struct PlanStats {
   // than any direct plan can be), and what no plan without relays can beat.
   double direct_predicted_seconds = 0;
   double direct_lower_bound_seconds = 0;
-  // Every plan priced to choose this one, in the order planned (the chosen one included).
+  // Every plan priced to choose this one, in the order planned (the chosen one included),
+  // and the name of the one chosen.
   std::vector<PlanCandidate> candidates;
+  std::string chosen;
 };
 
 struct Plan {

@@ -15,6 +15,13 @@ namespace refit::planner {
 
 namespace {
 
+// A priced plan's name among the candidates: "reshard_relays", "reshard_direct" or
+// "gather_broadcast".
+std::string CandidateName(const Plan& plan) {
+  if (plan.strategy != kStrategyReshard) return plan.strategy;
+  return plan.stats.relayed_bytes > 0 ? "reshard_relays" : "reshard_direct";
+}
+
 // The reshard plan: with relays where the options allow them and the cost model says they
 // win, else without. Every plan it prices is added to `candidates`.
 std::shared_ptr<Plan> PlanReshardChoosingRelays(const PlanningProblem& problem,
@@ -25,8 +32,7 @@ std::shared_ptr<Plan> PlanReshardChoosingRelays(const PlanningProblem& problem,
   PlanReshard(problem, options, bound, plan.get());
   PricePlan(problem, plan.get());
   const bool relays = plan->stats.relayed_bytes > 0;
-  candidates->push_back(
-      {relays ? "reshard_relays" : "reshard_direct", plan->stats.predicted_seconds});
+  candidates->push_back({CandidateName(*plan), plan->stats.predicted_seconds});
   if (!relays) return plan;
   plan->stats.direct_lower_bound_seconds = bound.direct_seconds;
   // Relays pay in batches what they save on the sources' NICs: kept only where the cost
@@ -37,7 +43,7 @@ std::shared_ptr<Plan> PlanReshardChoosingRelays(const PlanningProblem& problem,
   auto direct = std::make_shared<Plan>();
   PlanReshard(problem, direct_options, bound, direct.get());
   PricePlan(problem, direct.get());
-  candidates->push_back({"reshard_direct", direct->stats.predicted_seconds});
+  candidates->push_back({CandidateName(*direct), direct->stats.predicted_seconds});
   if (direct->stats.predicted_seconds <= plan->stats.predicted_seconds) return direct;
   plan->stats.direct_predicted_seconds = direct->stats.predicted_seconds;
   return plan;
@@ -69,13 +75,14 @@ absl::StatusOr<std::shared_ptr<const Plan>> BuildPlan(const Layout& sources,
     auto broadcast = std::make_shared<Plan>();
     PlanGatherBroadcast(**problem, options, broadcast.get());
     PricePlan(**problem, broadcast.get());
-    candidates.push_back({kStrategyGatherBroadcast, broadcast->stats.predicted_seconds});
+    candidates.push_back({CandidateName(*broadcast), broadcast->stats.predicted_seconds});
     // auto: reshard unless gather_broadcast is predicted faster.
     if (plan == nullptr || broadcast->stats.predicted_seconds < plan->stats.predicted_seconds) {
       plan = std::move(broadcast);
     }
   }
   plan->stats.candidates = std::move(candidates);
+  plan->stats.chosen = CandidateName(*plan);
   plan->stats.lower_bound_network_bytes = bound.network_bytes;
   plan->stats.lower_bound_seconds = bound.seconds;
   plan->digest = PlanDigest(*plan);

@@ -338,6 +338,7 @@ TEST(PlannerTest, AutoKeepsWhicheverStrategyIsPredictedFasterAndSaysWhatItPriced
   const auto auto_direct = plan_with(kStrategyAuto, false);
   EXPECT_EQ(auto_direct->strategy, kStrategyGatherBroadcast);
   EXPECT_EQ(auto_direct->digest, broadcast->digest);
+  EXPECT_EQ(auto_direct->stats.chosen, "gather_broadcast");
   ASSERT_EQ(auto_direct->stats.candidates.size(), 2u);
   EXPECT_EQ(seconds_of(*auto_direct, "reshard_direct"), direct->stats.predicted_seconds);
   EXPECT_EQ(seconds_of(*auto_direct, "gather_broadcast"), broadcast->stats.predicted_seconds);
@@ -346,6 +347,8 @@ TEST(PlannerTest, AutoKeepsWhicheverStrategyIsPredictedFasterAndSaysWhatItPriced
   const auto auto_relayed = plan_with(kStrategyAuto, true);
   EXPECT_EQ(auto_relayed->strategy, kStrategyReshard);
   EXPECT_EQ(auto_relayed->digest, relayed->digest);
+  EXPECT_EQ(auto_relayed->stats.chosen, "reshard_relays");
+  EXPECT_EQ(direct->stats.chosen, "reshard_direct");
   EXPECT_EQ(seconds_of(*auto_relayed, "reshard_relays"), relayed->stats.predicted_seconds);
   EXPECT_EQ(seconds_of(*auto_relayed, "gather_broadcast"), broadcast->stats.predicted_seconds);
   // A single strategy prices only what it chose among.
