@@ -2,13 +2,13 @@
 // replicas): plan time, plan-cache time, network bytes
 // against the lower bound and against gather-and-broadcast, link balance, and modelled
 // times against the lower bound and the baseline, all measured side by side in one run.
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
-
-#include <sys/resource.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -79,8 +79,8 @@ absl::StatusOr<RefitScenario> ScenarioNamed(const std::string& name) {
 
 int Run(const std::vector<std::string>& names) {
   std::printf("%-11s %6s %9s %7s %9s %9s | %10s %10s %10s %6s %6s | %8s %8s %8s %8s %6s %6s | %s\n",
-              "refit", "ranks", "plan_s", "peak_MB", "cache_ms", "transfers", "net_GB", "bound_GB", "gb_GB",
-              "net/lb", "gb/net", "pred_s", "direct_s", "bound_s", "gb_s", "p/lb", "gb/p",
+              "refit", "ranks", "plan_s", "peak_MB", "cache_ms", "transfers", "net_GB", "bound_GB",
+              "gb_GB", "net/lb", "gb/net", "pred_s", "direct_s", "bound_s", "gb_s", "p/lb", "gb/p",
               "max/mean link, coverage");
   for (const std::string& name : names) {
     absl::StatusOr<RefitScenario> scenario = ScenarioNamed(name);
@@ -117,20 +117,20 @@ int Run(const std::vector<std::string>& names) {
     const PlanStats& s = (*plan)->stats;
     const PlanStats& b = (*baseline)->stats;
     std::printf(
-        "%-11s %6zu %9.3f %7.0f %9.3f %9zu | %10.1f %10.1f %10.1f %6.3f %6.2f | %8.3f %8.3f %8.3f %8.3f "
+        "%-11s %6zu %9.3f %7.0f %9.3f %9zu | %10.1f %10.1f %10.1f %6.3f %6.2f | %8.3f %8.3f %8.3f "
+        "%8.3f "
         "%6.3f %6.2f | %.3f, %s%s\n",
-        name.c_str(), sources->ranks.size() + destinations->ranks.size(), plan_seconds, peak_megabytes,
-        cache_ms,
-        (*plan)->transfers.size(), s.network_bytes / 1e9, s.lower_bound_network_bytes / 1e9,
-        b.network_bytes / 1e9,
+        name.c_str(), sources->ranks.size() + destinations->ranks.size(), plan_seconds,
+        peak_megabytes, cache_ms, (*plan)->transfers.size(), s.network_bytes / 1e9,
+        s.lower_bound_network_bytes / 1e9, b.network_bytes / 1e9,
         static_cast<double>(s.network_bytes) / std::max<int64_t>(1, s.lower_bound_network_bytes),
         static_cast<double>(b.network_bytes) / std::max<int64_t>(1, s.network_bytes),
         s.predicted_seconds,
-        s.relayed_bytes == 0          ? s.predicted_seconds
+        s.relayed_bytes == 0             ? s.predicted_seconds
         : s.direct_predicted_seconds > 0 ? s.direct_predicted_seconds
                                          : -s.direct_lower_bound_seconds,
-        s.lower_bound_seconds, b.predicted_seconds,
-        s.predicted_seconds / s.lower_bound_seconds, b.predicted_seconds / s.predicted_seconds,
+        s.lower_bound_seconds, b.predicted_seconds, s.predicted_seconds / s.lower_bound_seconds,
+        b.predicted_seconds / s.predicted_seconds,
         s.max_link_bytes / std::max(1.0, s.mean_link_bytes), coverage.ok() ? "ok" : "FAILED ",
         coverage.ok() ? "" : coverage.ToString().c_str());
     if (!from_cache) std::printf("  (second plan was not served from cache)\n");

@@ -141,19 +141,6 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
   for (const ViewInfo& view : problem.sources->views) {
     gpu_holds_sources[cluster.SourceGpu(view.rank_index)] = true;
   }
-  // Per tensor, the domains where sources of it sit (sorted): in every other domain no
-  // source holds any of it, and nothing needs looking up.
-  std::vector<std::vector<int32_t>> source_domains(dst.tensors.size());
-  for (const ViewGroup& group : problem.source_groups) {
-    for (int32_t h : group.views) {
-      source_domains[group.tensor].push_back(cluster.DomainOf(problem.SourceGpuOfView(h)));
-    }
-  }
-  for (std::vector<int32_t>& domains : source_domains) {
-    std::sort(domains.begin(), domains.end());
-    domains.erase(std::unique(domains.begin(), domains.end()), domains.end());
-  }
-
   // For the current tensor (groups are sorted by tensor):
   //  - per destination domain, the boxes it needs;
   //  - per source domain, what only it holds and another domain needs: that must leave
@@ -167,9 +154,9 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
   int32_t current_tensor = -1;
   auto settle = [&]() {
     const int element_bytes = dst.tensors[current_tensor].element_bytes;
-    const std::vector<int32_t>& domains_with_sources = source_domains[current_tensor];
     for (auto& [domain, boxes] : needed) {
-      if (!std::binary_search(domains_with_sources.begin(), domains_with_sources.end(), domain)) {
+      // In a domain without sources of the tensor, no source holds any of it.
+      if (!problem.SourcesOfTensorIn(current_tensor, domain)) {
         domain_in[domain] += boxes.Volume() * element_bytes;
         continue;
       }
@@ -189,7 +176,8 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
       }
       domain_in[domain] += boxes.Volume() * element_bytes;
     }
-    for (int32_t domain : touched_domains) domain_out[domain] += leaving[domain].Take(element_bytes);
+    for (int32_t domain : touched_domains)
+      domain_out[domain] += leaving[domain].Take(element_bytes);
     for (int32_t gpu : touched_gpus) gpu_ingress[gpu] += arriving[gpu].Take(element_bytes);
     needed.clear();
     touched_domains.clear();
@@ -230,9 +218,8 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
       holder_domains.erase(std::unique(holder_domains.begin(), holder_domains.end()),
                            holder_domains.end());
       if (holder_domains.size() == 1 &&
-          std::any_of(runs.begin(), runs.end(), [&](const DomainMembers& run) {
-            return run.domain != holder_domains[0];
-          })) {
+          std::any_of(runs.begin(), runs.end(),
+                      [&](const DomainMembers& run) { return run.domain != holder_domains[0]; })) {
         const int32_t domain = holder_domains[0];
         if (!sources_overlap) {
           fresh.assign(1, piece.box);
@@ -272,7 +259,8 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
           continue;
         }
         member_gpus.clear();
-        for (int32_t v : problem.MembersOf(run)) member_gpus.push_back(problem.DestinationGpuOfView(v));
+        for (int32_t v : problem.MembersOf(run))
+          member_gpus.push_back(problem.DestinationGpuOfView(v));
         std::sort(member_gpus.begin(), member_gpus.end());
         member_gpus.erase(std::unique(member_gpus.begin(), member_gpus.end()), member_gpus.end());
         for (int32_t gpu : member_gpus) arrive_at(gpu);

@@ -107,6 +107,17 @@ absl::StatusOr<std::unique_ptr<PlanningProblem>> MakePlanningProblem(const Layou
   problem->source_groups = GroupViews(sources, problem->source_to_destination_tensor);
   problem->index =
       std::make_unique<OverlapIndex>(problem->source_groups, destinations.tensors.size());
+  problem->source_domains_of_tensor.resize(destinations.tensors.size());
+  for (const ViewGroup& group : problem->source_groups) {
+    for (int32_t v : group.views) {
+      problem->source_domains_of_tensor[group.tensor].push_back(
+          problem->cluster->DomainOf(problem->SourceGpuOfView(v)));
+    }
+  }
+  for (std::vector<int32_t>& domains : problem->source_domains_of_tensor) {
+    std::sort(domains.begin(), domains.end());
+    domains.erase(std::unique(domains.begin(), domains.end()), domains.end());
+  }
   std::vector<int32_t> identity(destinations.tensors.size());
   for (size_t t = 0; t < identity.size(); ++t) identity[t] = t;
   problem->destination_groups = GroupViews(destinations, identity);

@@ -4,6 +4,7 @@
 #ifndef REFIT_PLANNER_PROBLEM_H_
 #define REFIT_PLANNER_PROBLEM_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -58,6 +59,13 @@ struct PlanningProblem {
   // transfer, and a view's full record (Layout::views) is a cache miss each time.
   std::vector<int32_t> source_view_rank, source_view_gpu;
   std::vector<int32_t> destination_view_rank, destination_view_gpu;
+
+  // Per destination tensor, the NVLink domains where sources of it sit (sorted, unique).
+  std::vector<std::vector<int32_t>> source_domains_of_tensor;
+  bool SourcesOfTensorIn(int32_t tensor, int32_t domain) const {
+    const std::vector<int32_t>& domains = source_domains_of_tensor[tensor];
+    return std::binary_search(domains.begin(), domains.end(), domain);
+  }
 
   int32_t SourceGpuOfView(int32_t view) const { return source_view_gpu[view]; }
   int32_t DestinationGpuOfView(int32_t view) const { return destination_view_gpu[view]; }

@@ -85,8 +85,8 @@ class ReshardPlanner {
         plan_(plan),
         cluster_(*problem.cluster),
         loads_(cluster_.num_gpus()),
-        source_pace_bytes_(static_cast<int64_t>(bound.nic_in_seconds *
-                                                cluster_.bandwidths().nic_bytes_per_s)),
+        source_pace_bytes_(
+            static_cast<int64_t>(bound.nic_in_seconds * cluster_.bandwidths().nic_bytes_per_s)),
         relay_batch_bytes_(RelayBatchBytes(problem, options, bound)),
         senders_(SourceNicOut{&problem, &loads_}),
         relay_senders_(RelayNicOut{&problem, &loads_, &relays_}) {}
@@ -123,17 +123,11 @@ class ReshardPlanner {
   void FindSharedDomains() {
     const int32_t num_tensors = problem_.destinations->tensors.size();
     tensor_shares_a_domain_.assign(num_tensors, false);
-    std::vector<absl::flat_hash_set<int32_t>> source_domains(num_tensors);
-    for (const ViewGroup& group : problem_.source_groups) {
-      for (int32_t v : group.views) {
-        source_domains[group.tensor].insert(cluster_.DomainOf(problem_.SourceGpuOfView(v)));
-      }
-    }
     absl::flat_hash_map<int32_t, std::vector<const Box*>> boxes_by_domain;
     int32_t tensor = -1;
     auto finish_tensor = [&]() {
       for (const auto& [domain, boxes] : boxes_by_domain) {
-        bool shared = source_domains[tensor].contains(domain);
+        bool shared = problem_.SourcesOfTensorIn(tensor, domain);
         for (size_t i = 0; i < boxes.size() && !shared; ++i) {
           for (size_t j = i + 1; j < boxes.size() && !shared; ++j) {
             shared = Overlaps(*boxes[i], *boxes[j]);
@@ -253,9 +247,9 @@ class ReshardPlanner {
     }
     // Cross the network once: least loaded sender to least loaded receiver.
     const int32_t sender =
-        fan_out ? senders_.Least()
-                : LeastLoaded(holders, kNicOut,
-                              [&](int32_t view) { return problem_.SourceGpuOfView(view); });
+        fan_out ? senders_.Least() : LeastLoaded(holders, kNicOut, [&](int32_t view) {
+          return problem_.SourceGpuOfView(view);
+        });
     if (!options_.hierarchical) {
       for (int32_t member : members) {
         const int32_t t = Emit(SourceEndpoint(sender), member, piece, bytes, -1);
@@ -270,12 +264,13 @@ class ReshardPlanner {
     // sources then send each piece about once, however many domains need it.
     const bool relays = fan_out && options_.relays;
     const int64_t sender_out = loads_.At(problem_.SourceGpuOfView(sender), kNicOut);
-    const Arrival* relay = relays && !relay_senders_.empty() ? &relays_[relay_senders_.Least()]
-                                                             : nullptr;
+    const Arrival* relay =
+        relays && !relay_senders_.empty() ? &relays_[relay_senders_.Least()] : nullptr;
     const int64_t relay_out =
         relay != nullptr ? loads_.At(problem_.DestinationGpuOfView(relay->view), kNicOut) : 0;
     if (relay != nullptr && (relay_out + bytes <= source_pace_bytes_ || relay_out < sender_out)) {
-      arrival.transfer = Emit(DestinationEndpoint(relay->view), leader, piece, bytes, relay->transfer);
+      arrival.transfer =
+          Emit(DestinationEndpoint(relay->view), leader, piece, bytes, relay->transfer);
       relayed_bytes_ += bytes;
     } else {
       arrival.transfer = Emit(SourceEndpoint(sender), leader, piece, bytes, -1);
