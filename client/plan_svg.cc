@@ -89,12 +89,12 @@ std::string PlanSvg(const PlanSummary& summary, const v1::Topology& topology) {
   int64_t forwarded = 0;
   planner::LinkLoads loads(cluster.num_gpus());
   for (const planner::Transfer& t : plan.transfers) {
-    loads.Add(t.route, cluster.EndpointGpu(t.src), cluster.EndpointGpu(t.dst), t.bytes);
+    loads.Add(t.route, cluster.EndpointGpu(t.src), cluster.EndpointGpu(t.dst), plan.BytesOf(t));
     if (t.src.IsSourceSide() && !t.dst.IsSourceSide()) {
       matrix[static_cast<size_t>(row_of(t.src.rank_index)) * cols + col_of(t.dst.rank_index)] +=
-          t.bytes;
+          plan.BytesOf(t);
     } else {
-      forwarded += t.bytes;
+      forwarded += plan.BytesOf(t);
     }
   }
   const int64_t max_cell = *std::max_element(matrix.begin(), matrix.end());

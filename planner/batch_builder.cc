@@ -20,14 +20,14 @@ int32_t BatchBuilder::SlotOf(const Endpoint& endpoint, bool receiving) const {
   return receiving ? num_ranks_ + rank : rank;
 }
 
-int64_t BatchBuilder::ChargeOf(const Transfer& transfer) const {
+int64_t BatchBuilder::ChargeOf(const Transfer& transfer, int64_t bytes) const {
   switch (transfer.route) {
     case v1::ROUTE_NETWORK:
-      return transfer.bytes;
+      return bytes;
     case v1::ROUTE_NVLINK:
-      return static_cast<int64_t>(transfer.bytes * nvlink_scale_) + 1;
+      return static_cast<int64_t>(bytes * nvlink_scale_) + 1;
     default:
-      return static_cast<int64_t>(transfer.bytes * local_scale_) + 1;
+      return static_cast<int64_t>(bytes * local_scale_) + 1;
   }
 }
 
@@ -50,13 +50,13 @@ void BatchBuilder::Take(int32_t slot, int32_t batch, int64_t bytes) {
   }
 }
 
-int32_t BatchBuilder::Assign(std::vector<Transfer>* transfers,
-                             const std::vector<int32_t>& depends_on) {
+int32_t BatchBuilder::Assign(Plan* plan, const std::vector<int32_t>& depends_on) {
+  std::vector<Transfer>* transfers = &plan->transfers;
   int32_t num_batches = 0;
   for (size_t i = 0; i < transfers->size(); ++i) {
     Transfer& transfer = (*transfers)[i];
     const int32_t src = SlotOf(transfer.src, false), dst = SlotOf(transfer.dst, true);
-    const int64_t charge = ChargeOf(transfer);
+    const int64_t charge = ChargeOf(transfer, plan->BytesOf(transfer));
     int32_t batch = std::max(first_open_[src], first_open_[dst]);
     if (depends_on[i] >= 0) batch = std::max(batch, (*transfers)[depends_on[i]].batch + 1);
     while (!Fits(src, batch, charge) || !Fits(dst, batch, charge)) ++batch;

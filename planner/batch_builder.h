@@ -19,15 +19,15 @@ class BatchBuilder {
   BatchBuilder(int32_t num_source_ranks, int32_t num_destination_ranks, int64_t budget_bytes,
                const Bandwidths& bandwidths);
 
-  // Sets transfer.batch for every transfer, in list order. depends_on[i] is -1 or an
+  // Sets the batch of every transfer of `plan`, in list order. depends_on[i] is -1 or an
   // earlier transfer index whose batch transfer i must follow. Returns the batch count.
-  int32_t Assign(std::vector<Transfer>* transfers, const std::vector<int32_t>& depends_on);
+  int32_t Assign(Plan* plan, const std::vector<int32_t>& depends_on);
 
  private:
   // Sending and receiving have separate slots: a NIC is full duplex.
   int32_t SlotOf(const Endpoint& endpoint, bool receiving) const;
   // Budget charge of a transfer: network bytes count fully, others by bandwidth ratio.
-  int64_t ChargeOf(const Transfer& transfer) const;
+  int64_t ChargeOf(const Transfer& transfer, int64_t bytes) const;
   bool Fits(int32_t slot, int32_t batch, int64_t bytes) const;
   void Take(int32_t slot, int32_t batch, int64_t bytes);
 

@@ -3,21 +3,10 @@
 #include <algorithm>
 
 #include "absl/container/flat_hash_set.h"
+#include "planner/batch_order.h"
 #include "planner/link_loads.h"
 
 namespace refit::planner {
-namespace {
-
-void SortByBatch(Plan* plan) {
-  std::vector<int64_t> starts(plan->num_batches + 1, 0);
-  for (const Transfer& t : plan->transfers) ++starts[t.batch + 1];
-  for (int32_t b = 0; b < plan->num_batches; ++b) starts[b + 1] += starts[b];
-  std::vector<Transfer> sorted(plan->transfers.size());
-  for (const Transfer& t : plan->transfers) sorted[starts[t.batch]++] = t;
-  plan->transfers.swap(sorted);
-}
-
-}  // namespace
 
 void PricePlan(const PlanningProblem& problem, Plan* plan) {
   SortByBatch(plan);
@@ -50,30 +39,31 @@ void PricePlan(const PlanningProblem& problem, Plan* plan) {
     int32_t max_peers = 0;
     for (; i < plan->transfers.size() && plan->transfers[i].batch == b; ++i) {
       const Transfer& t = plan->transfers[i];
+      const int64_t bytes = plan->BytesOf(t);
       const int32_t src_gpu = cluster.EndpointGpu(t.src), dst_gpu = cluster.EndpointGpu(t.dst);
-      total.Add(t.route, src_gpu, dst_gpu, t.bytes);
-      stats.total_bytes += t.bytes;
+      total.Add(t.route, src_gpu, dst_gpu, bytes);
+      stats.total_bytes += bytes;
       int32_t link_a = -1, link_b = -1;
       switch (t.route) {
         case v1::ROUTE_NETWORK:
-          stats.network_bytes += t.bytes;
+          stats.network_bytes += bytes;
           link_a = src_gpu * kNumLinkKinds + kNicOut;
           link_b = dst_gpu * kNumLinkKinds + kNicIn;
           break;
         case v1::ROUTE_NVLINK:
-          stats.nvlink_bytes += t.bytes;
+          stats.nvlink_bytes += bytes;
           link_a = src_gpu * kNumLinkKinds + kNvlinkOut;
           link_b = dst_gpu * kNumLinkKinds + kNvlinkIn;
           break;
         default:
-          stats.local_bytes += t.bytes;
+          stats.local_bytes += bytes;
           link_a = dst_gpu * kNumLinkKinds + kLocalCopy;
           break;
       }
       for (int32_t link : {link_a, link_b}) {
         if (link < 0) continue;
         if (batch_bytes[link] == 0) touched.push_back(link);
-        batch_bytes[link] += t.bytes;
+        batch_bytes[link] += bytes;
       }
       const int32_t s = slot_of(t.src), d = slot_of(t.dst);
       bool new_pair;

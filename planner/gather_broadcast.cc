@@ -141,10 +141,9 @@ class GatherBroadcastPlanner {
     transfer.dst = dst;
     transfer.piece = piece;
     transfer.batch = batch;
-    transfer.bytes = plan_->pieces[piece].bytes;
     const int32_t src_gpu = cluster_.EndpointGpu(src), dst_gpu = cluster_.EndpointGpu(dst);
     transfer.route = cluster_.RouteBetween(src_gpu, dst_gpu);
-    loads_.Add(transfer.route, src_gpu, dst_gpu, transfer.bytes);
+    loads_.Add(transfer.route, src_gpu, dst_gpu, plan_->pieces[piece].bytes);
     plan_->transfers.push_back(transfer);
   }
 

@@ -91,7 +91,6 @@ bool BuildPlanOf(const PlanningProblem& problem, const Deliveries& deliveries,
                group[d].view};
       t.piece = static_cast<int32_t>(p);
       t.batch = depth[d];
-      t.bytes = deliveries.pieces[p].bytes;
       t.route = cluster.RouteBetween(cluster.EndpointGpu(t.src), cluster.EndpointGpu(t.dst));
       plan->num_batches = std::max(plan->num_batches, t.batch + 1);
       plan->transfers.push_back(t);

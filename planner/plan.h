@@ -45,8 +45,10 @@ struct Transfer {
   int32_t piece = 0;  // into Plan::pieces
   int32_t batch = 0;
   v1::Route route = v1::ROUTE_UNSPECIFIED;
-  int64_t bytes = 0;
+  // Its bytes are its piece's (Plan::BytesOf): not kept here, since a large plan has tens
+  // of millions of transfers.
 };
+static_assert(sizeof(Transfer) == 36, "a transfer is 36 bytes: a large plan holds tens of millions");
 
 // A plan the planner priced while choosing: "reshard_relays", "reshard_direct" or
 // "gather_broadcast", and what the cost model predicts for it.
@@ -90,6 +92,8 @@ struct Plan {
   PlanStats stats;
   std::string digest;  // 32 hex digits
   double plan_seconds = 0;
+
+  int64_t BytesOf(const Transfer& transfer) const { return pieces[transfer.piece].bytes; }
 };
 
 }  // namespace refit::planner

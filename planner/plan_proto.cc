@@ -44,7 +44,7 @@ v1::Plan PlanToProto(const Plan& plan, const Layout& sources, const Layout& dest
     transfer->set_tensor(destinations.tensors[piece.tensor].name);
     transfer->mutable_offset()->Assign(piece.box.offset.begin(), piece.box.offset.end());
     transfer->mutable_extent()->Assign(piece.box.extent.begin(), piece.box.extent.end());
-    transfer->set_bytes(t.bytes);
+    transfer->set_bytes(plan.BytesOf(t));
     transfer->set_route(t.route);
   }
   v1::PlanStats* stats = out.mutable_stats();

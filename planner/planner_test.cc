@@ -141,7 +141,7 @@ TEST(PlannerTest, BalancesSendersAcrossReplicas) {
   absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanOf(c);
   ASSERT_TRUE(plan.ok());
   std::map<int32_t, int64_t> sent;
-  for (const Transfer& t : (*plan)->transfers) sent[t.src.rank_index] += t.bytes;
+  for (const Transfer& t : (*plan)->transfers) sent[t.src.rank_index] += (*plan)->BytesOf(t);
   ASSERT_EQ(sent.size(), 4u);
   const int64_t total = 16 * 256 * 64 * 4;
   for (const auto& [rank, bytes] : sent) EXPECT_EQ(bytes, total / 4) << "source rank " << rank;
@@ -158,7 +158,7 @@ TEST(PlannerTest, SplitsLargePiecesAcrossReplicas) {
   absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanOf(Compile(src, dst), options);
   ASSERT_TRUE(plan.ok());
   std::map<int32_t, int64_t> sent;
-  for (const Transfer& t : (*plan)->transfers) sent[t.src.rank_index] += t.bytes;
+  for (const Transfer& t : (*plan)->transfers) sent[t.src.rank_index] += (*plan)->BytesOf(t);
   EXPECT_EQ(sent.size(), 4u);
   for (const auto& [rank, bytes] : sent) EXPECT_EQ(bytes, 4096 * 256 * 4 / 4);
 }
@@ -179,8 +179,8 @@ TEST(PlannerTest, BatchesRespectTheStagingBudget) {
   ASSERT_TRUE(plan.ok());
   std::map<std::pair<int32_t, int32_t>, int64_t> sent, received;
   for (const Transfer& t : (*plan)->transfers) {
-    sent[{t.batch, t.src.rank_index}] += t.bytes;
-    received[{t.batch, t.dst.rank_index}] += t.bytes;
+    sent[{t.batch, t.src.rank_index}] += (*plan)->BytesOf(t);
+    received[{t.batch, t.dst.rank_index}] += (*plan)->BytesOf(t);
   }
   for (const auto& [key, bytes] : sent) EXPECT_LE(bytes, options.staging_budget_bytes);
   for (const auto& [key, bytes] : received) EXPECT_LE(bytes, options.staging_budget_bytes);
@@ -288,7 +288,7 @@ TEST(PlannerTest, RelaysLetManyReplicasTakeAboutAsLongAsOne) {
   // The trainer node's NICs send the weights about once; the replicas forward the rest.
   int64_t from_sources = 0;
   for (const Transfer& t : (*plan)->transfers) {
-    if (t.route == v1::ROUTE_NETWORK && t.src.IsSourceSide()) from_sources += t.bytes;
+    if (t.route == v1::ROUTE_NETWORK && t.src.IsSourceSide()) from_sources += (*plan)->BytesOf(t);
   }
   const int64_t weights = int64_t{16} * 65536 * 65536 * 2;
   EXPECT_GT(s.relayed_bytes, 0);

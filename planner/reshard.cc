@@ -112,7 +112,7 @@ class ReshardPlanner {
     const int64_t budget = relayed_bytes_ > 0 ? relay_batch_bytes_ : options_.staging_budget_bytes;
     BatchBuilder batches(problem_.sources->ranks.size(), problem_.destinations->ranks.size(),
                          budget, cluster_.bandwidths());
-    plan_->num_batches = batches.Assign(&plan_->transfers, depends_on_);
+    plan_->num_batches = batches.Assign(plan_, depends_on_);
     plan_->stats.relayed_bytes = relayed_bytes_;
   }
 
@@ -373,7 +373,6 @@ class ReshardPlanner {
     transfer.src = src;
     transfer.dst = DestinationEndpoint(member);
     transfer.piece = piece;
-    transfer.bytes = bytes;
     const int32_t src_gpu = cluster_.EndpointGpu(transfer.src);
     const int32_t dst_gpu = problem_.DestinationGpuOfView(member);
     transfer.route = cluster_.RouteBetween(src_gpu, dst_gpu);

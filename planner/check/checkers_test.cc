@@ -115,6 +115,18 @@ TEST_F(CheckersTest, RejectAWriteToTheWrongView) {
       "wrong view");
 }
 
+TEST_F(CheckersTest, RejectAPieceWhoseBytesDisagreeWithItsBox) {
+  // Transfers take their byte counts from their pieces: a wrong count would misprice the
+  // plan and mis-size every message that carries the piece.
+  Plan broken = plan_;
+  ASSERT_FALSE(broken.pieces.empty());
+  broken.pieces[broken.transfers[0].piece].bytes += 2;
+  const absl::Status coverage = CheckCoverage(sources_, destinations_, broken);
+  EXPECT_EQ(coverage.code(), absl::StatusCode::kFailedPrecondition) << coverage;
+  EXPECT_TRUE(absl::StrContains(std::string(coverage.message()), "byte count does not match"))
+      << coverage;
+}
+
 TEST_F(CheckersTest, ByteCheckerRefusesLayoutsTooLargeForMemory) {
   const absl::Status status = CheckBytes(sources_, destinations_, plan_, 16);
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);

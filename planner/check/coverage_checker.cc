@@ -94,8 +94,8 @@ class CoverageChecker {
     whole.lo.assign(tensor.shape.size(), 0);
     whole.hi.assign(tensor.shape.begin(), tensor.shape.end());
     if (!IsInside(box, whole)) return Fail("box lies outside the tensor", t, &box);
-    if (t.bytes != Cells(box) * tensor.element_bytes) {
-      return Fail("byte count does not match the box", t, &box);
+    if (piece.bytes != Cells(box) * tensor.element_bytes) {
+      return Fail("its piece's byte count does not match the box", t, &box);
     }
     // Read side.
     switch (t.src.kind) {
