@@ -78,10 +78,11 @@ absl::StatusOr<RefitScenario> ScenarioNamed(const std::string& name) {
 }
 
 int Run(const std::vector<std::string>& names) {
-  std::printf("%-11s %6s %9s %7s %7s %9s %9s | %10s %10s %10s %6s %6s | %8s %8s %8s %8s %6s %6s | %s\n",
-              "refit", "ranks", "plan_s", "in_MB", "peak_MB", "cache_ms", "transfers", "net_GB", "bound_GB",
-              "gb_GB", "net/lb", "gb/net", "pred_s", "direct_s", "bound_s", "gb_s", "p/lb", "gb/p",
-              "max/mean link, coverage");
+  std::printf(
+      "%-11s %6s %9s %7s %7s %9s %9s | %10s %10s %10s %6s %6s | %8s %8s %8s %8s %6s %6s | %s\n",
+      "refit", "ranks", "plan_s", "in_MB", "peak_MB", "cache_ms", "transfers", "net_GB", "bound_GB",
+      "gb_GB", "net/lb", "gb/net", "pred_s", "direct_s", "bound_s", "gb_s", "p/lb", "gb/p",
+      "max/mean link, coverage");
   for (const std::string& name : names) {
     absl::StatusOr<RefitScenario> scenario = ScenarioNamed(name);
     if (!scenario.ok()) {
@@ -120,7 +121,8 @@ int Run(const std::vector<std::string>& names) {
     const PlanStats& s = (*plan)->stats;
     const PlanStats& b = (*baseline)->stats;
     std::printf(
-        "%-11s %6zu %9.3f %7.0f %7.0f %9.3f %9zu | %10.1f %10.1f %10.1f %6.3f %6.2f | %8.3f %8.3f %8.3f "
+        "%-11s %6zu %9.3f %7.0f %7.0f %9.3f %9zu | %10.1f %10.1f %10.1f %6.3f %6.2f | %8.3f %8.3f "
+        "%8.3f "
         "%8.3f "
         "%6.3f %6.2f | %.3f, %s%s\n",
         name.c_str(), sources->ranks.size() + destinations->ranks.size(), plan_seconds,

@@ -124,8 +124,8 @@ class GatherBroadcastPlanner {
           best_score = score;
         }
       }
-      Emit(Endpoint{EndpointKind::kSourceView, problem_.SourceRankOfView(best), best},
-           owner, AddPiece(tensor, piece.box), batch);
+      Emit(Endpoint{EndpointKind::kSourceView, problem_.SourceRankOfView(best), best}, owner,
+           AddPiece(tensor, piece.box), batch);
     }
   }
 

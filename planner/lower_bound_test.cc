@@ -22,10 +22,10 @@ namespace {
 // One destination view's copy of one cover piece, and who may send it: a source view that
 // holds it, or another destination view that needs the same piece.
 struct Delivery {
-  int32_t piece = 0;                 // into the plan's pieces
-  int32_t view = 0;                  // destination view
+  int32_t piece = 0;  // into the plan's pieces
+  int32_t view = 0;   // destination view
   std::vector<int32_t> source_views;
-  std::vector<int32_t> peers;        // indices into the deliveries of the same piece
+  std::vector<int32_t> peers;  // indices into the deliveries of the same piece
 };
 
 struct Deliveries {
@@ -43,7 +43,8 @@ Deliveries EnumerateDeliveries(const PlanningProblem& problem) {
       out.pieces.push_back(Piece{group.tensor, cover.box, BoxBytes(cover.box, element_bytes)});
       std::vector<Delivery> deliveries;
       for (int32_t v : group.views) {
-        deliveries.push_back(Delivery{piece, v, problem.source_groups[cover.source_group].views, {}});
+        deliveries.push_back(
+            Delivery{piece, v, problem.source_groups[cover.source_group].views, {}});
       }
       for (size_t i = 0; i < deliveries.size(); ++i) {
         for (size_t j = 0; j < deliveries.size(); ++j) {
@@ -87,8 +88,8 @@ bool BuildPlanOf(const PlanningProblem& problem, const Deliveries& deliveries,
         const int32_t w = group[group[d].peers[c - group[d].source_views.size()]].view;
         t.src = {EndpointKind::kDestinationView, problem.destinations->views[w].rank_index, w};
       }
-      t.dst = {EndpointKind::kDestinationView, problem.destinations->views[group[d].view].rank_index,
-               group[d].view};
+      t.dst = {EndpointKind::kDestinationView,
+               problem.destinations->views[group[d].view].rank_index, group[d].view};
       t.piece = static_cast<int32_t>(p);
       t.batch = depth[d];
       t.route = cluster.RouteBetween(cluster.EndpointGpu(t.src), cluster.EndpointGpu(t.dst));
@@ -158,9 +159,8 @@ TEST(LowerBoundTest, NoPlanOnTinyLayoutsBeatsIt) {
       ASSERT_LE(bound.network_bytes, plan.stats.network_bytes) << "combination " << n;
       // A plan whose network transfers all start at sources is bounded by the direct bound.
       const bool direct = std::none_of(
-          plan.transfers.begin(), plan.transfers.end(), [](const Transfer& t) {
-            return t.route == v1::ROUTE_NETWORK && !t.src.IsSourceSide();
-          });
+          plan.transfers.begin(), plan.transfers.end(),
+          [](const Transfer& t) { return t.route == v1::ROUTE_NETWORK && !t.src.IsSourceSide(); });
       direct_plans += direct;
       if (direct) {
         ASSERT_LE(bound.direct_seconds, plan.stats.predicted_seconds * (1 + 1e-12))

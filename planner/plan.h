@@ -48,7 +48,8 @@ struct Transfer {
   // Its bytes are its piece's (Plan::BytesOf): not kept here, since a large plan has tens
   // of millions of transfers.
 };
-static_assert(sizeof(Transfer) == 36, "a transfer is 36 bytes: a large plan holds tens of millions");
+static_assert(sizeof(Transfer) == 36,
+              "a transfer is 36 bytes: a large plan holds tens of millions");
 
 // A plan the planner priced while choosing: "reshard_relays", "reshard_direct" or
 // "gather_broadcast", and what the cost model predicts for it.

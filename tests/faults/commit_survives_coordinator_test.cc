@@ -57,8 +57,8 @@ class CommitFaultTest : public ::testing::Test {
     std::vector<std::string> argv =
         flag.empty() ? std::vector<std::string>{RunfilesPath("daemon/refit-coordinator"), listen,
                                                 job, "--insecure"}
-                     : std::vector<std::string>{RunfilesPath("tests/faults/refit-dying-coordinator"),
-                                                listen, job, flag};
+                     : std::vector<std::string>{
+                           RunfilesPath("tests/faults/refit-dying-coordinator"), listen, job, flag};
     auto process = std::make_unique<ChildProcess>(
         argv, absl::StrCat(folder_, "/coordinator-", ++coordinators_, ".log"));
     const std::string line = process->AwaitLine("listening on 127.0.0.1:", absl::Seconds(20));
@@ -97,8 +97,7 @@ class CommitFaultTest : public ::testing::Test {
     }
     EXPECT_TRUE(status.ok()) << status.error_message();
     absl::StatusOr<std::unique_ptr<transport::SharedMemorySegment>> segment =
-        transport::SharedMemorySegment::Open(backed.ranks(0).buffers(0).shm_name(),
-                                             kElements * 4);
+        transport::SharedMemorySegment::Open(backed.ranks(0).buffers(0).shm_name(), kElements * 4);
     EXPECT_TRUE(segment.ok()) << segment.status();
     return segment.ok() ? std::move(*segment) : nullptr;
   }
@@ -129,8 +128,8 @@ class CommitFaultTest : public ::testing::Test {
   // Asks for the refit until the group is complete (the daemons are reconnecting and
   // registering again after a coordinator restart); the status of the last try.
   grpc::Status Refit(int64_t version) {
-    auto stub = v1::Coordinator::NewStub(
-        grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+    auto stub =
+        v1::Coordinator::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
     const absl::Time give_up = absl::Now() + absl::Seconds(30);
     while (true) {
       grpc::ClientContext context;
@@ -180,7 +179,7 @@ TEST_F(CommitFaultTest, DestinationRanksAgreeWhereverTheCoordinatorDiesInTheComm
                                  absl::StrCat("--node=", node),
                                  absl::StrCat("--socket=", folder_, "/", node, ".sock"),
                                  "--metrics_port=-1"},
-                        absl::StrCat(folder_, "/", node, ".log")));
+        absl::StrCat(folder_, "/", node, ".log")));
   }
   std::unique_ptr<transport::SharedMemorySegment> source = Register(0, v1::ROLE_SOURCE, 0, false);
   std::unique_ptr<transport::SharedMemorySegment> destination[2] = {
@@ -224,7 +223,8 @@ TEST_F(CommitFaultTest, DestinationRanksAgreeWhereverTheCoordinatorDiesInTheComm
         }
       }
       ADD_FAILURE() << "the coordinator did not die in the commit: " << refit.error_message()
-                    << "\n" << coordinator->Log() << daemons_dead;
+                    << "\n"
+                    << coordinator->Log() << daemons_dead;
       coordinator.reset();
       for (std::thread& waiter : waiters) waiter.join();  // each ends by its deadline
       break;
