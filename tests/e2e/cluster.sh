@@ -153,8 +153,13 @@ on_error() {
 }
 trap 'on_error $LINENO' ERR
 
+# Ends every process, whatever state a failed test left it in: a process stopped by a
+# fault (SIGSTOP) handles its SIGTERM only once continued, and one that does not end within
+# 10 s is killed, so a failed test ends instead of waiting out its timeout.
 cleanup() {
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  local pid
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null && kill -CONT "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do await_exit "$pid" 10 || kill -KILL "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
   [[ -n ${KEEP_WORK:-} ]] || rm -rf "$work"
 }
