@@ -143,7 +143,7 @@ class GatherBroadcastPlanner {
     transfer.batch = batch;
     const int32_t src_gpu = cluster_.EndpointGpu(src), dst_gpu = cluster_.EndpointGpu(dst);
     transfer.route = cluster_.RouteBetween(src_gpu, dst_gpu);
-    loads_.Add(transfer.route, src_gpu, dst_gpu, plan_->pieces[piece].bytes);
+    loads_.Add(transfer.route, src_gpu, dst_gpu, plan_->BytesOf(transfer));
     plan_->transfers.push_back(transfer);
   }
 

@@ -241,7 +241,7 @@ class ReshardPlanner {
     Arrival arrival{piece, -1, -1};
     if (may_hold && LocalHolder(holders, domain, members[0]) >= 0) {
       for (int32_t member : members) {
-        Emit(SourceEndpoint(LocalHolder(holders, domain, member)), member, piece, bytes, -1);
+        Emit(SourceEndpoint(LocalHolder(holders, domain, member)), member, piece, -1);
       }
       return arrival;
     }
@@ -252,7 +252,7 @@ class ReshardPlanner {
         });
     if (!options_.hierarchical) {
       for (int32_t member : members) {
-        const int32_t t = Emit(SourceEndpoint(sender), member, piece, bytes, -1);
+        const int32_t t = Emit(SourceEndpoint(sender), member, piece, -1);
         if (arrival.transfer < 0) arrival = Arrival{piece, member, t};
       }
       return arrival;
@@ -269,11 +269,10 @@ class ReshardPlanner {
     const int64_t relay_out =
         relay != nullptr ? loads_.At(problem_.DestinationGpuOfView(relay->view), kNicOut) : 0;
     if (relay != nullptr && (relay_out + bytes <= source_pace_bytes_ || relay_out < sender_out)) {
-      arrival.transfer =
-          Emit(DestinationEndpoint(relay->view), leader, piece, bytes, relay->transfer);
+      arrival.transfer = Emit(DestinationEndpoint(relay->view), leader, piece, relay->transfer);
       relayed_bytes_ += bytes;
     } else {
-      arrival.transfer = Emit(SourceEndpoint(sender), leader, piece, bytes, -1);
+      arrival.transfer = Emit(SourceEndpoint(sender), leader, piece, -1);
     }
     ForwardFrom(arrival, members, piece);
     // The member that received it over the network may pass it on: domains form chains
@@ -305,7 +304,7 @@ class ReshardPlanner {
     const Endpoint from = DestinationEndpoint(arrival.view);
     for (int32_t member : members) {
       if (member == arrival.view) continue;
-      Emit(from, member, piece, plan_->pieces[piece].bytes, arrival.transfer);
+      Emit(from, member, piece, arrival.transfer);
     }
   }
 
@@ -367,8 +366,7 @@ class ReshardPlanner {
     return Endpoint{EndpointKind::kDestinationView, problem_.DestinationRankOfView(view), view};
   }
 
-  int32_t Emit(const Endpoint& src, int32_t member, int32_t piece, int64_t bytes,
-               int32_t depends_on) {
+  int32_t Emit(const Endpoint& src, int32_t member, int32_t piece, int32_t depends_on) {
     Transfer transfer;
     transfer.src = src;
     transfer.dst = DestinationEndpoint(member);
@@ -376,7 +374,7 @@ class ReshardPlanner {
     const int32_t src_gpu = cluster_.EndpointGpu(transfer.src);
     const int32_t dst_gpu = problem_.DestinationGpuOfView(member);
     transfer.route = cluster_.RouteBetween(src_gpu, dst_gpu);
-    loads_.Add(transfer.route, src_gpu, dst_gpu, bytes);
+    loads_.Add(transfer.route, src_gpu, dst_gpu, plan_->BytesOf(transfer));
     plan_->transfers.push_back(transfer);
     depends_on_.push_back(depends_on);
     return static_cast<int32_t>(plan_->transfers.size()) - 1;
