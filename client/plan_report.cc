@@ -64,6 +64,7 @@ std::string PlanReportJson(const PlanSummary& summary) {
   json.Int("max_link_bytes", s.max_link_bytes);
   json.Real("mean_link_bytes", s.mean_link_bytes);
   json.Real("predicted_seconds", s.predicted_seconds);
+  json.Real("predicted_latency_seconds", s.predicted_latency_seconds);
   json.Real("lower_bound_seconds", s.lower_bound_seconds);
   json.Int("relayed_bytes", s.relayed_bytes);
   json.Real("direct_predicted_seconds", s.direct_predicted_seconds);
@@ -101,8 +102,11 @@ std::string PlanReportTable(const PlanSummary& summary) {
        absl::StrFormat("max %s, mean %s (%.2fx)", HumanBytes(s.max_link_bytes),
                        HumanBytes(s.mean_link_bytes), Ratio(s.max_link_bytes, s.mean_link_bytes))},
       {"predicted time",
-       absl::StrFormat("%.3f s vs lower bound %.3f s (%.3fx), cost model", s.predicted_seconds,
-                       s.lower_bound_seconds, Ratio(s.predicted_seconds, s.lower_bound_seconds))},
+       absl::StrFormat("%.3f s vs lower bound %.3f s (%.3fx), cost model; %.3f s of it batch "
+                       "and message latency",
+                       s.predicted_seconds, s.lower_bound_seconds,
+                       Ratio(s.predicted_seconds, s.lower_bound_seconds),
+                       s.predicted_latency_seconds)},
       {"relays", s.relayed_bytes == 0
                      ? std::string("none (every destination domain receives from the sources)")
                  : s.direct_predicted_seconds > 0

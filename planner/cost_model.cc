@@ -90,7 +90,9 @@ void PricePlan(const PlanningProblem& problem, Plan* plan) {
     touched.clear();
     for (int32_t slot : touched_slots) peers[slot] = 0;
     touched_slots.clear();
-    stats.predicted_seconds += busiest + bw.batch_latency_s + max_peers * bw.message_latency_s;
+    const double latency = bw.batch_latency_s + max_peers * bw.message_latency_s;
+    stats.predicted_seconds += busiest + latency;
+    stats.predicted_latency_seconds += latency;
   }
   stats.max_link_bytes = total.MaxLinkBytes();
   stats.mean_link_bytes = total.MeanBusyLinkBytes();

@@ -67,6 +67,9 @@ struct PlanStats {
   int64_t max_link_bytes = 0;
   double mean_link_bytes = 0;
   double predicted_seconds = 0;
+  // Of predicted_seconds, what the batches' latencies take (a batch's start and one
+  // message per peer of its busiest rank); the rest is bytes over the busiest links.
+  double predicted_latency_seconds = 0;
   double lower_bound_seconds = 0;
   // Bytes a destination domain received from another one (relays), not from a source.
   int64_t relayed_bytes = 0;

@@ -305,6 +305,39 @@ TEST(PlannerTest, RelaysLetManyReplicasTakeAboutAsLongAsOne) {
   EXPECT_LT(s.predicted_seconds, (*baseline)->stats.predicted_seconds);
 }
 
+// Relays form trees, not chains: the deepest of 16 replicas is at most log2(16) + 1
+// network hops from the trainers (a chain would put the last one 16 hops away, a batch
+// each), and no inference GPU forwards much more over its NIC than it receives.
+TEST(PlannerTest, RelaysReachTheDeepestReplicaInLogarithmicallyManyHops) {
+  const Compiled c = FanOut(16);
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanOf(c);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_GT((*plan)->stats.relayed_bytes, 0);
+  // Network hops from a source to (piece, destination view); transfers are in batch order
+  // and a forward follows the transfer that brought its bytes.
+  std::map<std::pair<int32_t, int32_t>, int> hops;
+  std::map<int32_t, int64_t> nic_in, nic_out;  // per destination rank
+  int deepest = 0;
+  for (const Transfer& t : (*plan)->transfers) {
+    const bool network = t.route == v1::ROUTE_NETWORK;
+    int depth = network ? 1 : 0;
+    if (!t.src.IsSourceSide()) {
+      auto it = hops.find({t.piece, t.src.index});
+      ASSERT_NE(it, hops.end()) << "a forward of piece " << t.piece << " before it arrived";
+      depth += it->second;
+      if (network) nic_out[t.src.rank_index] += (*plan)->BytesOf(t);
+    }
+    if (network) nic_in[t.dst.rank_index] += (*plan)->BytesOf(t);
+    hops[{t.piece, t.dst.index}] = depth;
+    deepest = std::max(deepest, depth);
+  }
+  EXPECT_LE(deepest, 5);
+  for (const auto& [rank, bytes] : nic_out) {
+    EXPECT_LE(bytes, nic_in[rank] * 5 / 4) << "inference rank " << rank << " forwards " << bytes
+                                           << " bytes and receives " << nic_in[rank];
+  }
+}
+
 TEST(PlannerTest, APlanThatRelaysNothingSaysSo) {
   absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanOf(FanOut(1));
   ASSERT_TRUE(plan.ok()) << plan.status();

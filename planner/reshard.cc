@@ -35,9 +35,20 @@ size_t SplitDim(const Box& box, int64_t parts) {
   return best;
 }
 
-// The batch size of a relayed plan. Every hop of a chain of domains costs a batch before
-// the last domain starts, and every batch costs its latency: with T the destinations' NIC
-// time, L a batch's latency and H the hops of the longest chain, a batch of
+// The depth of a relay tree over `domains` domains (heap order: position p > 0 receives
+// from position (p - 1) / 2).
+int32_t RelayTreeDepth(size_t domains) {
+  int32_t depth = 0;
+  while (domains > 1) {
+    domains >>= 1;
+    ++depth;
+  }
+  return depth;
+}
+
+// The batch size of a relayed plan. Every level of a relay tree costs a batch before its
+// deepest domain starts, and every batch costs its latency: with T the destinations' NIC
+// time, L a batch's latency and H the depth of the deepest tree, a batch of
 // sqrt(T * L / H) seconds on a NIC balances the two (within the staging budget, at least
 // 1 MiB).
 int64_t RelayBatchBytes(const PlanningProblem& problem, const PlanOptions& options,
@@ -47,7 +58,7 @@ int64_t RelayBatchBytes(const PlanningProblem& problem, const PlanOptions& optio
     most_domains = std::max(most_domains, problem.RunsOf(g).size());
   }
   const Bandwidths& bw = problem.cluster->bandwidths();
-  const double hops = std::max<double>(1, most_domains - 1);
+  const double hops = std::max(1, RelayTreeDepth(most_domains));
   const double latency = bw.batch_latency_s + 8 * bw.message_latency_s;
   const double batch_seconds = std::sqrt(bound.nic_in_seconds * latency / hops);
   const int64_t bytes = static_cast<int64_t>(batch_seconds * bw.nic_bytes_per_s);
@@ -59,20 +70,12 @@ uint64_t TensorDomainKey(int32_t tensor, int32_t domain) {
   return (static_cast<uint64_t>(tensor) << 32) | static_cast<uint32_t>(domain);
 }
 
-// NIC-out bytes so far of a source view's GPU, and of the GPU of a relay (by its index).
+// NIC-out bytes so far of a source view's GPU.
 struct SourceNicOut {
   const PlanningProblem* problem;
   const LinkLoads* loads;
   int64_t operator()(int32_t view) const {
     return loads->At(problem->SourceGpuOfView(view), kNicOut);
-  }
-};
-struct RelayNicOut {
-  const PlanningProblem* problem;
-  const LinkLoads* loads;
-  const std::vector<Arrival>* relays;
-  int64_t operator()(int32_t relay) const {
-    return loads->At(problem->DestinationGpuOfView((*relays)[relay].view), kNicOut);
   }
 };
 
@@ -88,8 +91,7 @@ class ReshardPlanner {
         source_pace_bytes_(
             static_cast<int64_t>(bound.nic_in_seconds * cluster_.bandwidths().nic_bytes_per_s)),
         relay_batch_bytes_(RelayBatchBytes(problem, options, bound)),
-        senders_(SourceNicOut{&problem, &loads_}),
-        relay_senders_(RelayNicOut{&problem, &loads_, &relays_}) {}
+        senders_(SourceNicOut{&problem, &loads_}) {}
 
   void Run() {
     FindSharedDomains();
@@ -170,10 +172,11 @@ class ReshardPlanner {
         }
         const int64_t budget = std::max<int64_t>(1, options_.staging_budget_bytes);
         parts = std::max(parts, (bytes + budget - 1) / budget);
-        // Pieces that may be relayed from domain to domain travel in chunks of a relay
-        // batch, so that a relay forwards one chunk while the next arrives.
+        // Pieces that may be relayed from domain to domain travel in chunks of a quarter
+        // relay batch, so that a relay forwards one chunk while the next arrives, and an
+        // inner domain of a relay tree forwards its two copies in one batch.
         if (options_.relays && options_.hierarchical && problem_.RunsOf(g).size() > 1) {
-          parts = std::max(parts, (bytes + relay_batch_bytes_ - 1) / relay_batch_bytes_);
+          parts = std::max(parts, (bytes * 4 + relay_batch_bytes_ - 1) / relay_batch_bytes_);
         }
         if (parts == 1) {
           work_.push_back(WorkItem{AddPiece(group.tensor, cover.box), cover.source_group, g});
@@ -193,24 +196,61 @@ class ReshardPlanner {
   }
 
   // Emits the transfers that bring one piece to every member of its destination group.
-  // Domains after the first may get it from a member of one served before (a relay) rather
-  // than from a source: whichever GPU has sent the least over its NIC so far.
+  // With relays the group's domains form a binary tree (heap order): a domain may get the
+  // piece from its parent rather than from a source. Pieces alternate between the tree in
+  // domain order and its mirror (a domain inner in one is a leaf in the other), as NCCL's
+  // double binary tree, so every domain forwards about what it receives and the deepest
+  // domain is log2(domains) hops from the sources, not one hop per domain as in a chain.
   void Route(const WorkItem& work) {
     const std::vector<int32_t>& holders = problem_.source_groups[work.source_group].views;
     const int32_t tensor = problem_.destination_groups[work.destination_group].tensor;
     senders_.Clear();
     for (int32_t h : holders) senders_.Add(h);
-    relays_.clear();
-    relay_senders_.Clear();
+    tree_runs_.clear();
     for (const DomainMembers& run : problem_.RunsOf(work.destination_group)) {
       // Pairs outside shared_domains_ hold no source of the tensor: straight to the network.
       if (tensor_shares_a_domain_[tensor] &&
           shared_domains_.contains(TensorDomainKey(tensor, run.domain))) {
         continue;
       }
-      RouteToDomain(work.piece, holders, run.domain, problem_.MembersOf(run), /*may_hold=*/false,
-                    /*fan_out=*/true);
+      tree_runs_.push_back(&run);
     }
+    const size_t n = tree_runs_.size();
+    const int mirrored = n > 1 && options_.relays ? ChooseTree(plan_->pieces[work.piece].bytes) : 0;
+    tree_arrivals_.resize(n);
+    for (size_t position = 0; position < n; ++position) {
+      const DomainMembers& run = *tree_runs_[mirrored ? n - 1 - position : position];
+      const Arrival* parent =
+          options_.relays && position > 0 ? &tree_arrivals_[(position - 1) / 2] : nullptr;
+      tree_arrivals_[position] =
+          RouteToDomain(work.piece, holders, run.domain, problem_.MembersOf(run),
+                        /*may_hold=*/false, /*fan_out=*/true, parent);
+    }
+  }
+
+  // Which tree the piece takes (0: domain order, 1: its mirror): the one whose busiest
+  // forwarding GPU (each domain's least loaded member on NIC-in receives, and forwards to
+  // its children) ends with the fewest bytes on its NIC-out; on a tie the tree that has
+  // carried fewer bytes.
+  int ChooseTree(int64_t bytes) {
+    const size_t n = tree_runs_.size();
+    int64_t busiest[2] = {0, 0};
+    for (size_t position = 0; 2 * position + 1 < n; ++position) {
+      const int64_t children = 2 * position + 2 < n ? 2 : 1;
+      for (int mirrored = 0; mirrored < 2; ++mirrored) {
+        const DomainMembers& run = *tree_runs_[mirrored ? n - 1 - position : position];
+        const int32_t leader = LeastLoaded(problem_.MembersOf(run), kNicIn, [&](int32_t view) {
+          return problem_.DestinationGpuOfView(view);
+        });
+        busiest[mirrored] =
+            std::max(busiest[mirrored],
+                     loads_.At(problem_.DestinationGpuOfView(leader), kNicOut) + children * bytes);
+      }
+    }
+    const int chosen = busiest[0] != busiest[1] ? (busiest[1] < busiest[0] ? 1 : 0)
+                                                : (tree_bytes_[1] < tree_bytes_[0] ? 1 : 0);
+    tree_bytes_[chosen] += bytes;
+    return chosen;
   }
 
   // Holder of `holders` inside `domain` to serve a member over NVLink: the one on the
@@ -233,10 +273,11 @@ class ReshardPlanner {
   // Brings `piece` to `members` (all in `domain`; `may_hold` when sources of the piece may
   // sit in it). Returns the arrival through the network (transfer index, leader view), or
   // transfer -1 when the domain held the piece. With `fan_out` (Route's domains), the
-  // sender is chosen from senders_, and with relays a member of another domain in relays_
-  // may send it instead of a source; the arrival is added there.
+  // sender is chosen from senders_, and `relay` (the arrival in the domain's parent in the
+  // relay tree) may send it instead of a source.
   Arrival RouteToDomain(int32_t piece, const std::vector<int32_t>& holders, int32_t domain,
-                        absl::Span<const int32_t> members, bool may_hold, bool fan_out = false) {
+                        absl::Span<const int32_t> members, bool may_hold, bool fan_out = false,
+                        const Arrival* relay = nullptr) {
     const int64_t bytes = plan_->pieces[piece].bytes;
     Arrival arrival{piece, -1, -1};
     if (may_hold && LocalHolder(holders, domain, members[0]) >= 0) {
@@ -260,12 +301,9 @@ class ReshardPlanner {
     const int32_t leader = LeastLoaded(
         members, kNicIn, [&](int32_t view) { return problem_.DestinationGpuOfView(view); });
     arrival.view = leader;
-    // A relay while one has room under the pace the destinations' NICs set anyway: the
+    // A relay while it has room under the pace the destinations' NICs set anyway: the
     // sources then send each piece about once, however many domains need it.
-    const bool relays = fan_out && options_.relays;
     const int64_t sender_out = loads_.At(problem_.SourceGpuOfView(sender), kNicOut);
-    const Arrival* relay =
-        relays && !relay_senders_.empty() ? &relays_[relay_senders_.Least()] : nullptr;
     const int64_t relay_out =
         relay != nullptr ? loads_.At(problem_.DestinationGpuOfView(relay->view), kNicOut) : 0;
     if (relay != nullptr && (relay_out + bytes <= source_pace_bytes_ || relay_out < sender_out)) {
@@ -275,12 +313,6 @@ class ReshardPlanner {
       arrival.transfer = Emit(SourceEndpoint(sender), leader, piece, -1);
     }
     ForwardFrom(arrival, members, piece);
-    // The member that received it over the network may pass it on: domains form chains
-    // (a pipeline, as long as the destinations' NICs need) or trees.
-    if (relays) {
-      relays_.push_back(arrival);
-      relay_senders_.Add(static_cast<int32_t>(relays_.size()) - 1);
-    }
     return arrival;
   }
 
@@ -390,16 +422,18 @@ class ReshardPlanner {
   absl::flat_hash_set<uint64_t> shared_domains_;
   std::vector<bool> tensor_shares_a_domain_;  // per tensor: has a pair in shared_domains_
   std::vector<uint64_t> shared_domain_order_;
-  std::vector<Arrival> relays_;  // members the current piece reached, and how
+  // The domains the piece Route is placing goes to over the network, and where it arrived
+  // in each, by position in its relay tree; bytes routed by each of the two trees.
+  std::vector<const DomainMembers*> tree_runs_;
+  std::vector<Arrival> tree_arrivals_;
+  int64_t tree_bytes_[2] = {0, 0};
   // Bytes a GPU's NIC carries in the time the busiest destination domain needs for its
   // NIC-in (the lower bound's term).
   const int64_t source_pace_bytes_;
   const int64_t relay_batch_bytes_;
   int64_t relayed_bytes_ = 0;
-  // For the piece Route is placing: its holders, and the members it reached (relays_),
-  // least loaded on top.
+  // For the piece Route is placing: its holders, least loaded on top.
   LeastLoadedSet<SourceNicOut> senders_;
-  LeastLoadedSet<RelayNicOut> relay_senders_;
 };
 
 }  // namespace
