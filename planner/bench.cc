@@ -39,6 +39,9 @@ const int kFanOutReplicas[] = {1, 2, 4, 8, 16, 64};
 // DeepSeek-V3 from its PP16 x EP16 trainers to TP8 x DP32 replicas, one node each.
 constexpr char kDeepseekFanOut[] = "dsv3-dp32";
 
+// Two FSDP trainer nodes (FSDP2 over 16 GPUs) to 32 TP4 replicas, two per node.
+constexpr char kFsdpFanOut[] = "fsdp16-tp4dp32";
+
 // DeepSeek-V3 at scale, for plan time and memory: PP16 x EP(n/32) trainers to TP32 x
 // DP(n/64) replicas, n ranks in all ("dsv3-2048"). Not in the default run.
 constexpr char kDeepseekScalePrefix[] = "dsv3-";
@@ -66,6 +69,9 @@ int NumberAfter(const std::string& name, const std::string& prefix) {
 absl::StatusOr<RefitScenario> ScenarioNamed(const std::string& name) {
   if (name == kDeepseekFanOut) {
     return ModelScenario(name, "deepseek-v3", "pp=16,ep=16", "tp=8,dp=32");
+  }
+  if (name == kFsdpFanOut) {
+    return ModelScenario(name, "qwen3-235b-a22b", "fsdp=16", "tp=4,dp=32");
   }
   if (const int replicas = NumberAfter(name, kFanOutPrefix); replicas > 0) {
     return ModelScenario(name, "qwen3-235b-a22b", "tp=8", absl::StrCat("tp=8,dp=", replicas));
@@ -161,6 +167,7 @@ int main(int argc, char** argv) {
     for (int replicas : refit::planner::kFanOutReplicas) {
       names.push_back(absl::StrCat(refit::planner::kFanOutPrefix, replicas));
     }
+    names.push_back(refit::planner::kFsdpFanOut);
     names.push_back(refit::planner::kDeepseekFanOut);
   }
   return refit::planner::Run(names);

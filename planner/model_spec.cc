@@ -195,6 +195,39 @@ v1::RankLayout* AddRank(int64_t rank, const std::string& host_prefix, int64_t gp
   return layout;
 }
 
+// FSDP2's layout (DTensor Shard(0) on the shard mesh axis, Replicate() on the replicate
+// axis): ranks ordered shard index fastest, then replica; each parameter's dim 0 cut as
+// torch.chunk cuts it (pieces of ceil(n / fsdp) rows, the last ones shorter or empty).
+absl::StatusOr<v1::LayoutSpec> FsdpLayout(const ModelTensors& model,
+                                          const v1::ParallelConfig& parallel,
+                                          const std::string& host_prefix) {
+  const int64_t fsdp = OrOne(parallel.fsdp()), dp = OrOne(parallel.dp());
+  const int64_t gpus_per_node = parallel.gpus_per_node() > 0 ? parallel.gpus_per_node() : 8;
+  for (auto [key, value] : {std::pair{"tp", parallel.tp()},
+                            {"pp", parallel.pp()},
+                            {"ep", parallel.ep()},
+                            {"etp", parallel.etp()}}) {
+    if (OrOne(value) != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("training layout: fsdp=", fsdp, " with ", key, "=", value,
+                       " is not supported (fsdp combines with dp only, as HSDP)"));
+    }
+  }
+  v1::LayoutSpec spec = LayoutHeader(model);
+  for (int64_t rank = 0; rank < fsdp * dp; ++rank) {
+    const int64_t shard = rank % fsdp;
+    v1::RankLayout* layout = AddRank(rank, host_prefix, gpus_per_node, &spec);
+    for (const ModelTensor& t : model.tensors) {
+      Box box{Dims(t.shape.size(), 0), t.shape};
+      const int64_t rows = t.shape[0], chunk = (rows + fsdp - 1) / fsdp;
+      box.offset[0] = std::min(rows, shard * chunk);
+      box.extent[0] = std::min(rows, box.offset[0] + chunk) - box.offset[0];
+      AddView(t, box, layout);
+    }
+  }
+  return spec;
+}
+
 }  // namespace
 
 int64_t ModelTensors::ParameterCount() const {
@@ -264,12 +297,14 @@ absl::StatusOr<v1::ParallelConfig> ParseParallel(absl::string_view text) {
       parallel.set_dp(value);
     else if (kv.first == "etp")
       parallel.set_etp(value);
+    else if (kv.first == "fsdp")
+      parallel.set_fsdp(value);
     else if (kv.first == "gpus_per_node" || kv.first == "gpus-per-node")
       parallel.set_gpus_per_node(value);
     else {
       return absl::InvalidArgumentError(absl::StrCat("parallel setting \"", text,
                                                      "\": unknown key \"", kv.first,
-                                                     "\" (expected pp, ep, tp, dp, etp)"));
+                                                     "\" (expected pp, ep, tp, dp, etp, fsdp)"));
     }
   }
   return parallel;
@@ -278,6 +313,7 @@ absl::StatusOr<v1::ParallelConfig> ParseParallel(absl::string_view text) {
 absl::StatusOr<v1::LayoutSpec> TrainingLayout(const ModelTensors& model,
                                               const v1::ParallelConfig& parallel,
                                               const std::string& host_prefix) {
+  if (OrOne(parallel.fsdp()) > 1) return FsdpLayout(model, parallel, host_prefix);
   const int64_t tp = OrOne(parallel.tp()), pp = OrOne(parallel.pp());
   const int64_t ep = OrOne(parallel.ep()), dp = OrOne(parallel.dp());
   const int64_t etp = OrOne(parallel.etp());

@@ -115,6 +115,40 @@ TEST(ModelSpecTest, ReferenceLayoutsCompile) {
   }
 }
 
+// FSDP2 (DTensor Shard(0)): dim 0 in torch.chunk pieces, uneven and empty ones included,
+// replicas (HSDP) after the shard index; every element held once per replica.
+TEST(ModelSpecTest, FsdpCutsDimZeroAsTorchChunkDoes) {
+  const ModelTensors model = Expand("dsv3-mini");
+  absl::StatusOr<v1::LayoutSpec> spec = TrainingLayout(model, *ParseParallel("fsdp=5,dp=2"), "t-");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->ranks_size(), 10);
+  for (const ModelTensor& t : model.tensors) {
+    const int64_t rows = t.shape[0], chunk = (rows + 4) / 5;
+    for (int replica = 0; replica < 2; ++replica) {
+      int64_t next = 0;
+      for (int shard = 0; shard < 5; ++shard) {
+        const v1::ShardView* view = ViewOf(RankOf(*spec, replica * 5 + shard), t.name);
+        const int64_t expected = std::max<int64_t>(0, std::min(chunk, rows - shard * chunk));
+        if (expected == 0) {
+          EXPECT_EQ(view, nullptr) << t.name << " shard " << shard;
+          continue;
+        }
+        ASSERT_NE(view, nullptr) << t.name << " shard " << shard;
+        EXPECT_EQ(view->offset(0), next) << t.name;
+        EXPECT_EQ(view->extent(0), expected) << t.name;
+        for (int d = 1; d < view->extent_size(); ++d) EXPECT_EQ(view->extent(d), t.shape[d]);
+        next += expected;
+      }
+      EXPECT_EQ(next, rows) << t.name;
+    }
+  }
+  absl::StatusOr<v1::LayoutSpec> with_tp =
+      TrainingLayout(model, *ParseParallel("fsdp=4,tp=2"), "t-");
+  ASSERT_FALSE(with_tp.ok());
+  EXPECT_NE(with_tp.status().message().find("fsdp=4 with tp=2 is not supported"), std::string::npos)
+      << with_tp.status();
+}
+
 TEST(ModelSpecTest, BadParallelSettings) {
   EXPECT_FALSE(ParseParallel("pp=0").ok());
   EXPECT_FALSE(ParseParallel("xx=2").ok());
