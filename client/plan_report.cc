@@ -25,7 +25,9 @@ std::string Chosen(const planner::Plan& plan) {
     if (candidate.name == chosen) {
       chosen_seconds = candidate.predicted_seconds;
     } else {
-      others.push_back(absl::StrFormat("%s %.3f s", candidate.name, candidate.predicted_seconds));
+      others.push_back(absl::StrFormat("%s %s%.3f s", candidate.name,
+                                       candidate.at_least ? "at least " : "",
+                                       candidate.predicted_seconds));
     }
   }
   std::string out = absl::StrFormat("%s %.3f s", chosen, chosen_seconds);
@@ -72,6 +74,9 @@ std::string PlanReportJson(const PlanSummary& summary) {
   for (const planner::PlanCandidate& candidate : s.candidates) {
     json.Real(absl::StrCat("candidate_", candidate.name, "_seconds").c_str(),
               candidate.predicted_seconds);
+    if (candidate.at_least) {
+      json.Bool(absl::StrCat("candidate_", candidate.name, "_at_least").c_str(), true);
+    }
   }
   json.Real("plan_seconds", plan.plan_seconds);
   json.Text("digest", plan.digest);
@@ -113,7 +118,7 @@ std::string PlanReportTable(const PlanSummary& summary) {
                      ? absl::StrFormat("%s forwarded domain to domain; without relays %.3f s",
                                        HumanBytes(s.relayed_bytes), s.direct_predicted_seconds)
                      : absl::StrFormat("%s forwarded domain to domain; without relays at least "
-                                       "%.3f s (not planned)",
+                                       "%.3f s (not priced)",
                                        HumanBytes(s.relayed_bytes), s.direct_lower_bound_seconds)},
       {"chosen", Chosen(plan)},
       {"plan time", absl::StrFormat("%.3f s", plan.plan_seconds)},

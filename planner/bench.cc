@@ -148,7 +148,7 @@ int Run(const std::vector<std::string>& names) {
   }
   std::printf(
       "\nnet = reshard network bytes, bound = lower bound, gb = gather-and-broadcast; "
-      "direct = reshard without relays\n(negative: not planned, at least that much); "
+      "direct = reshard without relays\n(negative: not priced, at least that much); "
       "pred/direct/bound/gb seconds are cost-model outputs "
       "(DGX H100 or GB200 NVL72 model), "
       "not measurements. Published on DGX H100 for dsv3-h100: 14.9 s gather-and-broadcast, "

@@ -52,10 +52,13 @@ static_assert(sizeof(Transfer) == 36,
               "a transfer is 36 bytes: a large plan holds tens of millions");
 
 // A plan the planner priced while choosing: "reshard_relays", "reshard_direct" or
-// "gather_broadcast", and what the cost model predicts for it.
+// "gather_broadcast", and what the cost model predicts for it. With `at_least` the plan
+// was routed but not priced: its busiest link alone takes predicted_seconds, already
+// slower than the plan chosen.
 struct PlanCandidate {
   std::string name;
   double predicted_seconds = 0;
+  bool at_least = false;
 };
 
 struct PlanStats {

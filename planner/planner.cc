@@ -1,5 +1,6 @@
 #include "planner/planner.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/status/status.h"
@@ -25,8 +26,7 @@ std::string CandidateName(const Plan& plan) {
 // The reshard plan: with relays where the options allow them and the cost model says they
 // win, else without. Every plan it prices is added to `candidates`.
 std::shared_ptr<Plan> PlanReshardChoosingRelays(const PlanningProblem& problem,
-                                                const PlanOptions& options,
-                                                const LowerBound& bound,
+                                                const PlanOptions& options, const LowerBound& bound,
                                                 std::vector<PlanCandidate>* candidates) {
   auto plan = std::make_shared<Plan>();
   PlanReshard(problem, options, bound, plan.get());
@@ -41,7 +41,15 @@ std::shared_ptr<Plan> PlanReshardChoosingRelays(const PlanningProblem& problem,
   PlanOptions direct_options = options;
   direct_options.relays = false;
   auto direct = std::make_shared<Plan>();
-  PlanReshard(problem, direct_options, bound, direct.get());
+  // Batched and priced only if its busiest link leaves it a chance to win.
+  const double direct_busiest_link_seconds =
+      PlanReshard(problem, direct_options, bound, direct.get(), plan->stats.predicted_seconds);
+  if (direct->num_batches == 0 && !direct->transfers.empty()) {
+    candidates->push_back({CandidateName(*direct), direct_busiest_link_seconds, true});
+    plan->stats.direct_lower_bound_seconds =
+        std::max(bound.direct_seconds, direct_busiest_link_seconds);
+    return plan;
+  }
   PricePlan(problem, direct.get());
   candidates->push_back({CandidateName(*direct), direct->stats.predicted_seconds});
   if (direct->stats.predicted_seconds <= plan->stats.predicted_seconds) return direct;

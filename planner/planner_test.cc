@@ -9,6 +9,7 @@
 #include "planner/check/coverage_checker.h"
 #include "planner/layout.h"
 #include "planner/link_loads.h"
+#include "planner/reference_refits.h"
 #include "planner/testing/layout_builder.h"
 #include "planner/topology.h"
 
@@ -336,6 +337,35 @@ TEST(PlannerTest, RelaysReachTheDeepestReplicaInLogarithmicallyManyHops) {
     EXPECT_LE(bytes, nic_in[rank] * 5 / 4) << "inference rank " << rank << " forwards " << bytes
                                            << " bytes and receives " << nic_in[rank];
   }
+}
+
+// Where the plan without relays cannot win (its busiest link alone takes longer than the
+// relayed plan), it is routed but not batched or priced, and says so; the figure it gives
+// is a true floor: pricing that plan in full gives at least as much.
+TEST(PlannerTest, ADirectPlanThatCannotWinIsNotPricedAndSaysWhatItTakesAtLeast) {
+  absl::StatusOr<RefitScenario> scenario = ReferenceRefit("dsv3-h100");
+  ASSERT_TRUE(scenario.ok()) << scenario.status();
+  absl::StatusOr<Layout> sources = CompileLayout(scenario->sources, "source");
+  absl::StatusOr<Layout> destinations = CompileLayout(scenario->destinations, "destination");
+  ASSERT_TRUE(sources.ok() && destinations.ok());
+  PlanOptions options;
+  absl::StatusOr<std::shared_ptr<const Plan>> plan =
+      BuildPlan(*sources, *destinations, scenario->topology, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const PlanStats& s = (*plan)->stats;
+  ASSERT_EQ(s.chosen, "reshard_relays");
+  ASSERT_EQ(s.candidates.size(), 2u);
+  const PlanCandidate& direct = s.candidates[1];
+  EXPECT_EQ(direct.name, "reshard_direct");
+  EXPECT_TRUE(direct.at_least);
+  EXPECT_GT(direct.predicted_seconds, s.predicted_seconds);
+  EXPECT_EQ(s.direct_predicted_seconds, 0);
+  EXPECT_GE(s.direct_lower_bound_seconds, direct.predicted_seconds);
+  options.relays = false;
+  absl::StatusOr<std::shared_ptr<const Plan>> priced =
+      BuildPlan(*sources, *destinations, scenario->topology, options);
+  ASSERT_TRUE(priced.ok()) << priced.status();
+  EXPECT_GE((*priced)->stats.predicted_seconds, direct.predicted_seconds);
 }
 
 TEST(PlannerTest, APlanThatRelaysNothingSaysSo) {

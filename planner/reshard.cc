@@ -93,7 +93,7 @@ class ReshardPlanner {
         relay_batch_bytes_(RelayBatchBytes(problem, options, bound)),
         senders_(SourceNicOut{&problem, &loads_}) {}
 
-  void Run() {
+  double Run(double batch_only_below_seconds) {
     FindSharedDomains();
     MakePieces();
     // Every piece reaches every member of its group once: reserve that many transfers.
@@ -111,11 +111,14 @@ class ReshardPlanner {
     });
     for (int32_t w : order) Route(work_[w]);
     for (uint64_t key : shared_domain_order_) RouteSharedDomain(key >> 32, key & 0xffffffff);
+    plan_->stats.relayed_bytes = relayed_bytes_;
+    const double busiest_link_seconds = loads_.BottleneckSeconds(cluster_.bandwidths());
+    if (busiest_link_seconds > batch_only_below_seconds) return busiest_link_seconds;
     const int64_t budget = relayed_bytes_ > 0 ? relay_batch_bytes_ : options_.staging_budget_bytes;
     BatchBuilder batches(problem_.sources->ranks.size(), problem_.destinations->ranks.size(),
                          budget, cluster_.bandwidths());
     plan_->num_batches = batches.Assign(plan_, depends_on_);
-    plan_->stats.relayed_bytes = relayed_bytes_;
+    return busiest_link_seconds;
   }
 
  private:
@@ -438,10 +441,10 @@ class ReshardPlanner {
 
 }  // namespace
 
-void PlanReshard(const PlanningProblem& problem, const PlanOptions& options,
-                 const LowerBound& bound, Plan* plan) {
+double PlanReshard(const PlanningProblem& problem, const PlanOptions& options,
+                   const LowerBound& bound, Plan* plan, double batch_only_below_seconds) {
   plan->strategy = kStrategyReshard;
-  ReshardPlanner(problem, options, bound, plan).Run();
+  return ReshardPlanner(problem, options, bound, plan).Run(batch_only_below_seconds);
 }
 
 }  // namespace refit::planner

@@ -4,6 +4,7 @@
 #ifndef REFIT_PLANNER_RESHARD_H_
 #define REFIT_PLANNER_RESHARD_H_
 
+#include <limits>
 #include <vector>
 
 #include "planner/lower_bound.h"
@@ -16,8 +17,12 @@ namespace refit::planner {
 // Fills plan.pieces, plan.transfers (batched, unsorted) and plan.num_batches. `bound`
 // (of the same problem) tells when the sources' NICs would become the bottleneck, past
 // which domains receive from domains served before them instead (options.relays).
-void PlanReshard(const PlanningProblem& problem, const PlanOptions& options,
-                 const LowerBound& bound, Plan* plan);
+// Returns the seconds its busiest link needs for all its bytes, which no pricing of the
+// plan can go below. When that exceeds `batch_only_below_seconds` the plan is left
+// unbatched (num_batches 0, not to be priced or run): it cannot beat a plan that fast.
+double PlanReshard(const PlanningProblem& problem, const PlanOptions& options,
+                   const LowerBound& bound, Plan* plan,
+                   double batch_only_below_seconds = std::numeric_limits<double>::infinity());
 
 }  // namespace refit::planner
 
