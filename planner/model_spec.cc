@@ -1,6 +1,7 @@
 #include "planner/model_spec.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -122,6 +123,10 @@ std::pair<int64_t, int64_t> Chunk(int64_t n, int64_t parts, int64_t index) {
 
 int64_t OrOne(int64_t value) { return value > 0 ? value : 1; }
 
+int64_t GpusPerNode(const v1::ParallelConfig& parallel) {
+  return parallel.gpus_per_node() > 0 ? parallel.gpus_per_node() : 8;
+}
+
 struct ShardPlace {
   int64_t tp_size = 1, tp_index = 0;    // dense tensor parallelism
   int64_t ep_size = 1, ep_index = 0;    // experts along dim 0
@@ -202,7 +207,7 @@ absl::StatusOr<v1::LayoutSpec> FsdpLayout(const ModelTensors& model,
                                           const v1::ParallelConfig& parallel,
                                           const std::string& host_prefix) {
   const int64_t fsdp = OrOne(parallel.fsdp()), dp = OrOne(parallel.dp());
-  const int64_t gpus_per_node = parallel.gpus_per_node() > 0 ? parallel.gpus_per_node() : 8;
+  const int64_t gpus_per_node = GpusPerNode(parallel);
   for (auto [key, value] : {std::pair{"tp", parallel.tp()},
                             {"pp", parallel.pp()},
                             {"ep", parallel.ep()},
@@ -219,9 +224,7 @@ absl::StatusOr<v1::LayoutSpec> FsdpLayout(const ModelTensors& model,
     v1::RankLayout* layout = AddRank(rank, host_prefix, gpus_per_node, &spec);
     for (const ModelTensor& t : model.tensors) {
       Box box{Dims(t.shape.size(), 0), t.shape};
-      const int64_t rows = t.shape[0], chunk = (rows + fsdp - 1) / fsdp;
-      box.offset[0] = std::min(rows, shard * chunk);
-      box.extent[0] = std::min(rows, box.offset[0] + chunk) - box.offset[0];
+      std::tie(box.offset[0], box.extent[0]) = Chunk(t.shape[0], fsdp, shard);
       AddView(t, box, layout);
     }
   }
@@ -317,7 +320,7 @@ absl::StatusOr<v1::LayoutSpec> TrainingLayout(const ModelTensors& model,
   const int64_t tp = OrOne(parallel.tp()), pp = OrOne(parallel.pp());
   const int64_t ep = OrOne(parallel.ep()), dp = OrOne(parallel.dp());
   const int64_t etp = OrOne(parallel.etp());
-  const int64_t gpus_per_node = parallel.gpus_per_node() > 0 ? parallel.gpus_per_node() : 8;
+  const int64_t gpus_per_node = GpusPerNode(parallel);
   if (tp % etp != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("training layout: etp=", etp, " must divide tp=", tp));
@@ -351,7 +354,7 @@ absl::StatusOr<v1::LayoutSpec> InferenceLayout(const ModelTensors& model,
                                                const v1::ParallelConfig& parallel,
                                                const std::string& host_prefix) {
   const int64_t tp = OrOne(parallel.tp()), dp = OrOne(parallel.dp()), ep = OrOne(parallel.ep());
-  const int64_t gpus_per_node = parallel.gpus_per_node() > 0 ? parallel.gpus_per_node() : 8;
+  const int64_t gpus_per_node = GpusPerNode(parallel);
   if (OrOne(parallel.pp()) != 1) {
     return absl::InvalidArgumentError("inference layout: pp is not supported (use tp and dp)");
   }

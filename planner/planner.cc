@@ -44,7 +44,7 @@ std::shared_ptr<Plan> PlanReshardChoosingRelays(const PlanningProblem& problem,
   // Batched and priced only if its busiest link leaves it a chance to win.
   const double direct_busiest_link_seconds =
       PlanReshard(problem, direct_options, bound, direct.get(), plan->stats.predicted_seconds);
-  if (direct->num_batches == 0 && !direct->transfers.empty()) {
+  if (direct_busiest_link_seconds > plan->stats.predicted_seconds) {
     candidates->push_back({CandidateName(*direct), direct_busiest_link_seconds, true});
     plan->stats.direct_lower_bound_seconds =
         std::max(bound.direct_seconds, direct_busiest_link_seconds);
