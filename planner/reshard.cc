@@ -70,6 +70,14 @@ uint64_t TensorDomainKey(int32_t tensor, int32_t domain) {
   return (static_cast<uint64_t>(tensor) << 32) | static_cast<uint32_t>(domain);
 }
 
+// How Route brings a piece to one domain of its relay tree: the arrival in the domain's
+// parent (nullptr at the root, or without relays), and the member that receives it over
+// the network (-1: the least loaded on NIC-in, chosen on the spot).
+struct TreeStep {
+  const Arrival* parent = nullptr;
+  int32_t leader = -1;
+};
+
 // NIC-out bytes so far of a source view's GPU.
 struct SourceNicOut {
   const PlanningProblem* problem;
@@ -219,16 +227,30 @@ class ReshardPlanner {
       tree_runs_.push_back(&run);
     }
     const size_t n = tree_runs_.size();
-    const int mirrored = n > 1 && options_.relays ? ChooseTree(plan_->pieces[work.piece].bytes) : 0;
+    // Each domain's receiving member, chosen once: choosing the tree needs them, and no
+    // transfer of this piece changes a member's NIC-in before its own domain is served.
+    tree_leaders_.assign(n, -1);
+    const bool trees = n > 1 && options_.relays;
+    if (trees) {
+      for (size_t i = 0; i < n; ++i) tree_leaders_[i] = LeastNicIn(*tree_runs_[i]);
+    }
+    const int mirrored = trees ? ChooseTree(plan_->pieces[work.piece].bytes) : 0;
     tree_arrivals_.resize(n);
     for (size_t position = 0; position < n; ++position) {
-      const DomainMembers& run = *tree_runs_[mirrored ? n - 1 - position : position];
-      const Arrival* parent =
-          options_.relays && position > 0 ? &tree_arrivals_[(position - 1) / 2] : nullptr;
-      tree_arrivals_[position] =
-          RouteToDomain(work.piece, holders, run.domain, problem_.MembersOf(run),
-                        /*may_hold=*/false, /*fan_out=*/true, parent);
+      const size_t i = mirrored ? n - 1 - position : position;
+      const DomainMembers& run = *tree_runs_[i];
+      const TreeStep step{
+          options_.relays && position > 0 ? &tree_arrivals_[(position - 1) / 2] : nullptr,
+          tree_leaders_[i]};
+      tree_arrivals_[position] = RouteToDomain(work.piece, holders, run.domain,
+                                               problem_.MembersOf(run), /*may_hold=*/false, &step);
     }
+  }
+
+  // The member of `run` that has received the least over its NIC so far.
+  int32_t LeastNicIn(const DomainMembers& run) const {
+    return LeastLoaded(problem_.MembersOf(run), kNicIn,
+                       [&](int32_t view) { return problem_.DestinationGpuOfView(view); });
   }
 
   // Which tree the piece takes (0: domain order, 1: its mirror): the one whose busiest
@@ -241,10 +263,7 @@ class ReshardPlanner {
     for (size_t position = 0; 2 * position + 1 < n; ++position) {
       const int64_t children = 2 * position + 2 < n ? 2 : 1;
       for (int mirrored = 0; mirrored < 2; ++mirrored) {
-        const DomainMembers& run = *tree_runs_[mirrored ? n - 1 - position : position];
-        const int32_t leader = LeastLoaded(problem_.MembersOf(run), kNicIn, [&](int32_t view) {
-          return problem_.DestinationGpuOfView(view);
-        });
+        const int32_t leader = tree_leaders_[mirrored ? n - 1 - position : position];
         busiest[mirrored] =
             std::max(busiest[mirrored],
                      loads_.At(problem_.DestinationGpuOfView(leader), kNicOut) + children * bytes);
@@ -275,12 +294,14 @@ class ReshardPlanner {
 
   // Brings `piece` to `members` (all in `domain`; `may_hold` when sources of the piece may
   // sit in it). Returns the arrival through the network (transfer index, leader view), or
-  // transfer -1 when the domain held the piece. With `fan_out` (Route's domains), the
-  // sender is chosen from senders_, and `relay` (the arrival in the domain's parent in the
-  // relay tree) may send it instead of a source.
+  // transfer -1 when the domain held the piece. With a `step` (Route's domains), the
+  // sender is chosen from senders_, the step's parent arrival may send it instead of a
+  // source, and its leader (when not -1) receives it.
   Arrival RouteToDomain(int32_t piece, const std::vector<int32_t>& holders, int32_t domain,
-                        absl::Span<const int32_t> members, bool may_hold, bool fan_out = false,
-                        const Arrival* relay = nullptr) {
+                        absl::Span<const int32_t> members, bool may_hold,
+                        const TreeStep* step = nullptr) {
+    const bool fan_out = step != nullptr;
+    const Arrival* relay = fan_out ? step->parent : nullptr;
     const int64_t bytes = plan_->pieces[piece].bytes;
     Arrival arrival{piece, -1, -1};
     if (may_hold && LocalHolder(holders, domain, members[0]) >= 0) {
@@ -301,8 +322,11 @@ class ReshardPlanner {
       }
       return arrival;
     }
-    const int32_t leader = LeastLoaded(
-        members, kNicIn, [&](int32_t view) { return problem_.DestinationGpuOfView(view); });
+    const int32_t leader = fan_out && step->leader >= 0
+                               ? step->leader
+                               : LeastLoaded(members, kNicIn, [&](int32_t view) {
+                                   return problem_.DestinationGpuOfView(view);
+                                 });
     arrival.view = leader;
     // A relay while it has room under the pace the destinations' NICs set anyway: the
     // sources then send each piece about once, however many domains need it.
@@ -426,9 +450,11 @@ class ReshardPlanner {
   std::vector<bool> tensor_shares_a_domain_;  // per tensor: has a pair in shared_domains_
   std::vector<uint64_t> shared_domain_order_;
   // The domains the piece Route is placing goes to over the network, and where it arrived
-  // in each, by position in its relay tree; bytes routed by each of the two trees.
+  // in each, by position in its relay tree; its receiving member in each; bytes routed by
+  // each of the two trees.
   std::vector<const DomainMembers*> tree_runs_;
   std::vector<Arrival> tree_arrivals_;
+  std::vector<int32_t> tree_leaders_;  // by index into tree_runs_
   int64_t tree_bytes_[2] = {0, 0};
   // Bytes a GPU's NIC carries in the time the busiest destination domain needs for its
   // NIC-in (the lower bound's term).
