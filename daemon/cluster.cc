@@ -20,6 +20,7 @@ absl::StatusOr<DaemonSession> Cluster::AddDaemon(const v1::DaemonHello& hello,
                                                  std::shared_ptr<DaemonChannel> channel,
                                                  bool* superseded) {
   std::shared_ptr<DaemonChannel> fenced;
+  std::vector<Registration> dropped;
   DaemonSession session;
   {
     absl::MutexLock lock(&mu_);
@@ -35,7 +36,7 @@ absl::StatusOr<DaemonSession> Cluster::AddDaemon(const v1::DaemonHello& hello,
     if (superseded != nullptr) *superseded = record.connected;
     if (record.connected) {
       fenced = std::move(record.channel);
-      DropRanksLocked(it->second);
+      dropped = DropRanksLocked(it->second);
     }
     if (!record.incarnation.empty() && record.incarnation != hello.incarnation()) {
       replaced.push_back(record.incarnation);
@@ -71,25 +72,33 @@ bool Cluster::IsCurrent(const DaemonSession& session) const {
   return IsCurrentLocked(session);
 }
 
-void Cluster::DropRanksLocked(int32_t daemon) {
+std::vector<Cluster::Registration> Cluster::DropRanksLocked(int32_t daemon) {
+  std::vector<Registration> dropped;
   for (auto rank = ranks_.begin(); rank != ranks_.end();) {
-    rank = rank->second.daemon == daemon ? ranks_.erase(rank) : std::next(rank);
+    if (rank->second.daemon != daemon) {
+      ++rank;
+      continue;
+    }
+    dropped.push_back(std::move(rank->second.registration));
+    rank = ranks_.erase(rank);
   }
+  return dropped;
 }
 
 void Cluster::RemoveDaemon(const DaemonSession& session) {
+  std::vector<Registration> dropped;  // freed after the lock is released
   absl::MutexLock lock(&mu_);
   if (!IsCurrentLocked(session)) return;
   DaemonRecord& record = daemons_[session.index];
   record.connected = false;
   record.channel.reset();
-  DropRanksLocked(session.index);
+  dropped = DropRanksLocked(session.index);
 }
 
-absl::Status Cluster::AddRank(const DaemonSession& session,
-                              const v1::RankRegistration& registration) {
-  absl::MutexLock lock(&mu_);
+absl::Status Cluster::AddRank(const DaemonSession& session, v1::RankRegistration registration) {
   const std::pair<int, int64_t> key = {registration.role(), registration.layout().rank()};
+  Registration kept = std::make_shared<const v1::RankRegistration>(std::move(registration));
+  absl::MutexLock lock(&mu_);  // declared after `kept`: a replaced registration is freed unlocked
   if (!IsCurrentLocked(session)) {
     return absl::FailedPreconditionError(
         absl::StrCat(RankName(key.first, key.second), ": the registering daemon was fenced"));
@@ -100,18 +109,28 @@ absl::Status Cluster::AddRank(const DaemonSession& session,
                                                  " is already registered by daemon ",
                                                  daemons_[it->second.daemon].peer.node()));
   }
-  ranks_[key] = RankRecord{session.index, registration, -1, ++registrations_};
+  if (it == ranks_.end()) {
+    ranks_[key] = RankRecord{session.index, std::move(kept), -1, ++registrations_};
+  } else {  // the replaced registration swaps into `kept`
+    std::swap(it->second.registration, kept);
+    it->second.published = -1;
+    it->second.registration_id = ++registrations_;
+  }
   return absl::OkStatus();
 }
 
 absl::Status Cluster::RemoveRank(const DaemonSession& session, v1::Role role, int64_t rank) {
+  Registration removed;  // freed after the lock is released
   absl::MutexLock lock(&mu_);
   if (!IsCurrentLocked(session)) {
     return absl::FailedPreconditionError(
         absl::StrCat(RankName(role, rank), ": the deregistering daemon was fenced"));
   }
   auto it = ranks_.find({role, rank});
-  if (it != ranks_.end() && it->second.daemon == session.index) ranks_.erase(it);
+  if (it != ranks_.end() && it->second.daemon == session.index) {
+    removed = std::move(it->second.registration);
+    ranks_.erase(it);
+  }
   return absl::OkStatus();
 }
 
@@ -232,13 +251,29 @@ std::vector<int64_t> Cluster::AwaitPublished(int64_t version, absl::Time deadlin
 }
 
 absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
-  absl::MutexLock lock(&mu_);
+  // Under the lock only the registrations' pointers and the small per-rank facts are taken;
+  // the layouts (tens of MB for a large model) are built from them after it is released.
+  struct Entry {
+    std::pair<int, int64_t> key;
+    RankRecord record;
+  };
+  std::vector<Entry> entries;
   ClusterSnapshot snapshot;
+  {
+    absl::MutexLock lock(&mu_);
+    entries.reserve(ranks_.size());
+    for (const auto& [key, record] : ranks_) entries.push_back({key, record});
+    for (const auto& [index, record] : daemons_) {
+      if (!record.connected) continue;
+      snapshot.daemons.push_back(record.peer);
+      snapshot.channels[index] = record.channel;
+    }
+  }
   std::map<std::string, const v1::TensorSpec*> tensors[2];
-  for (const auto& [key, record] : ranks_) {
+  for (const auto& [key, record] : entries) {
     const bool source = key.first == v1::ROLE_SOURCE;
     v1::LayoutSpec& side = source ? snapshot.sources : snapshot.destinations;
-    for (const v1::TensorSpec& t : record.registration.tensors()) {
+    for (const v1::TensorSpec& t : record.registration->tensors()) {
       auto [it, inserted] = tensors[source].emplace(t.name(), &t);
       if (inserted) {
         *side.add_tensors() = t;
@@ -251,7 +286,7 @@ absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
       }
     }
     v1::RankLayout* rank = side.add_ranks();
-    *rank = record.registration.layout();
+    *rank = record.registration->layout();
     // Buffers are the daemon's business; the plan needs only the views' geometry, and the
     // data plane whether the rank's memory is on a GPU.
     bool gpu = false;
@@ -274,11 +309,6 @@ absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
     placement->set_daemon(record.daemon);
     placement->set_gpu(gpu);
     placement->set_device(gpu ? rank->device() : -1);
-  }
-  for (const auto& [index, record] : daemons_) {
-    if (!record.connected) continue;
-    snapshot.daemons.push_back(record.peer);
-    snapshot.channels[index] = record.channel;
   }
   return snapshot;
 }

@@ -64,8 +64,11 @@ class Cluster {
                                           bool* superseded = nullptr);
   // The session's stream ended: it and its ranks leave the group (if it is still current).
   void RemoveDaemon(const DaemonSession& session);
-  // Each fails (FAILED_PRECONDITION) for a fenced session.
-  absl::Status AddRank(const DaemonSession& session, const v1::RankRegistration& registration);
+  // Each fails (FAILED_PRECONDITION) for a fenced session. A registration can hold
+  // hundreds of thousands of strings: it is taken by value and kept as one immutable copy,
+  // so neither this call nor a snapshot copies or frees it while holding the registry's lock
+  // (the lock every lease renewal takes).
+  absl::Status AddRank(const DaemonSession& session, v1::RankRegistration registration);
   absl::Status RemoveRank(const DaemonSession& session, v1::Role role, int64_t rank);
   absl::Status MarkPublished(const DaemonSession& session, int64_t source_rank, int64_t version);
   // The session was heard from now; false when it is fenced.
@@ -126,10 +129,13 @@ class Cluster {
     v1::InDoubtEpoch in_doubt;  // epoch_id "": none
   };
   bool IsCurrentLocked(const DaemonSession& session) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void DropRanksLocked(int32_t daemon) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  using Registration = std::shared_ptr<const v1::RankRegistration>;
+  // Removes the daemon's ranks and returns their registrations, for the caller to free once
+  // it has released the lock.
+  std::vector<Registration> DropRanksLocked(int32_t daemon) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   struct RankRecord {
     int32_t daemon = 0;
-    v1::RankRegistration registration;
+    Registration registration;
     int64_t published = -1;
     uint64_t registration_id = 0;
   };

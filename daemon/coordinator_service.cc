@@ -1,6 +1,7 @@
 #include "daemon/coordinator_service.h"
 
 #include <memory>
+#include <utility>
 
 #include "absl/synchronization/mutex.h"
 #include "daemon/control_validation.h"
@@ -137,7 +138,7 @@ grpc::Status CoordinatorService::Control(
           spdlog::warn("refitd on {}: {}", hello.node(), std::string(within.message()));
           break;
         }
-        cluster_->AddRank(session, rank).IgnoreError();
+        cluster_->AddRank(session, std::move(*message.mutable_register_rank())).IgnoreError();
         UpdateRankGauges();
         break;
       }
@@ -167,6 +168,9 @@ grpc::Status CoordinatorService::Control(
       default:  // heartbeats only renew the lease
         break;
     }
+    // The time the coordinator spent on the message (checking and storing a registration
+    // of tens of MB) is not the daemon's silence: the lease runs again from here.
+    cluster_->Touch(session);
   }
   channel->Close();
   if (!cluster_->IsCurrent(session)) {
