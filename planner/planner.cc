@@ -40,16 +40,18 @@ std::shared_ptr<Plan> PlanReshardChoosingRelays(const PlanningProblem& problem,
   if (plan->stats.predicted_seconds < bound.direct_seconds) return plan;
   PlanOptions direct_options = options;
   direct_options.relays = false;
-  auto direct = std::make_shared<Plan>();
-  // Batched and priced only if its busiest link leaves it a chance to win.
+  // Routed without its transfer list first: made and priced only if its busiest link
+  // leaves it a chance to win.
   const double direct_busiest_link_seconds =
-      PlanReshard(problem, direct_options, bound, direct.get(), plan->stats.predicted_seconds);
+      ReshardBusiestLinkSeconds(problem, direct_options, bound);
   if (direct_busiest_link_seconds > plan->stats.predicted_seconds) {
-    candidates->push_back({CandidateName(*direct), direct_busiest_link_seconds, true});
+    candidates->push_back({"reshard_direct", direct_busiest_link_seconds, true});
     plan->stats.direct_lower_bound_seconds =
         std::max(bound.direct_seconds, direct_busiest_link_seconds);
     return plan;
   }
+  auto direct = std::make_shared<Plan>();
+  PlanReshard(problem, direct_options, bound, direct.get());
   PricePlan(problem, direct.get());
   candidates->push_back({CandidateName(*direct), direct->stats.predicted_seconds});
   if (direct->stats.predicted_seconds <= plan->stats.predicted_seconds) return direct;

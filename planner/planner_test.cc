@@ -9,6 +9,7 @@
 #include "planner/check/coverage_checker.h"
 #include "planner/layout.h"
 #include "planner/link_loads.h"
+#include "planner/problem.h"
 #include "planner/reference_refits.h"
 #include "planner/testing/layout_builder.h"
 #include "planner/topology.h"
@@ -366,6 +367,18 @@ TEST(PlannerTest, ADirectPlanThatCannotWinIsNotPricedAndSaysWhatItTakesAtLeast) 
       BuildPlan(*sources, *destinations, scenario->topology, options);
   ASSERT_TRUE(priced.ok()) << priced.status();
   EXPECT_GE((*priced)->stats.predicted_seconds, direct.predicted_seconds);
+  // The floor was found by routing without keeping the transfers: it is exactly the
+  // busiest link of the direct plan made in full.
+  absl::StatusOr<std::unique_ptr<PlanningProblem>> problem =
+      MakePlanningProblem(*sources, *destinations, scenario->topology);
+  ASSERT_TRUE(problem.ok()) << problem.status();
+  const ClusterMap& cluster = *(*problem)->cluster;
+  LinkLoads loads(cluster.num_gpus());
+  for (const Transfer& t : (*priced)->transfers) {
+    loads.Add(t.route, cluster.EndpointGpu(t.src), cluster.EndpointGpu(t.dst),
+              (*priced)->BytesOf(t));
+  }
+  EXPECT_DOUBLE_EQ(loads.BottleneckSeconds(cluster.bandwidths()), direct.predicted_seconds);
 }
 
 TEST(PlannerTest, APlanThatRelaysNothingSaysSo) {

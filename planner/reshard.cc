@@ -89,11 +89,13 @@ struct SourceNicOut {
 
 class ReshardPlanner {
  public:
+  // Without `keep_transfers` only the link loads are kept (Emit returns a running count).
   ReshardPlanner(const PlanningProblem& problem, const PlanOptions& options,
-                 const LowerBound& bound, Plan* plan)
+                 const LowerBound& bound, Plan* plan, bool keep_transfers)
       : problem_(problem),
         options_(options),
         plan_(plan),
+        keep_transfers_(keep_transfers),
         cluster_(*problem.cluster),
         loads_(cluster_.num_gpus()),
         source_pace_bytes_(
@@ -101,16 +103,20 @@ class ReshardPlanner {
         relay_batch_bytes_(RelayBatchBytes(problem, options, bound)),
         senders_(SourceNicOut{&problem, &loads_}) {}
 
-  double Run(double batch_only_below_seconds) {
+  // Routes every piece, then (when keeping transfers) batches them. Returns the seconds
+  // the busiest link needs for all its bytes.
+  double Run() {
     FindSharedDomains();
     MakePieces();
-    // Every piece reaches every member of its group once: reserve that many transfers.
-    size_t expected = 0;
-    for (const WorkItem& work : work_) {
-      expected += problem_.destination_groups[work.destination_group].views.size();
+    if (keep_transfers_) {
+      // Every piece reaches every member of its group once: reserve that many transfers.
+      size_t expected = 0;
+      for (const WorkItem& work : work_) {
+        expected += problem_.destination_groups[work.destination_group].views.size();
+      }
+      plan_->transfers.reserve(expected);
+      depends_on_.reserve(expected);
     }
-    plan_->transfers.reserve(expected);
-    depends_on_.reserve(expected);
     std::vector<int32_t> order(work_.size());
     std::iota(order.begin(), order.end(), 0);
     // Largest pieces first onto the least loaded candidates.
@@ -121,7 +127,7 @@ class ReshardPlanner {
     for (uint64_t key : shared_domain_order_) RouteSharedDomain(key >> 32, key & 0xffffffff);
     plan_->stats.relayed_bytes = relayed_bytes_;
     const double busiest_link_seconds = loads_.BottleneckSeconds(cluster_.bandwidths());
-    if (busiest_link_seconds > batch_only_below_seconds) return busiest_link_seconds;
+    if (!keep_transfers_) return busiest_link_seconds;
     const int64_t budget = relayed_bytes_ > 0 ? relay_batch_bytes_ : options_.staging_budget_bytes;
     BatchBuilder batches(problem_.sources->ranks.size(), problem_.destinations->ranks.size(),
                          budget, cluster_.bandwidths());
@@ -434,6 +440,7 @@ class ReshardPlanner {
     const int32_t dst_gpu = problem_.DestinationGpuOfView(member);
     transfer.route = cluster_.RouteBetween(src_gpu, dst_gpu);
     loads_.Add(transfer.route, src_gpu, dst_gpu, plan_->BytesOf(transfer));
+    if (!keep_transfers_) return static_cast<int32_t>(emitted_++);
     plan_->transfers.push_back(transfer);
     depends_on_.push_back(depends_on);
     return static_cast<int32_t>(plan_->transfers.size()) - 1;
@@ -442,6 +449,8 @@ class ReshardPlanner {
   const PlanningProblem& problem_;
   const PlanOptions& options_;
   Plan* plan_;
+  const bool keep_transfers_;
+  int64_t emitted_ = 0;  // transfers routed, where they are not kept
   const ClusterMap& cluster_;
   LinkLoads loads_;
   std::vector<WorkItem> work_;
@@ -467,10 +476,16 @@ class ReshardPlanner {
 
 }  // namespace
 
-double PlanReshard(const PlanningProblem& problem, const PlanOptions& options,
-                   const LowerBound& bound, Plan* plan, double batch_only_below_seconds) {
+void PlanReshard(const PlanningProblem& problem, const PlanOptions& options,
+                 const LowerBound& bound, Plan* plan) {
   plan->strategy = kStrategyReshard;
-  return ReshardPlanner(problem, options, bound, plan).Run(batch_only_below_seconds);
+  ReshardPlanner(problem, options, bound, plan, /*keep_transfers=*/true).Run();
+}
+
+double ReshardBusiestLinkSeconds(const PlanningProblem& problem, const PlanOptions& options,
+                                 const LowerBound& bound) {
+  Plan routed;  // its pieces only
+  return ReshardPlanner(problem, options, bound, &routed, /*keep_transfers=*/false).Run();
 }
 
 }  // namespace refit::planner

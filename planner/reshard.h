@@ -4,7 +4,6 @@
 #ifndef REFIT_PLANNER_RESHARD_H_
 #define REFIT_PLANNER_RESHARD_H_
 
-#include <limits>
 #include <vector>
 
 #include "planner/lower_bound.h"
@@ -17,12 +16,14 @@ namespace refit::planner {
 // Fills plan.pieces, plan.transfers (batched, unsorted) and plan.num_batches. `bound`
 // (of the same problem) tells when the sources' NICs would become the bottleneck, past
 // which domains receive from domains served before them instead (options.relays).
-// Returns the seconds its busiest link needs for all its bytes, which no pricing of the
-// plan can go below. When that exceeds `batch_only_below_seconds` the plan is left
-// unbatched (num_batches 0, not to be priced or run): it cannot beat a plan that fast.
-double PlanReshard(const PlanningProblem& problem, const PlanOptions& options,
-                   const LowerBound& bound, Plan* plan,
-                   double batch_only_below_seconds = std::numeric_limits<double>::infinity());
+void PlanReshard(const PlanningProblem& problem, const PlanOptions& options,
+                 const LowerBound& bound, Plan* plan);
+
+// Routes the plan PlanReshard would make but keeps only its link loads (no transfer list:
+// a fraction of the memory and time), and returns the seconds its busiest link needs for
+// all its bytes, which no pricing of that plan can go below.
+double ReshardBusiestLinkSeconds(const PlanningProblem& problem, const PlanOptions& options,
+                                 const LowerBound& bound);
 
 }  // namespace refit::planner
 
