@@ -175,20 +175,19 @@ absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl:
           Progress();
           if (absl::Now() > grace && op.endpoint != nullptr) op.endpoint->ForceClose();
         }
-        if (ucp_request_check_status(op.request) == UCS_INPROGRESS && op.receive &&
-            op.buffer_owner != nullptr) {
+        if (ucp_request_check_status(op.request) != UCS_INPROGRESS) {
+          ucp_request_free(op.request);
+        } else if (op.receive && op.buffer_owner != nullptr) {
           // UCX may still write into its buffer: the worker keeps both until it ends.
           spdlog::warn("UCX: {} would not end; keeping its buffer until it does", op.what);
           lingering_.push_back({op.request, std::move(*op.buffer_owner)});
           op.buffer_owner->clear();
-        } else if (ucp_request_check_status(op.request) == UCS_INPROGRESS) {
+        } else {
           // Freeing it would let UCX touch memory the caller is about to free or unmap;
           // only destroying the worker ends it for sure (see abandoned_operations()).
           spdlog::error("UCX: {} would not end; leaving it", op.what);
           abandoned_requests_.push_back(op.request);
           ++abandoned_;
-        } else {
-          ucp_request_free(op.request);
         }
         op.request = nullptr;
       }

@@ -16,15 +16,9 @@
 #   data_partition.sh BIN_DIR
 set -euo pipefail
 bin=$1
-skip() {
-  echo "[  SKIPPED ] DataPlanePartition: $1"
-  exit 0
-}
-[[ $(id -u) == 0 ]] || skip "needs root to create network namespaces"
-command -v ip > /dev/null || skip "needs ip (iproute2)"
-
-source "$(dirname "$0")/cluster.sh"
 source "$(dirname "$0")/netns.sh"
+require_netns DataPlanePartition
+source "$(dirname "$0")/cluster.sh"
 open_work dpart
 open_netns refit-dpart
 control_near=rca$suffix data_near=rda$suffix  # this namespace's ends

@@ -1,6 +1,20 @@
-# Helpers for the end-to-end scripts that cut links (sourced after cluster.sh): a network
-# namespace for one node, joined to this one by veth pairs. Needs root; a step this machine
-# cannot take calls the script's `skip` with the reason.
+# Helpers for the end-to-end scripts that cut links: a network namespace for one node,
+# joined to this one by veth pairs. Needs root; a step this machine cannot take skips the
+# script with the reason.
+
+# require_netns TEST: skips the script, reported as TEST, unless this machine may create
+# network namespaces (root, iproute2).
+require_netns() {
+  netns_test=$1
+  [[ $(id -u) == 0 ]] || skip "needs root to create network namespaces"
+  command -v ip > /dev/null || skip "needs ip (iproute2)"
+}
+
+# skip REASON: the script passes without running, and says why.
+skip() {
+  echo "[  SKIPPED ] $netns_test: $1"
+  exit 0
+}
 
 # open_netns NAME: a new namespace `netns` named NAME-XXXX (its loopback up) and `suffix`,
 # four hex digits for the script's link names; at exit it is removed with its links, after

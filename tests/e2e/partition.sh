@@ -14,15 +14,9 @@
 #   partition.sh BIN_DIR
 set -euo pipefail
 bin=$1
-skip() {
-  echo "[  SKIPPED ] NetworkPartition: $1"
-  exit 0
-}
-[[ $(id -u) == 0 ]] || skip "needs root to create network namespaces"
-command -v ip > /dev/null || skip "needs ip (iproute2)"
-
-source "$(dirname "$0")/cluster.sh"
 source "$(dirname "$0")/netns.sh"
+require_netns NetworkPartition
+source "$(dirname "$0")/cluster.sh"
 open_work part
 open_netns refit-part
 near=rfa$suffix  # this namespace's end of the pair
