@@ -50,20 +50,24 @@ void BatchBuilder::Take(int32_t slot, int32_t batch, int64_t bytes) {
   }
 }
 
+int32_t BatchBuilder::Place(const Transfer& transfer, int64_t bytes, int32_t earliest) {
+  const int32_t src = SlotOf(transfer.src, false), dst = SlotOf(transfer.dst, true);
+  const int64_t charge = ChargeOf(transfer, bytes);
+  int32_t batch = std::max({first_open_[src], first_open_[dst], earliest});
+  while (!Fits(src, batch, charge) || !Fits(dst, batch, charge)) ++batch;
+  Take(src, batch, charge);
+  Take(dst, batch, charge);
+  return batch;
+}
+
 int32_t BatchBuilder::Assign(Plan* plan, const std::vector<int32_t>& depends_on) {
-  std::vector<Transfer>* transfers = &plan->transfers;
+  std::vector<Transfer>& transfers = plan->transfers;
   int32_t num_batches = 0;
-  for (size_t i = 0; i < transfers->size(); ++i) {
-    Transfer& transfer = (*transfers)[i];
-    const int32_t src = SlotOf(transfer.src, false), dst = SlotOf(transfer.dst, true);
-    const int64_t charge = ChargeOf(transfer, plan->BytesOf(transfer));
-    int32_t batch = std::max(first_open_[src], first_open_[dst]);
-    if (depends_on[i] >= 0) batch = std::max(batch, (*transfers)[depends_on[i]].batch + 1);
-    while (!Fits(src, batch, charge) || !Fits(dst, batch, charge)) ++batch;
-    Take(src, batch, charge);
-    Take(dst, batch, charge);
-    transfer.batch = batch;
-    num_batches = std::max(num_batches, batch + 1);
+  for (size_t i = 0; i < transfers.size(); ++i) {
+    Transfer& transfer = transfers[i];
+    const int32_t earliest = depends_on[i] >= 0 ? transfers[depends_on[i]].batch + 1 : 0;
+    transfer.batch = Place(transfer, plan->BytesOf(transfer), earliest);
+    num_batches = std::max(num_batches, transfer.batch + 1);
   }
   return num_batches;
 }

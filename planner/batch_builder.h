@@ -22,6 +22,9 @@ class BatchBuilder {
   // Sets the batch of every transfer of `plan`, in list order. depends_on[i] is -1 or an
   // earlier transfer index whose batch transfer i must follow. Returns the batch count.
   int32_t Assign(Plan* plan, const std::vector<int32_t>& depends_on);
+  // The batch of one transfer of `bytes` placed after all placed before it (what Assign
+  // does for each in turn): the lowest that fits at or after `earliest`.
+  int32_t Place(const Transfer& transfer, int64_t bytes, int32_t earliest);
 
  private:
   // Sending and receiving have separate slots: a NIC is full duplex.

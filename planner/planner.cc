@@ -40,16 +40,17 @@ std::shared_ptr<Plan> PlanReshardChoosingRelays(const PlanningProblem& problem,
   if (plan->stats.predicted_seconds < bound.direct_seconds) return plan;
   PlanOptions direct_options = options;
   direct_options.relays = false;
-  // Routed without its transfer list first: made and priced only if its busiest link
-  // leaves it a chance to win.
-  const double direct_busiest_link_seconds =
-      ReshardBusiestLinkSeconds(problem, direct_options, bound);
-  if (direct_busiest_link_seconds > plan->stats.predicted_seconds) {
-    candidates->push_back({"reshard_direct", direct_busiest_link_seconds, true});
-    plan->stats.direct_lower_bound_seconds =
-        std::max(bound.direct_seconds, direct_busiest_link_seconds);
-    return plan;
-  }
+  // Made and priced only if it has a chance to win. Two floors first, each found without
+  // keeping the transfer list: its busiest link, then (where that is not enough) the sum
+  // of each batch's busiest link.
+  auto cannot_win = [&](double floor_seconds) {
+    if (floor_seconds <= plan->stats.predicted_seconds) return false;
+    candidates->push_back({"reshard_direct", floor_seconds, true});
+    plan->stats.direct_lower_bound_seconds = std::max(bound.direct_seconds, floor_seconds);
+    return true;
+  };
+  if (cannot_win(ReshardBusiestLinkSeconds(problem, direct_options, bound))) return plan;
+  if (cannot_win(ReshardDirectFloorSeconds(problem, direct_options, bound))) return plan;
   auto direct = std::make_shared<Plan>();
   PlanReshard(problem, direct_options, bound, direct.get());
   PricePlan(problem, direct.get());

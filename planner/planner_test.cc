@@ -7,10 +7,13 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "planner/check/coverage_checker.h"
+#include "planner/cost_model.h"
 #include "planner/layout.h"
 #include "planner/link_loads.h"
+#include "planner/lower_bound.h"
 #include "planner/problem.h"
 #include "planner/reference_refits.h"
+#include "planner/reshard.h"
 #include "planner/testing/layout_builder.h"
 #include "planner/topology.h"
 
@@ -379,6 +382,38 @@ TEST(PlannerTest, ADirectPlanThatCannotWinIsNotPricedAndSaysWhatItTakesAtLeast) 
               (*priced)->BytesOf(t));
   }
   EXPECT_DOUBLE_EQ(loads.BottleneckSeconds(cluster.bandwidths()), direct.predicted_seconds);
+}
+
+// The two floors the planner compares a relayed plan with before making the plan without
+// relays in full: its busiest link, then the sum of each batch's busiest link and least
+// latency. Each is at most what pricing that plan gives, and the second is the tighter.
+TEST(PlannerTest, TheDirectPlansFloorsAreBelowItsPriceAndTheBatchedOneIsTighter) {
+  for (const char* name : {"dsv3-h100", "dsv3-gb200", "qwen3-235b"}) {
+    absl::StatusOr<RefitScenario> scenario = ReferenceRefit(name);
+    ASSERT_TRUE(scenario.ok()) << scenario.status();
+    absl::StatusOr<Layout> sources = CompileLayout(scenario->sources, "source");
+    absl::StatusOr<Layout> destinations = CompileLayout(scenario->destinations, "destination");
+    ASSERT_TRUE(sources.ok() && destinations.ok());
+    absl::StatusOr<std::unique_ptr<PlanningProblem>> problem =
+        MakePlanningProblem(*sources, *destinations, scenario->topology);
+    ASSERT_TRUE(problem.ok()) << problem.status();
+    const LowerBound bound = ComputeLowerBound(**problem);
+    PlanOptions options;
+    options.relays = false;
+    auto direct = std::make_shared<Plan>();
+    PlanReshard(**problem, options, bound, direct.get());
+    PricePlan(**problem, direct.get());
+    const double busiest = ReshardBusiestLinkSeconds(**problem, options, bound);
+    const double batched = ReshardDirectFloorSeconds(**problem, options, bound);
+    EXPECT_GT(batched, busiest) << name;
+    EXPECT_LE(batched, direct->stats.predicted_seconds * (1 + 1e-12)) << name;
+    // The floor differs from the price only by the messages beyond one per batch.
+    const Bandwidths& bw = (*problem)->cluster->bandwidths();
+    EXPECT_GE(batched, direct->stats.predicted_seconds - direct->stats.predicted_latency_seconds +
+                           direct->num_batches * (bw.batch_latency_s + bw.message_latency_s) -
+                           1e-9)
+        << name;
+  }
 }
 
 TEST(PlannerTest, APlanThatRelaysNothingSaysSo) {

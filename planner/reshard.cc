@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 
 #include "absl/container/flat_hash_set.h"
 #include "planner/batch_builder.h"
@@ -23,6 +24,14 @@ struct Arrival {
   int32_t piece = 0;     // into Plan::pieces
   int32_t view = 0;      // destination view holding it
   int32_t transfer = 0;  // the transfer that brought it
+  int32_t batch = -1;    // that transfer's batch, where transfers are batched as routed
+};
+
+// What a run of the planner keeps of the plan it routes.
+enum class RouteOutput {
+  kPlan,              // the transfers, batched once all are routed
+  kLinkLoads,         // each link's bytes only
+  kBatchedLinkLoads,  // each link's bytes in each batch (transfers batched as routed)
 };
 
 // The dim along which a box can be cut into `parts`: the first one long enough.
@@ -89,13 +98,13 @@ struct SourceNicOut {
 
 class ReshardPlanner {
  public:
-  // Without `keep_transfers` only the link loads are kept (Emit returns a running count).
+  // Only kPlan fills plan->transfers; every output fills plan->pieces.
   ReshardPlanner(const PlanningProblem& problem, const PlanOptions& options,
-                 const LowerBound& bound, Plan* plan, bool keep_transfers)
+                 const LowerBound& bound, Plan* plan, RouteOutput output)
       : problem_(problem),
         options_(options),
         plan_(plan),
-        keep_transfers_(keep_transfers),
+        output_(output),
         cluster_(*problem.cluster),
         loads_(cluster_.num_gpus()),
         source_pace_bytes_(
@@ -103,12 +112,18 @@ class ReshardPlanner {
         relay_batch_bytes_(RelayBatchBytes(problem, options, bound)),
         senders_(SourceNicOut{&problem, &loads_}) {}
 
-  // Routes every piece, then (when keeping transfers) batches them. Returns the seconds
-  // the busiest link needs for all its bytes.
+  // Routes every piece, then (kPlan) batches them. Returns the seconds the busiest link
+  // needs for all its bytes.
   double Run() {
     FindSharedDomains();
     MakePieces();
-    if (keep_transfers_) {
+    if (output_ == RouteOutput::kBatchedLinkLoads) {
+      // Batched as routed: the budget must be known before routing, as it is without
+      // relays (with relays it depends on whether any piece was relayed).
+      online_batches_.emplace(problem_.sources->ranks.size(), problem_.destinations->ranks.size(),
+                              options_.staging_budget_bytes, cluster_.bandwidths());
+    }
+    if (output_ == RouteOutput::kPlan) {
       // Every piece reaches every member of its group once: reserve that many transfers.
       size_t expected = 0;
       for (const WorkItem& work : work_) {
@@ -127,12 +142,25 @@ class ReshardPlanner {
     for (uint64_t key : shared_domain_order_) RouteSharedDomain(key >> 32, key & 0xffffffff);
     plan_->stats.relayed_bytes = relayed_bytes_;
     const double busiest_link_seconds = loads_.BottleneckSeconds(cluster_.bandwidths());
-    if (!keep_transfers_) return busiest_link_seconds;
+    if (output_ != RouteOutput::kPlan) return busiest_link_seconds;
     const int64_t budget = relayed_bytes_ > 0 ? relay_batch_bytes_ : options_.staging_budget_bytes;
     BatchBuilder batches(problem_.sources->ranks.size(), problem_.destinations->ranks.size(),
                          budget, cluster_.bandwidths());
     plan_->num_batches = batches.Assign(plan_, depends_on_);
     return busiest_link_seconds;
+  }
+
+  // Of a kBatchedLinkLoads run: the sum over its batches of the busiest link's seconds and
+  // the batch's latency with one message per rank, which is what pricing the plan gives
+  // (cost_model.h) with the fewest messages a batch can have: at most that.
+  double BatchedFloorSeconds() const {
+    const Bandwidths& bw = cluster_.bandwidths();
+    double seconds = 0;
+    for (size_t b = 0; b < batch_loads_.size(); ++b) {
+      seconds += batch_loads_[b].BottleneckSeconds(bw) + bw.batch_latency_s +
+                 (batch_used_[b] ? bw.message_latency_s : 0);
+    }
+    return seconds;
   }
 
  private:
@@ -312,7 +340,7 @@ class ReshardPlanner {
     Arrival arrival{piece, -1, -1};
     if (may_hold && LocalHolder(holders, domain, members[0]) >= 0) {
       for (int32_t member : members) {
-        Emit(SourceEndpoint(LocalHolder(holders, domain, member)), member, piece, -1);
+        Emit(SourceEndpoint(LocalHolder(holders, domain, member)), member, piece, nullptr);
       }
       return arrival;
     }
@@ -323,8 +351,8 @@ class ReshardPlanner {
         });
     if (!options_.hierarchical) {
       for (int32_t member : members) {
-        const int32_t t = Emit(SourceEndpoint(sender), member, piece, -1);
-        if (arrival.transfer < 0) arrival = Arrival{piece, member, t};
+        const Arrival sent = Emit(SourceEndpoint(sender), member, piece, nullptr);
+        if (arrival.transfer < 0) arrival = sent;
       }
       return arrival;
     }
@@ -333,17 +361,16 @@ class ReshardPlanner {
                                : LeastLoaded(members, kNicIn, [&](int32_t view) {
                                    return problem_.DestinationGpuOfView(view);
                                  });
-    arrival.view = leader;
     // A relay while it has room under the pace the destinations' NICs set anyway: the
     // sources then send each piece about once, however many domains need it.
     const int64_t sender_out = loads_.At(problem_.SourceGpuOfView(sender), kNicOut);
     const int64_t relay_out =
         relay != nullptr ? loads_.At(problem_.DestinationGpuOfView(relay->view), kNicOut) : 0;
     if (relay != nullptr && (relay_out + bytes <= source_pace_bytes_ || relay_out < sender_out)) {
-      arrival.transfer = Emit(DestinationEndpoint(relay->view), leader, piece, relay->transfer);
+      arrival = Emit(DestinationEndpoint(relay->view), leader, piece, relay);
       relayed_bytes_ += bytes;
     } else {
-      arrival.transfer = Emit(SourceEndpoint(sender), leader, piece, -1);
+      arrival = Emit(SourceEndpoint(sender), leader, piece, nullptr);
     }
     ForwardFrom(arrival, members, piece);
     return arrival;
@@ -369,7 +396,7 @@ class ReshardPlanner {
     const Endpoint from = DestinationEndpoint(arrival.view);
     for (int32_t member : members) {
       if (member == arrival.view) continue;
-      Emit(from, member, piece, arrival.transfer);
+      Emit(from, member, piece, &arrival);
     }
   }
 
@@ -431,7 +458,9 @@ class ReshardPlanner {
     return Endpoint{EndpointKind::kDestinationView, problem_.DestinationRankOfView(view), view};
   }
 
-  int32_t Emit(const Endpoint& src, int32_t member, int32_t piece, int32_t depends_on) {
+  // Routes `piece` from `src` to destination view `member`, after the transfer that
+  // brought it to `after` (null: none), and returns where it arrived.
+  Arrival Emit(const Endpoint& src, int32_t member, int32_t piece, const Arrival* after) {
     Transfer transfer;
     transfer.src = src;
     transfer.dst = DestinationEndpoint(member);
@@ -439,18 +468,39 @@ class ReshardPlanner {
     const int32_t src_gpu = cluster_.EndpointGpu(transfer.src);
     const int32_t dst_gpu = problem_.DestinationGpuOfView(member);
     transfer.route = cluster_.RouteBetween(src_gpu, dst_gpu);
-    loads_.Add(transfer.route, src_gpu, dst_gpu, plan_->BytesOf(transfer));
-    if (!keep_transfers_) return static_cast<int32_t>(emitted_++);
-    plan_->transfers.push_back(transfer);
-    depends_on_.push_back(depends_on);
-    return static_cast<int32_t>(plan_->transfers.size()) - 1;
+    const int64_t bytes = plan_->BytesOf(transfer);
+    loads_.Add(transfer.route, src_gpu, dst_gpu, bytes);
+    Arrival arrival{piece, member, static_cast<int32_t>(emitted_++)};
+    switch (output_) {
+      case RouteOutput::kPlan:
+        plan_->transfers.push_back(transfer);
+        depends_on_.push_back(after != nullptr ? after->transfer : -1);
+        break;
+      case RouteOutput::kLinkLoads:
+        break;
+      case RouteOutput::kBatchedLinkLoads:
+        arrival.batch = online_batches_->Place(transfer, bytes, after != nullptr ? after->batch + 1 : 0);
+        if (arrival.batch >= static_cast<int32_t>(batch_loads_.size())) {
+          batch_loads_.resize(arrival.batch + 1, LinkLoads(cluster_.num_gpus()));
+          batch_used_.resize(arrival.batch + 1, false);
+        }
+        batch_loads_[arrival.batch].Add(transfer.route, src_gpu, dst_gpu, bytes);
+        batch_used_[arrival.batch] = true;
+        break;
+    }
+    return arrival;
   }
 
   const PlanningProblem& problem_;
   const PlanOptions& options_;
   Plan* plan_;
-  const bool keep_transfers_;
-  int64_t emitted_ = 0;  // transfers routed, where they are not kept
+  const RouteOutput output_;
+  int64_t emitted_ = 0;  // transfers routed
+  // kBatchedLinkLoads: the batches as routed, and each one's link loads and whether any
+  // transfer is in it.
+  std::optional<BatchBuilder> online_batches_;
+  std::vector<LinkLoads> batch_loads_;
+  std::vector<bool> batch_used_;
   const ClusterMap& cluster_;
   LinkLoads loads_;
   std::vector<WorkItem> work_;
@@ -479,13 +529,23 @@ class ReshardPlanner {
 void PlanReshard(const PlanningProblem& problem, const PlanOptions& options,
                  const LowerBound& bound, Plan* plan) {
   plan->strategy = kStrategyReshard;
-  ReshardPlanner(problem, options, bound, plan, /*keep_transfers=*/true).Run();
+  ReshardPlanner(problem, options, bound, plan, RouteOutput::kPlan).Run();
 }
 
 double ReshardBusiestLinkSeconds(const PlanningProblem& problem, const PlanOptions& options,
                                  const LowerBound& bound) {
   Plan routed;  // its pieces only
-  return ReshardPlanner(problem, options, bound, &routed, /*keep_transfers=*/false).Run();
+  return ReshardPlanner(problem, options, bound, &routed, RouteOutput::kLinkLoads).Run();
+}
+
+double ReshardDirectFloorSeconds(const PlanningProblem& problem, const PlanOptions& options,
+                                 const LowerBound& bound) {
+  PlanOptions direct = options;
+  direct.relays = false;
+  Plan routed;  // its pieces only
+  ReshardPlanner planner(problem, direct, bound, &routed, RouteOutput::kBatchedLinkLoads);
+  planner.Run();
+  return planner.BatchedFloorSeconds();
 }
 
 }  // namespace refit::planner
