@@ -60,16 +60,4 @@ int32_t BatchBuilder::Place(const Transfer& transfer, int64_t bytes, int32_t ear
   return batch;
 }
 
-int32_t BatchBuilder::Assign(Plan* plan, const std::vector<int32_t>& depends_on) {
-  std::vector<Transfer>& transfers = plan->transfers;
-  int32_t num_batches = 0;
-  for (size_t i = 0; i < transfers.size(); ++i) {
-    Transfer& transfer = transfers[i];
-    const int32_t earliest = depends_on[i] >= 0 ? transfers[depends_on[i]].batch + 1 : 0;
-    transfer.batch = Place(transfer, plan->BytesOf(transfer), earliest);
-    num_batches = std::max(num_batches, transfer.batch + 1);
-  }
-  return num_batches;
-}
-
 }  // namespace refit::planner

@@ -1,8 +1,9 @@
-// Cuts a list of transfers into batches: in each batch no rank sends, nor receives, more
-// than the staging budget over the network, and no rank spends longer on NVLink or local
-// copies than that budget takes on its NIC (those bytes count scaled by the bandwidth
-// ratio). A transfer that forwards data lands in a later batch than the transfer that
-// delivered it. Lowest-fitting batch first, so every link stays busy from the start.
+// Places transfers into batches one at a time, as they are made: in each batch no rank
+// sends, nor receives, more than the staging budget over the network, and no rank spends
+// longer on NVLink or local copies than that budget takes on its NIC (those bytes count
+// scaled by the bandwidth ratio). A transfer that forwards data lands in a later batch than
+// the transfer that delivered it. Lowest-fitting batch first, so every link stays busy from
+// the start.
 #ifndef REFIT_PLANNER_BATCH_BUILDER_H_
 #define REFIT_PLANNER_BATCH_BUILDER_H_
 
@@ -19,11 +20,9 @@ class BatchBuilder {
   BatchBuilder(int32_t num_source_ranks, int32_t num_destination_ranks, int64_t budget_bytes,
                const Bandwidths& bandwidths);
 
-  // Sets the batch of every transfer of `plan`, in list order. depends_on[i] is -1 or an
-  // earlier transfer index whose batch transfer i must follow. Returns the batch count.
-  int32_t Assign(Plan* plan, const std::vector<int32_t>& depends_on);
-  // The batch of one transfer of `bytes` placed after all placed before it (what Assign
-  // does for each in turn): the lowest that fits at or after `earliest`.
+  // The batch of a transfer of `bytes`, placed after every transfer placed before it: the
+  // lowest that fits at or after `earliest` (the batch after the one that brought the
+  // bytes a forward sends).
   int32_t Place(const Transfer& transfer, int64_t bytes, int32_t earliest);
 
  private:

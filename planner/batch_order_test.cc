@@ -37,5 +37,36 @@ TEST(BatchOrderTest, SortsByBatchAndKeepsTheOrderWithinEachBatch) {
   }
 }
 
+// Collected by batch as made, the transfers come out as SortByBatch orders the same list,
+// across the blocks a batch grows in (one batch here holds more than a block).
+TEST(BatchOrderTest, TransfersCollectedByBatchComeOutAsTheSortGivesThem) {
+  std::mt19937 random(5);
+  for (const int num_transfers : {0, 1, 1000, 700000}) {
+    Plan plan;
+    plan.num_batches = 4;
+    TransfersByBatch collected;
+    for (int i = 0; i < num_transfers; ++i) {
+      Transfer t;
+      t.piece = i;
+      t.src.index = static_cast<int32_t>(random());
+      t.batch = random() % 8 == 0 ? random() % plan.num_batches : 1;
+      plan.transfers.push_back(t);
+      collected.Add(t);
+    }
+    ASSERT_EQ(collected.size(), num_transfers);
+    SortByBatch(&plan);
+    std::vector<Transfer> out(3);  // replaced, not appended to
+    collected.MoveTo(&out);
+    ASSERT_EQ(out.size(), plan.transfers.size());
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_EQ(out[i].batch, plan.transfers[i].batch) << "at " << i;
+      ASSERT_EQ(out[i].piece, plan.transfers[i].piece) << "at " << i;
+      ASSERT_EQ(out[i].src.index, plan.transfers[i].src.index) << "at " << i;
+    }
+    EXPECT_EQ(collected.size(), 0);
+    EXPECT_EQ(collected.num_batches(), 0);
+  }
+}
+
 }  // namespace
 }  // namespace refit::planner

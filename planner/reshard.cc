@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "planner/batch_builder.h"
+#include "planner/batch_order.h"
 #include "planner/least_loaded_set.h"
 #include "planner/link_loads.h"
 
@@ -24,14 +25,15 @@ struct Arrival {
   int32_t piece = 0;     // into Plan::pieces
   int32_t view = 0;      // destination view holding it
   int32_t transfer = 0;  // the transfer that brought it
-  int32_t batch = -1;    // that transfer's batch, where transfers are batched as routed
+  int32_t batch = -1;    // that transfer's batch (-1: not batched)
 };
 
-// What a run of the planner keeps of the plan it routes.
+// What a run of the planner keeps of the plan it routes (each transfer is batched as it
+// is routed, except for kLinkLoads).
 enum class RouteOutput {
-  kPlan,              // the transfers, batched once all are routed
+  kPlan,              // the transfers
   kLinkLoads,         // each link's bytes only
-  kBatchedLinkLoads,  // each link's bytes in each batch (transfers batched as routed)
+  kBatchedLinkLoads,  // each link's bytes in each batch
 };
 
 // The dim along which a box can be cut into `parts`: the first one long enough.
@@ -117,20 +119,12 @@ class ReshardPlanner {
   double Run() {
     FindSharedDomains();
     MakePieces();
-    if (output_ == RouteOutput::kBatchedLinkLoads) {
-      // Batched as routed: the budget must be known before routing, as it is without
-      // relays (with relays it depends on whether any piece was relayed).
-      online_batches_.emplace(problem_.sources->ranks.size(), problem_.destinations->ranks.size(),
-                              options_.staging_budget_bytes, cluster_.bandwidths());
-    }
-    if (output_ == RouteOutput::kPlan) {
-      // Every piece reaches every member of its group once: reserve that many transfers.
-      size_t expected = 0;
-      for (const WorkItem& work : work_) {
-        expected += problem_.destination_groups[work.destination_group].views.size();
-      }
-      plan_->transfers.reserve(expected);
-      depends_on_.reserve(expected);
+    if (output_ != RouteOutput::kLinkLoads) {
+      // Relayed plans run in batches sized to fill the relay trees.
+      const int64_t budget =
+          RelaysPossible() ? relay_batch_bytes_ : options_.staging_budget_bytes;
+      batches_.emplace(problem_.sources->ranks.size(), problem_.destinations->ranks.size(),
+                       budget, cluster_.bandwidths());
     }
     std::vector<int32_t> order(work_.size());
     std::iota(order.begin(), order.end(), 0);
@@ -142,11 +136,10 @@ class ReshardPlanner {
     for (uint64_t key : shared_domain_order_) RouteSharedDomain(key >> 32, key & 0xffffffff);
     plan_->stats.relayed_bytes = relayed_bytes_;
     const double busiest_link_seconds = loads_.BottleneckSeconds(cluster_.bandwidths());
-    if (output_ != RouteOutput::kPlan) return busiest_link_seconds;
-    const int64_t budget = relayed_bytes_ > 0 ? relay_batch_bytes_ : options_.staging_budget_bytes;
-    BatchBuilder batches(problem_.sources->ranks.size(), problem_.destinations->ranks.size(),
-                         budget, cluster_.bandwidths());
-    plan_->num_batches = batches.Assign(plan_, depends_on_);
+    if (output_ == RouteOutput::kPlan) {
+      plan_->num_batches = transfers_.num_batches();
+      transfers_.MoveTo(&plan_->transfers);
+    }
     return busiest_link_seconds;
   }
 
@@ -164,6 +157,16 @@ class ReshardPlanner {
   }
 
  private:
+  // Whether a piece may go from one destination domain to another: relays are on and a
+  // destination group spans several domains.
+  bool RelaysPossible() const {
+    if (!options_.relays || !options_.hierarchical) return false;
+    for (int32_t g = 0; g < static_cast<int32_t>(problem_.destination_groups.size()); ++g) {
+      if (problem_.RunsOf(g).size() > 1) return true;
+    }
+    return false;
+  }
+
   // (tensor, domain) pairs that the fast path cannot plan at the lower bound: the domain
   // holds sources of the tensor, or its destination boxes overlap without being equal.
   // They are planned box by box in RouteSharedDomain instead.
@@ -471,22 +474,19 @@ class ReshardPlanner {
     const int64_t bytes = plan_->BytesOf(transfer);
     loads_.Add(transfer.route, src_gpu, dst_gpu, bytes);
     Arrival arrival{piece, member, static_cast<int32_t>(emitted_++)};
-    switch (output_) {
-      case RouteOutput::kPlan:
-        plan_->transfers.push_back(transfer);
-        depends_on_.push_back(after != nullptr ? after->transfer : -1);
-        break;
-      case RouteOutput::kLinkLoads:
-        break;
-      case RouteOutput::kBatchedLinkLoads:
-        arrival.batch = online_batches_->Place(transfer, bytes, after != nullptr ? after->batch + 1 : 0);
-        if (arrival.batch >= static_cast<int32_t>(batch_loads_.size())) {
-          batch_loads_.resize(arrival.batch + 1, LinkLoads(cluster_.num_gpus()));
-          batch_used_.resize(arrival.batch + 1, false);
-        }
-        batch_loads_[arrival.batch].Add(transfer.route, src_gpu, dst_gpu, bytes);
-        batch_used_[arrival.batch] = true;
-        break;
+    if (output_ == RouteOutput::kLinkLoads) return arrival;
+    // A forward goes in a later batch than the transfer that brought its bytes.
+    arrival.batch = batches_->Place(transfer, bytes, after != nullptr ? after->batch + 1 : 0);
+    if (output_ == RouteOutput::kPlan) {
+      transfer.batch = arrival.batch;
+      transfers_.Add(transfer);
+    } else {  // kBatchedLinkLoads
+      if (arrival.batch >= static_cast<int32_t>(batch_loads_.size())) {
+        batch_loads_.resize(arrival.batch + 1, LinkLoads(cluster_.num_gpus()));
+        batch_used_.resize(arrival.batch + 1, false);
+      }
+      batch_loads_[arrival.batch].Add(transfer.route, src_gpu, dst_gpu, bytes);
+      batch_used_[arrival.batch] = true;
     }
     return arrival;
   }
@@ -496,15 +496,14 @@ class ReshardPlanner {
   Plan* plan_;
   const RouteOutput output_;
   int64_t emitted_ = 0;  // transfers routed
-  // kBatchedLinkLoads: the batches as routed, and each one's link loads and whether any
-  // transfer is in it.
-  std::optional<BatchBuilder> online_batches_;
+  std::optional<BatchBuilder> batches_;  // but for kLinkLoads
+  TransfersByBatch transfers_;           // kPlan
+  // kBatchedLinkLoads: each batch's link loads, and whether any transfer is in it.
   std::vector<LinkLoads> batch_loads_;
   std::vector<bool> batch_used_;
   const ClusterMap& cluster_;
   LinkLoads loads_;
   std::vector<WorkItem> work_;
-  std::vector<int32_t> depends_on_;
   absl::flat_hash_set<uint64_t> shared_domains_;
   std::vector<bool> tensor_shares_a_domain_;  // per tensor: has a pair in shared_domains_
   std::vector<uint64_t> shared_domain_order_;

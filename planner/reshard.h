@@ -13,7 +13,7 @@
 
 namespace refit::planner {
 
-// Fills plan.pieces, plan.transfers (batched, unsorted) and plan.num_batches. `bound`
+// Fills plan.pieces, plan.transfers (batched, in batch order) and plan.num_batches. `bound`
 // (of the same problem) tells when the sources' NICs would become the bottleneck, past
 // which domains receive from domains served before them instead (options.relays).
 void PlanReshard(const PlanningProblem& problem, const PlanOptions& options,
