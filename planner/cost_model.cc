@@ -90,7 +90,7 @@ void PricePlan(const PlanningProblem& problem, Plan* plan) {
     touched.clear();
     for (int32_t slot : touched_slots) peers[slot] = 0;
     touched_slots.clear();
-    const double latency = bw.batch_latency_s + max_peers * bw.message_latency_s;
+    const double latency = BatchLatencySeconds(bw, max_peers);
     stats.predicted_seconds += busiest + latency;
     stats.predicted_latency_seconds += latency;
   }

@@ -50,7 +50,7 @@ std::shared_ptr<Plan> PlanReshardChoosingRelays(const PlanningProblem& problem,
     return true;
   };
   if (cannot_win(ReshardBusiestLinkSeconds(problem, direct_options, bound))) return plan;
-  if (cannot_win(ReshardDirectFloorSeconds(problem, direct_options, bound))) return plan;
+  if (cannot_win(ReshardBatchedFloorSeconds(problem, direct_options, bound))) return plan;
   auto direct = std::make_shared<Plan>();
   PlanReshard(problem, direct_options, bound, direct.get());
   PricePlan(problem, direct.get());

@@ -404,7 +404,7 @@ TEST(PlannerTest, TheDirectPlansFloorsAreBelowItsPriceAndTheBatchedOneIsTighter)
     PlanReshard(**problem, options, bound, direct.get());
     PricePlan(**problem, direct.get());
     const double busiest = ReshardBusiestLinkSeconds(**problem, options, bound);
-    const double batched = ReshardDirectFloorSeconds(**problem, options, bound);
+    const double batched = ReshardBatchedFloorSeconds(**problem, options, bound);
     EXPECT_GT(batched, busiest) << name;
     EXPECT_LE(batched, direct->stats.predicted_seconds * (1 + 1e-12)) << name;
     // The floor differs from the price only by the messages beyond one per batch.

@@ -8,6 +8,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "planner/batch_builder.h"
 #include "planner/batch_order.h"
+#include "planner/cost_model.h"
 #include "planner/least_loaded_set.h"
 #include "planner/link_loads.h"
 
@@ -24,7 +25,7 @@ struct WorkItem {
 struct Arrival {
   int32_t piece = 0;     // into Plan::pieces
   int32_t view = 0;      // destination view holding it
-  int32_t transfer = 0;  // the transfer that brought it
+  int32_t transfer = 0;  // the transfer that brought it, counted as routed (-1: none)
   int32_t batch = -1;    // that transfer's batch (-1: not batched)
 };
 
@@ -114,8 +115,8 @@ class ReshardPlanner {
         relay_batch_bytes_(RelayBatchBytes(problem, options, bound)),
         senders_(SourceNicOut{&problem, &loads_}) {}
 
-  // Routes every piece, then (kPlan) batches them. Returns the seconds the busiest link
-  // needs for all its bytes.
+  // Routes (and but for kLinkLoads batches) every piece. Returns the seconds the busiest
+  // link needs for all its bytes.
   double Run() {
     FindSharedDomains();
     MakePieces();
@@ -143,15 +144,15 @@ class ReshardPlanner {
     return busiest_link_seconds;
   }
 
-  // Of a kBatchedLinkLoads run: the sum over its batches of the busiest link's seconds and
-  // the batch's latency with one message per rank, which is what pricing the plan gives
-  // (cost_model.h) with the fewest messages a batch can have: at most that.
+  // Of a kBatchedLinkLoads run: what pricing the plan gives (cost_model.h) with the fewest
+  // messages a batch can have, one per rank of a batch that holds any transfer: at most
+  // its price.
   double BatchedFloorSeconds() const {
     const Bandwidths& bw = cluster_.bandwidths();
     double seconds = 0;
     for (size_t b = 0; b < batch_loads_.size(); ++b) {
-      seconds += batch_loads_[b].BottleneckSeconds(bw) + bw.batch_latency_s +
-                 (batch_used_[b] ? bw.message_latency_s : 0);
+      seconds += batch_loads_[b].BottleneckSeconds(bw) +
+                 BatchLatencySeconds(bw, batch_used_[b] ? 1 : 0);
     }
     return seconds;
   }
@@ -537,12 +538,10 @@ double ReshardBusiestLinkSeconds(const PlanningProblem& problem, const PlanOptio
   return ReshardPlanner(problem, options, bound, &routed, RouteOutput::kLinkLoads).Run();
 }
 
-double ReshardDirectFloorSeconds(const PlanningProblem& problem, const PlanOptions& options,
-                                 const LowerBound& bound) {
-  PlanOptions direct = options;
-  direct.relays = false;
+double ReshardBatchedFloorSeconds(const PlanningProblem& problem, const PlanOptions& options,
+                                  const LowerBound& bound) {
   Plan routed;  // its pieces only
-  ReshardPlanner planner(problem, direct, bound, &routed, RouteOutput::kBatchedLinkLoads);
+  ReshardPlanner planner(problem, options, bound, &routed, RouteOutput::kBatchedLinkLoads);
   planner.Run();
   return planner.BatchedFloorSeconds();
 }

@@ -25,12 +25,11 @@ void PlanReshard(const PlanningProblem& problem, const PlanOptions& options,
 double ReshardBusiestLinkSeconds(const PlanningProblem& problem, const PlanOptions& options,
                                  const LowerBound& bound);
 
-// The plan without relays that PlanReshard would make for `options` (relays off), routed
-// and batched but not kept: what pricing it would give with one message per batch and
-// rank (the fewest), a floor of its predicted seconds tighter than its busiest link
-// (every batch pays for its own busiest link).
-double ReshardDirectFloorSeconds(const PlanningProblem& problem, const PlanOptions& options,
-                                 const LowerBound& bound);
+// The plan PlanReshard would make, routed and batched but not kept: what pricing it would
+// give with one message per batch and rank (the fewest), a floor of its predicted seconds
+// tighter than its busiest link (every batch pays for its own busiest link).
+double ReshardBatchedFloorSeconds(const PlanningProblem& problem, const PlanOptions& options,
+                                  const LowerBound& bound);
 
 }  // namespace refit::planner
 
