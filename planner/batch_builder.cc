@@ -11,13 +11,13 @@ BatchBuilder::BatchBuilder(int32_t num_source_ranks, int32_t num_destination_ran
       budget_bytes_(std::max<int64_t>(1, budget_bytes)),
       nvlink_scale_(bandwidths.nic_bytes_per_s / bandwidths.nvlink_bytes_per_s),
       local_scale_(bandwidths.nic_bytes_per_s / bandwidths.local_copy_bytes_per_s),
-      usage_(2 * num_ranks_),
-      first_open_(2 * num_ranks_, 0) {}
+      usage_(4 * num_ranks_),
+      first_open_(4 * num_ranks_, 0) {}
 
-int32_t BatchBuilder::SlotOf(const Endpoint& endpoint, bool receiving) const {
+int32_t BatchBuilder::SlotOf(const Endpoint& endpoint, bool receiving, bool network) const {
   const int32_t rank =
       endpoint.IsSourceSide() ? endpoint.rank_index : num_source_ranks_ + endpoint.rank_index;
-  return receiving ? num_ranks_ + rank : rank;
+  return (network ? 0 : 2 * num_ranks_) + (receiving ? num_ranks_ : 0) + rank;
 }
 
 int64_t BatchBuilder::ChargeOf(const Transfer& transfer, int64_t bytes) const {
@@ -51,7 +51,9 @@ void BatchBuilder::Take(int32_t slot, int32_t batch, int64_t bytes) {
 }
 
 int32_t BatchBuilder::Place(const Transfer& transfer, int64_t bytes, int32_t earliest) {
-  const int32_t src = SlotOf(transfer.src, false), dst = SlotOf(transfer.dst, true);
+  const bool network = transfer.route == v1::ROUTE_NETWORK;
+  const int32_t src = SlotOf(transfer.src, false, network);
+  const int32_t dst = SlotOf(transfer.dst, true, network);
   const int64_t charge = ChargeOf(transfer, bytes);
   int32_t batch = std::max({first_open_[src], first_open_[dst], earliest});
   while (!Fits(src, batch, charge) || !Fits(dst, batch, charge)) ++batch;

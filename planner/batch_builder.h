@@ -26,8 +26,9 @@ class BatchBuilder {
   int32_t Place(const Transfer& transfer, int64_t bytes, int32_t earliest);
 
  private:
-  // Sending and receiving have separate slots: a NIC is full duplex.
-  int32_t SlotOf(const Endpoint& endpoint, bool receiving) const;
+  // Sending and receiving have separate slots (a NIC is full duplex), and so have the
+  // network and NVLink or local copies (separate links, priced separately).
+  int32_t SlotOf(const Endpoint& endpoint, bool receiving, bool network) const;
   // Budget charge of a transfer: network bytes count fully, others by bandwidth ratio.
   int64_t ChargeOf(const Transfer& transfer, int64_t bytes) const;
   bool Fits(int32_t slot, int32_t batch, int64_t bytes) const;

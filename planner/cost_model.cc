@@ -33,6 +33,8 @@ void PricePlan(const PlanningProblem& problem, Plan* plan) {
   stats.relayed_bytes = planner_says.relayed_bytes;
   stats.direct_predicted_seconds = planner_says.direct_predicted_seconds;
   stats.direct_lower_bound_seconds = planner_says.direct_lower_bound_seconds;
+  stats.relay_buffer_bytes = planner_says.relay_buffer_bytes;
+  stats.relay_buffer_peak_bytes = planner_says.relay_buffer_peak_bytes;
   size_t i = 0;
   for (int32_t b = 0; b < plan->num_batches; ++b) {
     pairs.clear();

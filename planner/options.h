@@ -24,6 +24,10 @@ struct PlanOptions {
   // With hierarchical: a domain may receive a piece from a domain that received it before
   // (relays), so the sources' NICs send it once rather than once per domain.
   bool relays = true;
+  // With hierarchical: a piece bound for a domain may cross the network into a relay
+  // buffer on a source GPU of that domain (whose NIC-in is otherwise idle) and reach its
+  // destinations over NVLink, when that GPU has received less than the destinations have.
+  bool relay_buffers = true;
 };
 
 }  // namespace refit::planner

@@ -18,15 +18,21 @@ enum class EndpointKind : uint8_t {
   kDestinationView,  // a view of the destination layout (read when forwarding)
   kSourceScratch,    // dense full-tensor scratch on a source rank (gather_broadcast)
   kDestinationScratch,
+  // A piece-sized dense buffer on a source rank's GPU that receives a piece over its NIC
+  // and forwards it over NVLink (reshard relays through GPUs that are not destinations);
+  // index is the piece whose box it holds. Freed once its last reader has run.
+  kRelayBuffer,
 };
 
 struct Endpoint {
   EndpointKind kind = EndpointKind::kSourceView;
   int32_t rank_index = 0;  // into the source or destination layout's ranks, by kind
-  int32_t index = 0;       // view index into Layout::views, or tensor index for scratch
+  // View index into Layout::views, tensor index for scratch, piece index for a relay buffer.
+  int32_t index = 0;
 
   bool IsSourceSide() const {
-    return kind == EndpointKind::kSourceView || kind == EndpointKind::kSourceScratch;
+    return kind == EndpointKind::kSourceView || kind == EndpointKind::kSourceScratch ||
+           kind == EndpointKind::kRelayBuffer;
   }
   bool operator==(const Endpoint& o) const {
     return kind == o.kind && rank_index == o.rank_index && index == o.index;
@@ -76,6 +82,11 @@ struct PlanStats {
   double lower_bound_seconds = 0;
   // Bytes a destination domain received from another one (relays), not from a source.
   int64_t relayed_bytes = 0;
+  // Bytes received over the network into relay buffers (GPUs that are not destinations of
+  // the piece), and the most relay-buffer bytes one GPU holds at once (a buffer lives from
+  // the batch that fills it to the last batch that reads it).
+  int64_t relay_buffer_bytes = 0;
+  int64_t relay_buffer_peak_bytes = 0;
   // Where the plan relays: the predicted seconds of the plan without relays, where the
   // planner made it to compare (0 where it did not: the relayed plan was already faster
   // than any direct plan can be), and what no plan without relays can beat.

@@ -11,18 +11,26 @@ v1::EndpointKind KindToProto(EndpointKind kind) {
       return v1::ENDPOINT_DESTINATION_VIEW;
     case EndpointKind::kSourceScratch:
       return v1::ENDPOINT_SOURCE_SCRATCH;
-    default:
+    case EndpointKind::kDestinationScratch:
       return v1::ENDPOINT_DESTINATION_SCRATCH;
+    case EndpointKind::kRelayBuffer:
+      return v1::ENDPOINT_RELAY_BUFFER;
   }
+  return v1::ENDPOINT_UNSPECIFIED;
 }
 
-void EndpointToProto(const Endpoint& e, const Layout& sources, const Layout& destinations,
-                     v1::Endpoint* out) {
+void EndpointToProto(const Endpoint& e, const Plan& plan, const Layout& sources,
+                     const Layout& destinations, v1::Endpoint* out) {
   const Layout& side = e.IsSourceSide() ? sources : destinations;
   out->set_kind(KindToProto(e.kind));
   out->set_rank(side.ranks[e.rank_index].rank);
   if (e.kind == EndpointKind::kSourceView || e.kind == EndpointKind::kDestinationView) {
     out->set_view(side.views[e.index].local_index);
+  } else if (e.kind == EndpointKind::kRelayBuffer) {
+    const Box& box = plan.pieces[e.index].box;
+    out->set_relay_buffer(e.index);
+    out->mutable_buffer_offset()->Assign(box.offset.begin(), box.offset.end());
+    out->mutable_buffer_extent()->Assign(box.extent.begin(), box.extent.end());
   }
 }
 
@@ -39,8 +47,8 @@ v1::Plan PlanToProto(const Plan& plan, const Layout& sources, const Layout& dest
     const Piece& piece = plan.pieces[t.piece];
     v1::Transfer* transfer = out.mutable_batches(t.batch)->add_transfers();
     transfer->set_sequence(sequence++);
-    EndpointToProto(t.src, sources, destinations, transfer->mutable_src());
-    EndpointToProto(t.dst, sources, destinations, transfer->mutable_dst());
+    EndpointToProto(t.src, plan, sources, destinations, transfer->mutable_src());
+    EndpointToProto(t.dst, plan, sources, destinations, transfer->mutable_dst());
     transfer->set_tensor(destinations.tensors[piece.tensor].name);
     transfer->mutable_offset()->Assign(piece.box.offset.begin(), piece.box.offset.end());
     transfer->mutable_extent()->Assign(piece.box.extent.begin(), piece.box.extent.end());

@@ -109,10 +109,10 @@ absl::StatusOr<std::shared_ptr<const Plan>> PlanCache::GetOrBuild(const Layout& 
                                                                   bool* from_cache) {
   std::string topology_bytes;
   topology.SerializeToString(&topology_bytes);
-  const std::string key =
-      absl::StrCat(sources.digest, "/", destinations.digest, "/", options.strategy, "/",
-                   options.staging_budget_bytes, "/", options.split_threshold_bytes, "/",
-                   options.hierarchical, "/", options.relays, "/", topology_bytes);
+  const std::string key = absl::StrCat(
+      sources.digest, "/", destinations.digest, "/", options.strategy, "/",
+      options.staging_budget_bytes, "/", options.split_threshold_bytes, "/", options.hierarchical,
+      "/", options.relays, "/", options.relay_buffers, "/", topology_bytes);
   {
     absl::MutexLock lock(&mu_);
     auto it = plans_.find(key);

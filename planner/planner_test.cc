@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "planner/check/byte_checker.h"
 #include "planner/check/coverage_checker.h"
 #include "planner/cost_model.h"
 #include "planner/layout.h"
@@ -15,6 +16,7 @@
 #include "planner/reference_refits.h"
 #include "planner/reshard.h"
 #include "planner/testing/layout_builder.h"
+#include "planner/testing/relay_buffer_case.h"
 #include "planner/topology.h"
 
 namespace refit::planner {
@@ -353,6 +355,9 @@ TEST(PlannerTest, ADirectPlanThatCannotWinIsNotPricedAndSaysWhatItTakesAtLeast) 
   absl::StatusOr<Layout> destinations = CompileLayout(scenario->destinations, "destination");
   ASSERT_TRUE(sources.ok() && destinations.ok());
   PlanOptions options;
+  // Pieces split finer than by default: the relayed plan is then just above what any
+  // direct plan takes (0.905 s against 0.902 s), so the direct plan must be routed to lose.
+  options.split_threshold_bytes = 8 << 20;
   absl::StatusOr<std::shared_ptr<const Plan>> plan =
       BuildPlan(*sources, *destinations, scenario->topology, options);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -410,8 +415,7 @@ TEST(PlannerTest, TheDirectPlansFloorsAreBelowItsPriceAndTheBatchedOneIsTighter)
     // The floor differs from the price only by the messages beyond one per batch.
     const Bandwidths& bw = (*problem)->cluster->bandwidths();
     EXPECT_GE(batched, direct->stats.predicted_seconds - direct->stats.predicted_latency_seconds +
-                           direct->num_batches * (bw.batch_latency_s + bw.message_latency_s) -
-                           1e-9)
+                           direct->num_batches * (bw.batch_latency_s + bw.message_latency_s) - 1e-9)
         << name;
   }
 }
@@ -465,6 +469,56 @@ TEST(PlannerTest, AutoKeepsWhicheverStrategyIsPredictedFasterAndSaysWhatItPriced
   // A single strategy prices only what it chose among.
   EXPECT_EQ(seconds_of(*relayed, "gather_broadcast"), -1.0);
   EXPECT_EQ(seconds_of(*broadcast, "gather_broadcast"), broadcast->stats.predicted_seconds);
+}
+
+TEST(PlannerTest, RelayBuffersSpreadWhatADomainReceivesOverItsIdleNics) {
+  const refit::testing::RelayBufferCase relay_case = refit::testing::MakeRelayBufferCase();
+  const Compiled c = Compile(relay_case.sources, relay_case.destinations);
+  auto plan_with = [&](bool relay_buffers) {
+    PlanOptions options;
+    options.staging_budget_bytes = relay_case.staging_budget_bytes;
+    options.relay_buffers = relay_buffers;
+    absl::StatusOr<std::shared_ptr<const Plan>> plan =
+        BuildPlan(c.sources, c.destinations, relay_case.topology, options);
+    EXPECT_TRUE(plan.ok()) << plan.status();
+    return *plan;
+  };
+  const auto with = plan_with(true);
+  const auto without = plan_with(false);
+  ASSERT_TRUE(check::CheckCoverage(c.sources, c.destinations, *with).ok());
+  ASSERT_TRUE(check::CheckBytes(c.sources, c.destinations, *with, int64_t{1} << 26).ok());
+  const int64_t w_bytes = 1024 * 1024 * 4;
+  EXPECT_EQ(without->stats.relay_buffer_bytes, 0);
+  // The inference GPU's own NIC receives about a fifth of w; the four trainer GPUs of its
+  // domain receive the rest into relay buffers and copy it over NVLink.
+  std::map<int32_t, int64_t> nic_in_by_rank;  // source rank index of a buffer; -1: destination
+  int64_t buffer_reads = 0;
+  for (const Transfer& t : with->transfers) {
+    if (t.dst.kind == EndpointKind::kRelayBuffer) {
+      EXPECT_EQ(t.route, v1::ROUTE_NETWORK);
+      EXPECT_EQ(t.src.kind, EndpointKind::kSourceView);
+      EXPECT_EQ(with->pieces[t.dst.index].box, with->pieces[t.piece].box);
+      nic_in_by_rank[t.dst.rank_index] += with->BytesOf(t);
+    } else if (t.route == v1::ROUTE_NETWORK) {
+      nic_in_by_rank[-1] += with->BytesOf(t);
+    }
+    if (t.src.kind == EndpointKind::kRelayBuffer) {
+      EXPECT_EQ(t.route, v1::ROUTE_NVLINK);
+      EXPECT_EQ(t.dst.kind, EndpointKind::kDestinationView);
+      ++buffer_reads;
+    }
+  }
+  ASSERT_EQ(nic_in_by_rank.size(), 5u) << "the inference GPU and four relay hosts receive";
+  for (const auto& [rank, bytes] : nic_in_by_rank) {
+    EXPECT_LE(bytes, w_bytes / 4) << "receiver " << rank << " takes more than its share";
+  }
+  EXPECT_EQ(with->stats.relay_buffer_bytes, w_bytes - nic_in_by_rank[-1]);
+  EXPECT_GT(buffer_reads, 0);
+  // A buffer lives from its batch to the next: no GPU holds much more than a batch's worth.
+  EXPECT_GT(with->stats.relay_buffer_peak_bytes, 0);
+  EXPECT_LE(with->stats.relay_buffer_peak_bytes, 2 * relay_case.staging_budget_bytes);
+  EXPECT_LT(with->stats.predicted_seconds, 0.5 * without->stats.predicted_seconds);
+  EXPECT_NE(with->digest, without->digest);
 }
 
 }  // namespace

@@ -24,10 +24,24 @@ struct WorkItem {
 // Where a piece landed first in an NVLink domain, so later boxes can forward from it.
 struct Arrival {
   int32_t piece = 0;     // into Plan::pieces
-  int32_t view = 0;      // destination view holding it
+  Endpoint at;           // a destination view, or a relay buffer, holding it
+  int32_t gpu = -1;      // at's GPU
   int32_t transfer = 0;  // the transfer that brought it, counted as routed (-1: none)
   int32_t batch = -1;    // that transfer's batch (-1: not batched)
 };
+
+// A relay buffer of the plan: its GPU, bytes, and the batches it is filled in and last
+// read in (it holds memory from the one to the other).
+struct RelayBufferLife {
+  int32_t gpu = 0;
+  int64_t bytes = 0;
+  int32_t filled = 0;
+  int32_t last_read = 0;
+};
+
+uint64_t RelayBufferKey(const Endpoint& buffer) {
+  return (static_cast<uint64_t>(buffer.rank_index) << 32) | static_cast<uint32_t>(buffer.index);
+}
 
 // What a run of the planner keeps of the plan it routes (each transfer is batched as it
 // is routed, except for kLinkLoads).
@@ -99,6 +113,15 @@ struct SourceNicOut {
   }
 };
 
+// NIC-in bytes so far of a source rank's GPU (a relay buffer host).
+struct SourceRankNicIn {
+  const ClusterMap* cluster;
+  const LinkLoads* loads;
+  int64_t operator()(int32_t rank_index) const {
+    return loads->At(cluster->SourceGpu(rank_index), kNicIn);
+  }
+};
+
 class ReshardPlanner {
  public:
   // Only kPlan fills plan->transfers; every output fills plan->pieces.
@@ -113,7 +136,9 @@ class ReshardPlanner {
         source_pace_bytes_(
             static_cast<int64_t>(bound.nic_in_seconds * cluster_.bandwidths().nic_bytes_per_s)),
         relay_batch_bytes_(RelayBatchBytes(problem, options, bound)),
-        senders_(SourceNicOut{&problem, &loads_}) {}
+        senders_(SourceNicOut{&problem, &loads_}) {
+    FindRelayHosts();
+  }
 
   // Routes (and but for kLinkLoads batches) every piece. Returns the seconds the busiest
   // link needs for all its bytes.
@@ -122,10 +147,9 @@ class ReshardPlanner {
     MakePieces();
     if (output_ != RouteOutput::kLinkLoads) {
       // Relayed plans run in batches sized to fill the relay trees.
-      const int64_t budget =
-          RelaysPossible() ? relay_batch_bytes_ : options_.staging_budget_bytes;
-      batches_.emplace(problem_.sources->ranks.size(), problem_.destinations->ranks.size(),
-                       budget, cluster_.bandwidths());
+      const int64_t budget = RelaysPossible() ? relay_batch_bytes_ : options_.staging_budget_bytes;
+      batches_.emplace(problem_.sources->ranks.size(), problem_.destinations->ranks.size(), budget,
+                       cluster_.bandwidths());
     }
     std::vector<int32_t> order(work_.size());
     std::iota(order.begin(), order.end(), 0);
@@ -136,6 +160,8 @@ class ReshardPlanner {
     for (int32_t w : order) Route(work_[w]);
     for (uint64_t key : shared_domain_order_) RouteSharedDomain(key >> 32, key & 0xffffffff);
     plan_->stats.relayed_bytes = relayed_bytes_;
+    plan_->stats.relay_buffer_bytes = relay_buffer_bytes_;
+    plan_->stats.relay_buffer_peak_bytes = RelayBufferPeakBytes();
     const double busiest_link_seconds = loads_.BottleneckSeconds(cluster_.bandwidths());
     if (output_ == RouteOutput::kPlan) {
       plan_->num_batches = transfers_.num_batches();
@@ -151,8 +177,8 @@ class ReshardPlanner {
     const Bandwidths& bw = cluster_.bandwidths();
     double seconds = 0;
     for (size_t b = 0; b < batch_loads_.size(); ++b) {
-      seconds += batch_loads_[b].BottleneckSeconds(bw) +
-                 BatchLatencySeconds(bw, batch_used_[b] ? 1 : 0);
+      seconds +=
+          batch_loads_[b].BottleneckSeconds(bw) + BatchLatencySeconds(bw, batch_used_[b] ? 1 : 0);
     }
     return seconds;
   }
@@ -166,6 +192,57 @@ class ReshardPlanner {
       if (problem_.RunsOf(g).size() > 1) return true;
     }
     return false;
+  }
+
+  // Per NVLink domain, the source ranks that may hold relay buffers: one per source GPU
+  // that holds no destination rank (a destination GPU's NIC-in carries its own pieces).
+  void FindRelayHosts() {
+    if (!options_.relay_buffers || !options_.hierarchical) return;
+    std::vector<bool> destination_gpu(cluster_.num_gpus(), false);
+    for (size_t r = 0; r < problem_.destinations->ranks.size(); ++r) {
+      destination_gpu[cluster_.DestinationGpu(r)] = true;
+    }
+    std::vector<bool> taken(cluster_.num_gpus(), false);
+    for (int32_t r = 0; r < static_cast<int32_t>(problem_.sources->ranks.size()); ++r) {
+      const int32_t gpu = cluster_.SourceGpu(r);
+      if (destination_gpu[gpu] || taken[gpu]) continue;
+      taken[gpu] = true;
+      const int32_t domain = cluster_.DomainOf(gpu);
+      if (relay_hosts_.empty()) {
+        relay_hosts_.assign(cluster_.num_domains(),
+                            LeastLoadedSet<SourceRankNicIn>(SourceRankNicIn{&cluster_, &loads_}));
+      }
+      relay_hosts_[domain].Add(r);
+    }
+  }
+
+  // The source rank of `domain` whose relay buffer should receive a piece instead of
+  // destination view `leader`: the relay host that has received the least over its NIC,
+  // if that is less than the leader has; else -1.
+  int32_t RelayHostFor(int32_t domain, int32_t leader) {
+    if (relay_hosts_.empty() || relay_hosts_[domain].empty()) return -1;
+    const int32_t host = relay_hosts_[domain].Least();
+    const int64_t host_in = loads_.At(cluster_.SourceGpu(host), kNicIn);
+    return host_in < loads_.At(problem_.DestinationGpuOfView(leader), kNicIn) ? host : -1;
+  }
+
+  // The most bytes of relay buffers that one GPU holds in any batch.
+  int64_t RelayBufferPeakBytes() const {
+    if (relay_buffers_.empty()) return 0;
+    // Per GPU: +bytes in the batch a buffer is filled, -bytes after its last read.
+    std::vector<std::pair<int64_t, int64_t>> events;  // (gpu * batches + batch, bytes)
+    const int64_t batches = transfers_.num_batches() + 1;
+    for (const auto& [key, life] : relay_buffers_) {
+      events.push_back({life.gpu * batches + life.filled, life.bytes});
+      events.push_back({life.gpu * batches + life.last_read + 1, -life.bytes});
+    }
+    std::sort(events.begin(), events.end());
+    int64_t live = 0, peak = 0;
+    for (const auto& [when, bytes] : events) {
+      live += bytes;  // a GPU's events net to zero before the next GPU's start
+      peak = std::max(peak, live);
+    }
+    return peak;
   }
 
   // (tensor, domain) pairs that the fast path cannot plan at the lower bound: the domain
@@ -341,10 +418,11 @@ class ReshardPlanner {
     const bool fan_out = step != nullptr;
     const Arrival* relay = fan_out ? step->parent : nullptr;
     const int64_t bytes = plan_->pieces[piece].bytes;
-    Arrival arrival{piece, -1, -1};
+    Arrival arrival{piece, Endpoint{}, -1, -1};
     if (may_hold && LocalHolder(holders, domain, members[0]) >= 0) {
       for (int32_t member : members) {
-        Emit(SourceEndpoint(LocalHolder(holders, domain, member)), member, piece, nullptr);
+        Emit(SourceEndpoint(LocalHolder(holders, domain, member)), DestinationEndpoint(member),
+             piece, nullptr);
       }
       return arrival;
     }
@@ -355,7 +433,8 @@ class ReshardPlanner {
         });
     if (!options_.hierarchical) {
       for (int32_t member : members) {
-        const Arrival sent = Emit(SourceEndpoint(sender), member, piece, nullptr);
+        const Arrival sent =
+            Emit(SourceEndpoint(sender), DestinationEndpoint(member), piece, nullptr);
         if (arrival.transfer < 0) arrival = sent;
       }
       return arrival;
@@ -365,19 +444,30 @@ class ReshardPlanner {
                                : LeastLoaded(members, kNicIn, [&](int32_t view) {
                                    return problem_.DestinationGpuOfView(view);
                                  });
+    // Received by the leader, or by a relay buffer on a GPU of the domain that is not a
+    // destination, when that GPU's NIC has received less.
+    const int32_t host = RelayHostFor(domain, leader);
+    const Endpoint receiver =
+        host >= 0 ? RelayBufferEndpoint(host, piece) : DestinationEndpoint(leader);
     // A relay while it has room under the pace the destinations' NICs set anyway: the
     // sources then send each piece about once, however many domains need it.
     const int64_t sender_out = loads_.At(problem_.SourceGpuOfView(sender), kNicOut);
-    const int64_t relay_out =
-        relay != nullptr ? loads_.At(problem_.DestinationGpuOfView(relay->view), kNicOut) : 0;
+    const int64_t relay_out = relay != nullptr ? loads_.At(relay->gpu, kNicOut) : 0;
     if (relay != nullptr && (relay_out + bytes <= source_pace_bytes_ || relay_out < sender_out)) {
-      arrival = Emit(DestinationEndpoint(relay->view), leader, piece, relay);
+      arrival = Emit(relay->at, receiver, piece, relay);
       relayed_bytes_ += bytes;
     } else {
-      arrival = Emit(SourceEndpoint(sender), leader, piece, nullptr);
+      arrival = Emit(SourceEndpoint(sender), receiver, piece, nullptr);
     }
-    ForwardFrom(arrival, members, piece);
-    return arrival;
+    if (host < 0) {
+      ForwardFrom(arrival, members, piece);
+      return arrival;
+    }
+    relay_buffer_bytes_ += bytes;
+    // Domains after this one in the relay tree take the piece from whichever copy here has
+    // sent the least over its NIC: the relay buffer, or a member's (a batch later).
+    const Arrival copied = ForwardFrom(arrival, members, piece);
+    return loads_.At(copied.gpu, kNicOut) < loads_.At(arrival.gpu, kNicOut) ? copied : arrival;
   }
 
   // The first of `views` whose GPU carries the fewest bytes on `link` so far.
@@ -395,13 +485,20 @@ class ReshardPlanner {
     return best;
   }
 
-  // Copies `piece` from where it arrived to every other member, after it arrived.
-  void ForwardFrom(const Arrival& arrival, absl::Span<const int32_t> members, int32_t piece) {
-    const Endpoint from = DestinationEndpoint(arrival.view);
+  // Copies `piece` from where it arrived to every member that does not hold it, after it
+  // arrived. Returns the copy on the GPU that has sent the least over its NIC (`arrival`
+  // when it made none).
+  Arrival ForwardFrom(const Arrival& arrival, absl::Span<const int32_t> members, int32_t piece) {
+    const bool at_member = arrival.at.kind == EndpointKind::kDestinationView;
+    Arrival least = arrival;
+    bool copied = false;
     for (int32_t member : members) {
-      if (member == arrival.view) continue;
-      Emit(from, member, piece, &arrival);
+      if (at_member && member == arrival.at.index) continue;
+      const Arrival copy = Emit(arrival.at, DestinationEndpoint(member), piece, &arrival);
+      if (!copied || loads_.At(copy.gpu, kNicOut) < loads_.At(least.gpu, kNicOut)) least = copy;
+      copied = true;
     }
+    return least;
   }
 
   // Plans one (tensor, domain) pair box by box: regions that already arrived in the domain
@@ -461,23 +558,29 @@ class ReshardPlanner {
   Endpoint DestinationEndpoint(int32_t view) const {
     return Endpoint{EndpointKind::kDestinationView, problem_.DestinationRankOfView(view), view};
   }
+  Endpoint RelayBufferEndpoint(int32_t source_rank, int32_t piece) const {
+    return Endpoint{EndpointKind::kRelayBuffer, source_rank, piece};
+  }
 
-  // Routes `piece` from `src` to destination view `member`, after the transfer that
-  // brought it to `after` (null: none), and returns where it arrived.
-  Arrival Emit(const Endpoint& src, int32_t member, int32_t piece, const Arrival* after) {
+  // Routes `piece` from `src` to `dst` (a destination view or a relay buffer), after the
+  // transfer that brought it to `after` (null: none), and returns where it arrived.
+  Arrival Emit(const Endpoint& src, const Endpoint& dst, int32_t piece, const Arrival* after) {
     Transfer transfer;
     transfer.src = src;
-    transfer.dst = DestinationEndpoint(member);
+    transfer.dst = dst;
     transfer.piece = piece;
-    const int32_t src_gpu = cluster_.EndpointGpu(transfer.src);
-    const int32_t dst_gpu = problem_.DestinationGpuOfView(member);
+    const int32_t src_gpu = after != nullptr ? after->gpu : cluster_.EndpointGpu(transfer.src);
+    const int32_t dst_gpu = dst.kind == EndpointKind::kDestinationView
+                                ? problem_.DestinationGpuOfView(dst.index)
+                                : cluster_.EndpointGpu(dst);
     transfer.route = cluster_.RouteBetween(src_gpu, dst_gpu);
     const int64_t bytes = plan_->BytesOf(transfer);
     loads_.Add(transfer.route, src_gpu, dst_gpu, bytes);
-    Arrival arrival{piece, member, static_cast<int32_t>(emitted_++)};
+    Arrival arrival{piece, dst, dst_gpu, static_cast<int32_t>(emitted_++)};
     if (output_ == RouteOutput::kLinkLoads) return arrival;
     // A forward goes in a later batch than the transfer that brought its bytes.
     arrival.batch = batches_->Place(transfer, bytes, after != nullptr ? after->batch + 1 : 0);
+    if (output_ == RouteOutput::kPlan) TrackRelayBuffer(transfer, arrival.batch, dst_gpu, bytes);
     if (output_ == RouteOutput::kPlan) {
       transfer.batch = arrival.batch;
       transfers_.Add(transfer);
@@ -492,11 +595,21 @@ class ReshardPlanner {
     return arrival;
   }
 
+  // Records when a relay buffer is filled (transfer into it) and last read (out of it).
+  void TrackRelayBuffer(const Transfer& transfer, int32_t batch, int32_t dst_gpu, int64_t bytes) {
+    if (transfer.dst.kind == EndpointKind::kRelayBuffer) {
+      relay_buffers_[RelayBufferKey(transfer.dst)] = RelayBufferLife{dst_gpu, bytes, batch, batch};
+    } else if (transfer.src.kind == EndpointKind::kRelayBuffer) {
+      RelayBufferLife& life = relay_buffers_[RelayBufferKey(transfer.src)];
+      life.last_read = std::max(life.last_read, batch);
+    }
+  }
+
   const PlanningProblem& problem_;
   const PlanOptions& options_;
   Plan* plan_;
   const RouteOutput output_;
-  int64_t emitted_ = 0;  // transfers routed
+  int64_t emitted_ = 0;                  // transfers routed
   std::optional<BatchBuilder> batches_;  // but for kLinkLoads
   TransfersByBatch transfers_;           // kPlan
   // kBatchedLinkLoads: each batch's link loads, and whether any transfer is in it.
@@ -504,6 +617,11 @@ class ReshardPlanner {
   std::vector<bool> batch_used_;
   const ClusterMap& cluster_;
   LinkLoads loads_;
+  // Per NVLink domain, its relay buffer hosts (source ranks) least loaded on NIC-in on top
+  // (empty without relay buffers); the plan's relay buffers, by RelayBufferKey.
+  std::vector<LeastLoadedSet<SourceRankNicIn>> relay_hosts_;
+  absl::flat_hash_map<uint64_t, RelayBufferLife> relay_buffers_;
+  int64_t relay_buffer_bytes_ = 0;
   std::vector<WorkItem> work_;
   absl::flat_hash_set<uint64_t> shared_domains_;
   std::vector<bool> tensor_shares_a_domain_;  // per tensor: has a pair in shared_domains_

@@ -32,15 +32,16 @@ int64_t Volume(const Dims& extent) {
 // ranks were being moved).
 absl::Status InTransfer(absl::Status copied, const v1::Transfer& t) {
   if (copied.ok()) return copied;
-  return absl::Status(copied.code(),
-                      absl::StrCat("moving \"", t.tensor(), "\" from rank ", t.src().rank(),
-                                   " to destination rank ", t.dst().rank(), ": ", copied.message()));
+  return absl::Status(
+      copied.code(), absl::StrCat("moving \"", t.tensor(), "\" from rank ", t.src().rank(),
+                                  " to destination rank ", t.dst().rank(), ": ", copied.message()));
 }
 
 }  // namespace
 
 v1::Role EndpointRole(v1::EndpointKind kind) {
-  return kind == v1::ENDPOINT_SOURCE_VIEW || kind == v1::ENDPOINT_SOURCE_SCRATCH
+  return kind == v1::ENDPOINT_SOURCE_VIEW || kind == v1::ENDPOINT_SOURCE_SCRATCH ||
+                 kind == v1::ENDPOINT_RELAY_BUFFER
              ? v1::ROLE_SOURCE
              : v1::ROLE_DESTINATION;
 }
@@ -58,24 +59,28 @@ UcxEndpoint* PlanExecutor::PeerOf(int32_t daemon) const {
 }
 
 absl::StatusOr<StridedRef> PlanExecutor::Locate(const v1::Endpoint& endpoint, const v1::Transfer& t,
-                                                ScratchArena* scratch) const {
+                                                RunMemory* run_memory) const {
   const v1::Role role = EndpointRole(endpoint.kind());
   if (endpoint.kind() == v1::ENDPOINT_SOURCE_VIEW ||
       endpoint.kind() == v1::ENDPOINT_DESTINATION_VIEW) {
     return buffers_.Locate(role, endpoint.rank(), endpoint.view(), t.tensor(), OffsetOf(t),
                            ExtentOf(t));
   }
+  if (endpoint.kind() == v1::ENDPOINT_RELAY_BUFFER) {
+    return run_memory->relays.Locate(endpoint, t.tensor(), OffsetOf(t), ExtentOf(t),
+                                     placement_.DeviceOf(role, endpoint.rank()));
+  }
   if (endpoint.kind() == v1::ENDPOINT_UNSPECIFIED) {
     return absl::InvalidArgumentError("endpoint without a kind");
   }
-  return scratch->Locate(role, endpoint.rank(), t.tensor(), OffsetOf(t), ExtentOf(t));
+  return run_memory->scratch.Locate(role, endpoint.rank(), t.tensor(), OffsetOf(t), ExtentOf(t));
 }
 
-absl::Status PlanExecutor::CopyLocal(const v1::Transfer& t, ScratchArena* scratch,
+absl::Status PlanExecutor::CopyLocal(const v1::Transfer& t, RunMemory* run_memory,
                                      ExecutionStats* stats) {
-  absl::StatusOr<StridedRef> from = Locate(t.src(), t, scratch);
+  absl::StatusOr<StridedRef> from = Locate(t.src(), t, run_memory);
   if (!from.ok()) return from.status();
-  absl::StatusOr<StridedRef> to = Locate(t.dst(), t, scratch);
+  absl::StatusOr<StridedRef> to = Locate(t.dst(), t, run_memory);
   if (!to.ok()) return to.status();
   const Dims extent = ExtentOf(t);
   absl::Status copied = InTransfer(
@@ -86,7 +91,7 @@ absl::Status PlanExecutor::CopyLocal(const v1::Transfer& t, ScratchArena* scratc
 }
 
 absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int32_t batch,
-                                    uint32_t epoch, absl::Time deadline, ScratchArena* scratch,
+                                    uint32_t epoch, absl::Time deadline, RunMemory* run_memory,
                                     ExecutionStats* stats) {
   std::map<int32_t, std::vector<const v1::Transfer*>> outgoing, incoming;
   std::vector<const v1::Transfer*> local;
@@ -135,7 +140,7 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
     std::vector<uint8_t>& staging = outbox[peer];
     staging.resize(PackedBytes(list));
     absl::Status packed =
-        CopyPieces(list, staging.data(), /*staging_device=*/-1, /*pack=*/true, scratch, stats);
+        CopyPieces(list, staging.data(), /*staging_device=*/-1, /*pack=*/true, run_memory, stats);
     if (!packed.ok()) return fail(packed);
     absl::StatusOr<PendingOperation> posted =
         endpoint->PostSend(MessageTag(epoch, false, batch, self_), staging.data(), staging.size());
@@ -145,11 +150,12 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
     stats->bytes_sent_to[peer] += staging.size();
   }
   for (const v1::Transfer* t : local) {
-    absl::Status copied = CopyLocal(*t, scratch, stats);
+    absl::Status copied = CopyLocal(*t, run_memory, stats);
     if (!copied.ok()) return fail(copied);
   }
   if (!nccl_outgoing.empty() || !nccl_incoming.empty()) {
-    absl::Status sent = RunNcclStep(nccl_outgoing, nccl_incoming, batch, deadline, scratch, stats);
+    absl::Status sent =
+        RunNcclStep(nccl_outgoing, nccl_incoming, batch, deadline, run_memory, stats);
     if (!sent.ok()) return fail(sent);
   }
   if (!operations.empty()) {
@@ -169,7 +175,7 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
     stats->bytes_received_from[peer] += staging.size();
     absl::Status unpacked =
         CopyPieces(list, const_cast<uint8_t*>(staging.data()), /*staging_device=*/-1,
-                   /*pack=*/false, scratch, stats);
+                   /*pack=*/false, run_memory, stats);
     if (!unpacked.ok()) return unpacked;
   }
   return absl::OkStatus();
@@ -185,10 +191,10 @@ int64_t PlanExecutor::PackedBytes(const std::vector<const v1::Transfer*>& list) 
 
 absl::Status PlanExecutor::CopyPieces(const std::vector<const v1::Transfer*>& list,
                                       uint8_t* staging, int32_t staging_device, bool pack,
-                                      ScratchArena* scratch, ExecutionStats* stats) {
+                                      RunMemory* run_memory, ExecutionStats* stats) {
   uint8_t* cursor = staging;
   for (const v1::Transfer* t : list) {
-    absl::StatusOr<StridedRef> side = Locate(pack ? t->src() : t->dst(), *t, scratch);
+    absl::StatusOr<StridedRef> side = Locate(pack ? t->src() : t->dst(), *t, run_memory);
     if (!side.ok()) return side.status();
     const Dims extent = ExtentOf(*t);
     const int element_bytes = buffers_.tensors().at(t->tensor()).element_bytes;
@@ -217,7 +223,7 @@ bool PlanExecutor::ViaNccl(const Resolved& r, std::pair<int32_t, int32_t>* pair)
 }
 
 absl::Status PlanExecutor::RunNcclStep(const NcclMessages& outgoing, const NcclMessages& incoming,
-                                       int32_t batch, absl::Time deadline, ScratchArena* scratch,
+                                       int32_t batch, absl::Time deadline, RunMemory* run_memory,
                                        ExecutionStats* stats) {
   auto device_of = [&](const v1::Endpoint& e) {
     return placement_.DeviceOf(EndpointRole(e.kind()), e.rank());
@@ -274,7 +280,7 @@ absl::Status PlanExecutor::RunNcclStep(const NcclMessages& outgoing, const NcclM
     const v1::Transfer& first = *message.list->front();
     if (message.send) {
       absl::Status packed = CopyPieces(*message.list, message.memory, message.device,
-                                       /*pack=*/true, scratch, stats);
+                                       /*pack=*/true, run_memory, stats);
       if (!packed.ok()) return packed;
       stats->bytes_sent_to[daemon_of(first.dst())] += message.bytes;
     } else {
@@ -288,14 +294,14 @@ absl::Status PlanExecutor::RunNcclStep(const NcclMessages& outgoing, const NcclM
   for (const Staged& message : staged) {
     if (message.send) continue;
     absl::Status unpacked = CopyPieces(*message.list, message.memory, message.device,
-                                       /*pack=*/false, scratch, stats);
+                                       /*pack=*/false, run_memory, stats);
     if (!unpacked.ok()) return unpacked;
   }
   return absl::OkStatus();
 }
 
 absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, uint32_t epoch,
-                                      absl::Time deadline, ScratchArena* scratch,
+                                      absl::Time deadline, RunMemory* run_memory,
                                       ExecutionStats* stats) {
   std::vector<uint8_t> staging;
   for (size_t i = 0; i < transfers.size(); ++i) {
@@ -303,7 +309,7 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
     const v1::Transfer& t = *r.transfer;
     const int64_t ordinal = t.sequence();
     if (r.src_daemon == self_ && r.dst_daemon == self_) {
-      absl::Status copied = CopyLocal(t, scratch, stats);
+      absl::Status copied = CopyLocal(t, run_memory, stats);
       if (!copied.ok()) return copied;
       continue;
     }
@@ -325,7 +331,7 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
         return absl::FailedPreconditionError(
             absl::StrCat("no connection to daemon ", r.dst_daemon));
       }
-      absl::StatusOr<StridedRef> from = Locate(t.src(), t, scratch);
+      absl::StatusOr<StridedRef> from = Locate(t.src(), t, run_memory);
       if (!from.ok()) return from.status();
       absl::Status packed = InTransfer(gpu::CopyAnyBox(extent, element_bytes, *from, dense), t);
       if (!packed.ok()) return packed;
@@ -338,7 +344,7 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
           worker_->Receive(MessageTag(epoch, true, ordinal, r.src_daemon), &staging, deadline);
       if (!got.ok()) return got.status();
       stats->bytes_received_from[r.src_daemon] += *got;
-      absl::StatusOr<StridedRef> to = Locate(t.dst(), t, scratch);
+      absl::StatusOr<StridedRef> to = Locate(t.dst(), t, run_memory);
       if (!to.ok()) return to.status();
       absl::Status unpacked = InTransfer(gpu::CopyAnyBox(extent, element_bytes, dense, *to), t);
       if (!unpacked.ok()) return unpacked;
@@ -349,7 +355,17 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
 
 absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t epoch,
                                                  absl::Time deadline) {
-  ScratchArena scratch(buffers_.tensors());
+  RunMemory run_memory{
+      ScratchArena(buffers_.tensors()),
+      RelayBuffers(buffers_.tensors(), RelayBufferAllocator(DeviceStagingAllocator()))};
+  // Each relay buffer of this daemon is freed after the last of its reads here.
+  for (const v1::Batch& batch : plan.batches()) {
+    for (const v1::Transfer& t : batch.transfers()) {
+      if (t.src().kind() != v1::ENDPOINT_RELAY_BUFFER) continue;
+      absl::StatusOr<int32_t> daemon = placement_.DaemonOf(v1::ROLE_SOURCE, t.src().rank());
+      if (daemon.ok() && *daemon == self_) run_memory.relays.ExpectRead(t.src());
+    }
+  }
   ExecutionStats stats;
   const absl::Time start = absl::Now();
   std::vector<Resolved> resolved;
@@ -389,11 +405,18 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
       return absl::CancelledError(absl::StrCat("epoch ", epoch, ": interrupted before batch ", b));
     }
     absl::Status status = plan.ordered_batches()
-                              ? RunOrdered(resolved, epoch, deadline, &scratch, &stats)
-                              : RunBatch(resolved, b, epoch, deadline, &scratch, &stats);
+                              ? RunOrdered(resolved, epoch, deadline, &run_memory, &stats)
+                              : RunBatch(resolved, b, epoch, deadline, &run_memory, &stats);
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrCat("epoch ", epoch, ": ", status.message()));
     }
+    for (const Resolved& r : resolved) {
+      if (r.src_daemon == self_ && r.transfer->src().kind() == v1::ENDPOINT_RELAY_BUFFER) {
+        run_memory.relays.ReadDone(r.transfer->src());
+      }
+    }
+    stats.relay_buffer_peak_bytes = run_memory.relays.peak_bytes();
+    stats.relay_buffers_left = run_memory.relays.live_buffers();
     stats.delivered_bytes += batch_delivered;
     const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
     for (int64_t rank : receivers) stats.destination_finish_seconds[rank] = elapsed;

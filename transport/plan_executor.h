@@ -19,6 +19,7 @@
 #include "transport/buffer_map.h"
 #include "transport/gpu/nccl_group.h"
 #include "transport/local_executor.h"
+#include "transport/relay_buffers.h"
 #include "transport/scratch_arena.h"
 #include "transport/staging_pool.h"
 #include "transport/ucx_worker.h"
@@ -96,6 +97,12 @@ class PlanExecutor {
   void UseDeviceStaging(StagingPool* pool) { device_staging_ = pool; }
 
  private:
+  // Memory one run creates and frees: full-tensor scratch (gather_broadcast) and relay
+  // buffers (reshard).
+  struct RunMemory {
+    ScratchArena scratch;
+    RelayBuffers relays;
+  };
   struct Resolved {
     const v1::Transfer* transfer;
     int32_t src_daemon;
@@ -103,27 +110,27 @@ class PlanExecutor {
   };
 
   absl::Status RunBatch(const std::vector<Resolved>& transfers, int32_t batch, uint32_t epoch,
-                        absl::Time deadline, ScratchArena* scratch, ExecutionStats* stats);
+                        absl::Time deadline, RunMemory* run_memory, ExecutionStats* stats);
   // Bytes of `list`'s pieces packed densely one after another.
   int64_t PackedBytes(const std::vector<const v1::Transfer*>& list) const;
   // Packs `list`'s pieces from their source views into `staging` (on CUDA device
   // `staging_device`, -1: host), densely in list order, or unpacks them from it into their
   // destination views.
   absl::Status CopyPieces(const std::vector<const v1::Transfer*>& list, uint8_t* staging,
-                          int32_t staging_device, bool pack, ScratchArena* scratch,
+                          int32_t staging_device, bool pack, RunMemory* run_memory,
                           ExecutionStats* stats);
   // (sender NCCL rank, receiver NCCL rank) -> the batch's pieces between them, plan order.
   using NcclMessages = std::map<std::pair<int32_t, int32_t>, std::vector<const v1::Transfer*>>;
   // True when `r` goes over NCCL; sets the pair of NCCL ranks.
   bool ViaNccl(const Resolved& r, std::pair<int32_t, int32_t>* pair) const;
   absl::Status RunNcclStep(const NcclMessages& outgoing, const NcclMessages& incoming,
-                           int32_t batch, absl::Time deadline, ScratchArena* scratch,
+                           int32_t batch, absl::Time deadline, RunMemory* run_memory,
                            ExecutionStats* stats);
   absl::Status RunOrdered(const std::vector<Resolved>& transfers, uint32_t epoch,
-                          absl::Time deadline, ScratchArena* scratch, ExecutionStats* stats);
+                          absl::Time deadline, RunMemory* run_memory, ExecutionStats* stats);
   absl::StatusOr<StridedRef> Locate(const v1::Endpoint& endpoint, const v1::Transfer& t,
-                                    ScratchArena* scratch) const;
-  absl::Status CopyLocal(const v1::Transfer& t, ScratchArena* scratch, ExecutionStats* stats);
+                                    RunMemory* run_memory) const;
+  absl::Status CopyLocal(const v1::Transfer& t, RunMemory* run_memory, ExecutionStats* stats);
   UcxEndpoint* PeerOf(int32_t daemon) const;
 
   const BufferMap& buffers_;

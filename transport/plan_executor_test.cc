@@ -13,6 +13,7 @@
 #include "planner/plan_proto.h"
 #include "planner/planner.h"
 #include "planner/testing/layout_builder.h"
+#include "planner/testing/relay_buffer_case.h"
 #include "planner/topology.h"
 #include "transport/testing/backed_layouts.h"
 
@@ -183,6 +184,58 @@ TEST(PlanExecutorTest, AnInterruptEndsTheEpochAtOnce) {
   aborter.join();
   EXPECT_EQ(results[1].status().code(), absl::StatusCode::kCancelled) << results[1].status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+// Relay buffers across daemons: the far trainer host's daemon sends most of w into relay
+// buffers on the near trainer host's daemon, which forwards it to the inference daemon of
+// its domain; each buffer is freed after it is forwarded.
+TEST(PlanExecutorTest, RelayBuffersForwardAcrossDaemonsAndAreFreed) {
+  const refit::testing::RelayBufferCase relay_case = refit::testing::MakeRelayBufferCase();
+  testing::BackedLayouts backed;
+  const v1::LayoutSpec sources = backed.Back(relay_case.sources.spec(), "source");
+  const v1::LayoutSpec destinations = backed.Back(relay_case.destinations.spec(), "destination");
+  BufferMap everything(testing::TensorsOf(sources));
+  for (const v1::RankLayout& r : sources.ranks()) {
+    ASSERT_TRUE(everything.AddRank(v1::ROLE_SOURCE, r).ok());
+    testing::FillViews(everything, v1::ROLE_SOURCE, r);
+  }
+  for (const v1::RankLayout& r : destinations.ranks()) {
+    ASSERT_TRUE(everything.AddRank(v1::ROLE_DESTINATION, r).ok());
+  }
+  planner::PlanOptions options;
+  options.staging_budget_bytes = relay_case.staging_budget_bytes;
+  const planner::Layout src = *planner::CompileLayout(relay_case.sources.spec(), "source");
+  const planner::Layout dst =
+      *planner::CompileLayout(relay_case.destinations.spec(), "destination");
+  auto plan = planner::BuildPlan(src, dst, relay_case.topology, options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const int64_t relayed = (*plan)->stats.relay_buffer_bytes;
+  ASSERT_GT(relayed, 0);
+  // Daemons by host: far 0, near 1, inference 2.
+  const RankPlacement placement = PlaceByHost(sources, destinations, 3);
+  ASSERT_EQ(*placement.DaemonOf(v1::ROLE_SOURCE, 4), 1);
+  ASSERT_EQ(*placement.DaemonOf(v1::ROLE_DESTINATION, 0), 2);
+  const auto results = RunOnDaemons(planner::PlanToProto(**plan, src, dst), sources, destinations,
+                                    placement, 3, 11, absl::Seconds(30));
+  for (int32_t d = 0; d < 3; ++d)
+    ASSERT_TRUE(results[d].ok()) << "daemon " << d << ": " << results[d].status();
+  for (const v1::RankLayout& r : destinations.ranks()) {
+    ASSERT_EQ(testing::WrongBytes(everything, v1::ROLE_DESTINATION, r), 0);
+  }
+  // What entered the relay buffers came from the far daemon and went on to the inference
+  // daemon (with v, which the near trainers hold themselves).
+  const int64_t v_bytes = 8 * 8 * 4;
+  EXPECT_EQ(results[0]->bytes_sent_to.at(1), relayed);
+  EXPECT_EQ(results[1]->bytes_sent_to.at(2), relayed + v_bytes);
+  EXPECT_EQ(results[0]->bytes_sent_to.at(2) + relayed, 1024 * 1024 * 4);
+  // Only the near daemon held relay buffers, never more than its four GPUs' share of the
+  // plan's peak, and none is left.
+  EXPECT_EQ(results[0]->relay_buffer_peak_bytes, 0);
+  EXPECT_EQ(results[2]->relay_buffer_peak_bytes, 0);
+  EXPECT_GT(results[1]->relay_buffer_peak_bytes, 0);
+  EXPECT_LE(results[1]->relay_buffer_peak_bytes, 4 * (*plan)->stats.relay_buffer_peak_bytes);
+  EXPECT_LT(results[1]->relay_buffer_peak_bytes, relayed);
+  EXPECT_EQ(results[1]->relay_buffers_left, 0);
 }
 
 }  // namespace

@@ -109,6 +109,15 @@ int64_t LinearIndex(const planner::Dims& shape, const std::vector<int64_t>& coor
   return linear;
 }
 
+// Row-major element index of `coord` inside a dense buffer holding `box`.
+int64_t DenseIndex(const planner::Box& box, const std::vector<int64_t>& coord) {
+  int64_t linear = 0;
+  for (size_t d = 0; d < coord.size(); ++d) {
+    linear = linear * box.extent[d] + (coord[d] - box.offset[d]);
+  }
+  return linear;
+}
+
 int64_t ViewAddress(const planner::ViewInfo& view, int element_bytes,
                     const std::vector<int64_t>& coord) {
   int64_t element = 0;
@@ -189,7 +198,8 @@ class ByteChecker {
   // Base address and addressing of one end of a transfer.
   struct Access {
     uint8_t* base = nullptr;
-    const planner::ViewInfo* view = nullptr;  // null: dense full-tensor scratch
+    const planner::ViewInfo* view = nullptr;  // null: a dense buffer holding `dense`
+    const planner::Box* dense = nullptr;      // the whole tensor, or a relay buffer's box
   };
 
   // Memory of one end of a transfer; refuses ends that do not exist or whose view does not
@@ -221,22 +231,47 @@ class ByteChecker {
       return Access{memory[view.rank_index][view.buffer].data(), &view};
     }
     const planner::TensorInfo& info = dst_.tensors[tensor];
-    Region whole;
-    whole.lo.assign(info.shape.size(), 0);
-    whole.hi.assign(info.shape.begin(), info.shape.end());
-    if (e.index != tensor || !IsInside(wanted, whole)) {
-      return absl::FailedPreconditionError(absl::StrCat(where, ": outside its scratch tensor"));
+    const planner::Box* dense = nullptr;
+    if (e.kind == EndpointKind::kRelayBuffer) {
+      if (e.index < 0 || e.index >= static_cast<int32_t>(plan_.pieces.size()) ||
+          plan_.pieces[e.index].tensor != tensor) {
+        return absl::FailedPreconditionError(absl::StrCat(where, ": no such relay buffer"));
+      }
+      dense = &plan_.pieces[e.index].box;
+    } else {
+      if (e.index != tensor) {
+        return absl::FailedPreconditionError(absl::StrCat(where, ": scratch of another tensor"));
+      }
+      dense = &WholeTensor(tensor);
     }
-    auto key = std::make_tuple(source_side, e.rank_index, tensor);
+    if (!IsInside(wanted, RegionFrom(dense->offset.data(), dense->extent.data(), dense->rank()))) {
+      return absl::FailedPreconditionError(absl::StrCat(where, ": outside its buffer"));
+    }
+    // Scratch is keyed by tensor, a relay buffer by the piece it holds.
+    auto key = std::make_tuple(e.kind, e.rank_index, e.index);
     auto it = scratch_.find(key);
     if (it == scratch_.end()) {
-      int64_t bytes = info.element_bytes;
-      for (int64_t d : info.shape) bytes *= d;
-      absl::Status s = Reserve(bytes);
+      absl::Status s = Reserve(BoxBytes(*dense, info.element_bytes));
       if (!s.ok()) return s;
-      it = scratch_.emplace(key, std::vector<uint8_t>(bytes, kPoison)).first;
+      it =
+          scratch_.emplace(key, std::vector<uint8_t>(BoxBytes(*dense, info.element_bytes), kPoison))
+              .first;
     }
-    return Access{it->second.data(), nullptr};
+    return Access{it->second.data(), nullptr, dense};
+  }
+
+  // The box of a whole tensor (offset 0, its shape), made once.
+  const planner::Box& WholeTensor(int32_t tensor) {
+    auto it = whole_tensors_.find(tensor);
+    if (it == whole_tensors_.end()) {
+      planner::Box box;
+      for (int64_t d : dst_.tensors[tensor].shape) {
+        box.offset.push_back(0);
+        box.extent.push_back(d);
+      }
+      it = whole_tensors_.emplace(tensor, std::move(box)).first;
+    }
+    return it->second;
   }
 
   absl::Status Execute(const planner::Transfer& t) {
@@ -258,7 +293,7 @@ class ByteChecker {
     if (!to.ok()) return to.status();
     const int eb = tensor.element_bytes;
     auto address = [&](const Access& a, const std::vector<int64_t>& coord) {
-      return a.view ? ViewAddress(*a.view, eb, coord) : LinearIndex(tensor.shape, coord) * eb;
+      return a.view ? ViewAddress(*a.view, eb, coord) : DenseIndex(*a.dense, coord) * eb;
     };
     auto step = [&](const Access& a) { return a.view ? a.view->strides.back() * eb : eb; };
     const int64_t from_step = step(*from), to_step = step(*to);
@@ -333,7 +368,8 @@ class ByteChecker {
   int64_t checked_ = 0;
   std::vector<RankMemory> src_memory_;
   std::vector<RankMemory> dst_memory_;
-  std::map<std::tuple<bool, int32_t, int32_t>, std::vector<uint8_t>> scratch_;
+  std::map<std::tuple<EndpointKind, int32_t, int32_t>, std::vector<uint8_t>> scratch_;
+  std::map<int32_t, planner::Box> whole_tensors_;
 };
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "planner/layout.h"
 #include "planner/planner.h"
 #include "planner/testing/layout_builder.h"
+#include "planner/testing/relay_buffer_case.h"
 #include "planner/topology.h"
 
 namespace refit::check {
@@ -131,6 +132,57 @@ TEST_F(CheckersTest, ByteCheckerRefusesLayoutsTooLargeForMemory) {
   const absl::Status status = CheckBytes(sources_, destinations_, plan_, 16);
   EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_TRUE(absl::StrContains(std::string(status.message()), "--verify=coverage"));
+}
+
+class RelayBufferCheckersTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const refit::testing::RelayBufferCase relay_case = refit::testing::MakeRelayBufferCase();
+    sources_ = *planner::CompileLayout(relay_case.sources.spec(), "source");
+    destinations_ = *planner::CompileLayout(relay_case.destinations.spec(), "destination");
+    planner::PlanOptions options;
+    options.staging_budget_bytes = relay_case.staging_budget_bytes;
+    plan_ = **planner::BuildPlan(sources_, destinations_, relay_case.topology, options);
+  }
+  static bool ReadsABuffer(const planner::Transfer& t) {
+    return t.src.kind == planner::EndpointKind::kRelayBuffer;
+  }
+
+  Layout sources_, destinations_;
+  Plan plan_;
+};
+
+TEST_F(RelayBufferCheckersTest, AcceptTheCorrectPlan) {
+  ASSERT_GT(plan_.stats.relay_buffer_bytes, 0);
+  EXPECT_TRUE(CheckBytes(sources_, destinations_, plan_, 1 << 26).ok());
+  EXPECT_TRUE(CheckCoverage(sources_, destinations_, plan_).ok());
+}
+
+TEST_F(RelayBufferCheckersTest, RejectAReadBeforeTheBufferIsFilled) {
+  // Every read of a buffer moved to batch 0 and listed first: it runs before its fill.
+  Plan broken = plan_;
+  for (planner::Transfer& t : broken.transfers) {
+    if (ReadsABuffer(t)) t.batch = 0;
+  }
+  std::stable_partition(broken.transfers.begin(), broken.transfers.end(), ReadsABuffer);
+  const absl::Status coverage = CheckCoverage(sources_, destinations_, broken);
+  EXPECT_FALSE(coverage.ok());
+  EXPECT_TRUE(absl::StrContains(std::string(coverage.message()), "before it is filled"))
+      << coverage;
+  EXPECT_FALSE(CheckBytes(sources_, destinations_, broken, 1 << 26).ok());
+}
+
+TEST_F(RelayBufferCheckersTest, RejectAReadOfABufferThatHoldsAnotherBox) {
+  Plan broken = plan_;
+  for (planner::Transfer& t : broken.transfers) {
+    if (!ReadsABuffer(t)) continue;
+    t.src.index = t.src.index == 0 ? 1 : 0;  // another piece of w, or of v
+    break;
+  }
+  const absl::Status coverage = CheckCoverage(sources_, destinations_, broken);
+  EXPECT_EQ(coverage.code(), absl::StatusCode::kFailedPrecondition) << coverage;
+  EXPECT_TRUE(absl::StrContains(std::string(coverage.message()), "does not hold it")) << coverage;
+  EXPECT_FALSE(CheckBytes(sources_, destinations_, broken, 1 << 26).ok());
 }
 
 TEST(RegionMathTest, CoverageByUnion) {

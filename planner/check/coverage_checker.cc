@@ -69,8 +69,20 @@ class CoverageChecker {
     return &view;
   }
 
-  std::vector<Written>* ScratchOf(const planner::Endpoint& e, int32_t tensor) {
-    if (e.index != tensor) return nullptr;
+  // The writes of a scratch or relay buffer endpoint that `box` of `tensor` may use;
+  // nullptr when the buffer holds another tensor, or (relay buffers) not the whole box.
+  std::vector<Written>* ScratchOf(const planner::Endpoint& e, int32_t tensor, const Region& box) {
+    if (e.kind == EndpointKind::kRelayBuffer) {
+      if (e.index < 0 || e.index >= static_cast<int32_t>(plan_.pieces.size())) return nullptr;
+      const planner::Piece& held = plan_.pieces[e.index];
+      if (held.tensor != tensor ||
+          !IsInside(box,
+                    RegionFrom(held.box.offset.data(), held.box.extent.data(), held.box.rank()))) {
+        return nullptr;
+      }
+    } else if (e.index != tensor) {
+      return nullptr;
+    }
     return &scratch_writes_[std::make_tuple(e.kind, e.rank_index, e.index)];
   }
 
@@ -118,10 +130,14 @@ class CoverageChecker {
         break;
       }
       default: {
-        std::vector<Written>* writes = ScratchOf(t.src, piece.tensor);
-        if (writes == nullptr || !ArrivedBefore(box, *writes, t.batch)) {
-          return Fail(absl::StrCat("reads scratch of ", RankName(t.src), " before it is filled"), t,
-                      &box);
+        std::vector<Written>* writes = ScratchOf(t.src, piece.tensor, box);
+        if (writes == nullptr) {
+          return Fail(absl::StrCat("reads a buffer of ", RankName(t.src), " that does not hold it"),
+                      t, &box);
+        }
+        if (!ArrivedBefore(box, *writes, t.batch)) {
+          return Fail(absl::StrCat("reads a buffer of ", RankName(t.src), " before it is filled"),
+                      t, &box);
         }
       }
     }
@@ -138,8 +154,19 @@ class CoverageChecker {
     } else if (t.dst.kind == EndpointKind::kSourceView) {
       return Fail("writes into a source view", t, &box);
     } else {
-      std::vector<Written>* writes = ScratchOf(t.dst, piece.tensor);
-      if (writes == nullptr) return Fail("writes scratch of another tensor", t, &box);
+      std::vector<Written>* writes = ScratchOf(t.dst, piece.tensor, box);
+      if (writes == nullptr) {
+        return Fail(absl::StrCat("writes a buffer of ", RankName(t.dst), " that does not hold it"),
+                    t, &box);
+      }
+      if (t.dst.kind == EndpointKind::kRelayBuffer) {
+        for (const Written& w : *writes) {
+          if (!AreDisjoint(w.region, box)) {
+            return Fail(absl::StrCat("fills a relay buffer of ", RankName(t.dst), " twice"), t,
+                        &box);
+          }
+        }
+      }
       writes->push_back(Written{box, t.batch});
     }
     return absl::OkStatus();
