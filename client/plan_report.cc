@@ -69,6 +69,8 @@ std::string PlanReportJson(const PlanSummary& summary) {
   json.Real("predicted_latency_seconds", s.predicted_latency_seconds);
   json.Real("lower_bound_seconds", s.lower_bound_seconds);
   json.Int("relayed_bytes", s.relayed_bytes);
+  json.Int("relay_buffer_bytes", s.relay_buffer_bytes);
+  json.Int("relay_buffer_peak_bytes", s.relay_buffer_peak_bytes);
   json.Real("direct_predicted_seconds", s.direct_predicted_seconds);
   json.Real("direct_lower_bound_seconds", s.direct_lower_bound_seconds);
   for (const planner::PlanCandidate& candidate : s.candidates) {
@@ -120,6 +122,13 @@ std::string PlanReportTable(const PlanSummary& summary) {
                      : absl::StrFormat("%s forwarded domain to domain; without relays at least "
                                        "%.3f s (not priced)",
                                        HumanBytes(s.relayed_bytes), s.direct_lower_bound_seconds)},
+      {"relay buffers",
+       s.relay_buffer_bytes == 0
+           ? std::string("none (every piece crosses the network into one of its destinations)")
+           : absl::StrFormat("%s received by GPUs that are not destinations of it and forwarded "
+                             "over NVLink; at most %s on one GPU at once",
+                             HumanBytes(s.relay_buffer_bytes),
+                             HumanBytes(s.relay_buffer_peak_bytes))},
       {"chosen", Chosen(plan)},
       {"plan time", absl::StrFormat("%.3f s", plan.plan_seconds)},
       {"digest", plan.digest},

@@ -1,5 +1,6 @@
 #include "daemon/piece_checksums.h"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -19,7 +20,29 @@ bool IsView(const v1::Endpoint& e) {
   return e.kind() == v1::ENDPOINT_SOURCE_VIEW || e.kind() == v1::ENDPOINT_DESTINATION_VIEW;
 }
 
+bool IsRelayBuffer(const v1::Endpoint& e) { return e.kind() == v1::ENDPOINT_RELAY_BUFFER; }
+
+// Whether a transfer has an end to hash: view to view, or one hop of a piece through a
+// relay buffer (filled from a source view, read into a destination view).
+bool IsChecked(const v1::Transfer& t) {
+  return (IsView(t.src()) && IsView(t.dst())) || (IsView(t.src()) && IsRelayBuffer(t.dst())) ||
+         (IsRelayBuffer(t.src()) && IsView(t.dst()));
+}
+
+// Whether a read of a relay buffer moves the buffer's whole box (then its destination
+// must hold what the transfer that filled the buffer read from its source).
+bool ReadsWholeBuffer(const v1::Transfer& t) {
+  return IsRelayBuffer(t.src()) &&
+         std::equal(t.offset().begin(), t.offset().end(), t.src().buffer_offset().begin(),
+                    t.src().buffer_offset().end()) &&
+         std::equal(t.extent().begin(), t.extent().end(), t.src().buffer_extent().begin(),
+                    t.src().buffer_extent().end());
+}
+
 std::string Describe(const v1::Endpoint& e) {
+  if (IsRelayBuffer(e)) {
+    return absl::StrCat("relay buffer ", e.relay_buffer(), " of source rank ", e.rank());
+  }
   return absl::StrCat(e.kind() == v1::ENDPOINT_SOURCE_VIEW ? "source" : "destination", " rank ",
                       e.rank(), " view ", e.view());
 }
@@ -36,11 +59,12 @@ absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
       hashed;
   for (const v1::Batch& batch : slice.batches()) {
     for (const v1::Transfer& t : batch.transfers()) {
-      if (!IsView(t.src()) || !IsView(t.dst())) continue;
+      if (!IsChecked(t)) continue;
       const transport::Dims offset(t.offset().begin(), t.offset().end());
       const transport::Dims extent(t.extent().begin(), t.extent().end());
       for (const bool destination : {false, true}) {
         const v1::Endpoint& end = destination ? t.dst() : t.src();
+        if (!IsView(end)) continue;
         const v1::Role role = transport::EndpointRole(end.kind());
         absl::StatusOr<int32_t> daemon = placement.DaemonOf(role, end.rank());
         if (!daemon.ok() || *daemon != self) continue;
@@ -79,17 +103,35 @@ absl::StatusOr<int64_t> ComparePieceChecksums(const v1::Plan& plan,
     auto& [source, destination] = ends[p.sequence()];
     (p.destination() ? destination : source) = p.xxh64();
   }
+  // Relay buffer (source rank, id) -> the sequence of the transfer that filled it.
+  std::map<std::pair<int64_t, int64_t>, int64_t> filled_by;
+  for (const v1::Batch& batch : plan.batches()) {
+    for (const v1::Transfer& t : batch.transfers()) {
+      if (IsRelayBuffer(t.dst())) filled_by[{t.dst().rank(), t.dst().relay_buffer()}] = t.sequence();
+    }
+  }
   int64_t compared = 0;
   for (const v1::Batch& batch : plan.batches()) {
     for (const v1::Transfer& t : batch.transfers()) {
-      auto it = ends.find(t.sequence());
-      if (it == ends.end() || !it->second.first || !it->second.second) continue;
+      // A read of a whole relay buffer pairs with the source end of the buffer's fill.
+      int64_t source_sequence = t.sequence();
+      if (IsRelayBuffer(t.src())) {
+        auto fill = filled_by.find({t.src().rank(), t.src().relay_buffer()});
+        if (!ReadsWholeBuffer(t) || fill == filled_by.end()) continue;
+        source_sequence = fill->second;
+      }
+      auto source = ends.find(source_sequence);
+      auto destination = ends.find(t.sequence());
+      if (source == ends.end() || destination == ends.end() || !source->second.first ||
+          !destination->second.second) {
+        continue;
+      }
       ++compared;
-      if (*it->second.first == *it->second.second) continue;
+      if (*source->second.first == *destination->second.second) continue;
       return absl::DataLossError(absl::StrFormat(
           "checksum mismatch on %s [%s] + [%s]: %s holds %016x where %s sent %016x", t.tensor(),
           absl::StrJoin(t.offset(), ","), absl::StrJoin(t.extent(), ","), Describe(t.dst()),
-          *it->second.second, Describe(t.src()), *it->second.first));
+          *destination->second.second, Describe(t.src()), *source->second.first));
     }
   }
   return compared;

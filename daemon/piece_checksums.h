@@ -4,7 +4,10 @@
 // elements in row-major order, so memory layouts do not matter). The coordinator pairs the
 // two by the transfer's sequence in the plan. Unlike view checksums, which compare views
 // holding the same box, this covers reshards, where the two sides' boxes differ.
-// Transfers through scratch buffers (gather_broadcast) are left to the view checksums.
+// A piece that travels through a relay buffer is checked end to end: the source end of the
+// transfer that filled the buffer against the destination end of each transfer that
+// reads the whole buffer. Transfers through scratch buffers (gather_broadcast), and reads
+// of part of a relay buffer, are left to the view checksums.
 #ifndef REFIT_DAEMON_PIECE_CHECKSUMS_H_
 #define REFIT_DAEMON_PIECE_CHECKSUMS_H_
 

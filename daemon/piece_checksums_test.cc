@@ -12,6 +12,7 @@
 #include "planner/plan_proto.h"
 #include "planner/planner.h"
 #include "planner/testing/layout_builder.h"
+#include "planner/testing/relay_buffer_case.h"
 #include "planner/topology.h"
 #include "transport/local_executor.h"
 #include "transport/testing/backed_layouts.h"
@@ -27,7 +28,9 @@ struct Executed {
   transport::RankPlacement placement;  // everything on daemon 0
 };
 
-void Execute(const refit::testing::LayoutPair& pair, const char* strategy, Executed* out) {
+void Execute(const refit::testing::LayoutPair& pair, const char* strategy, Executed* out,
+             const v1::Topology& topology = planner::DgxH100Topology(),
+             int64_t staging_budget_bytes = planner::PlanOptions().staging_budget_bytes) {
   out->sources = out->backed.Back(pair.sources, "source");
   out->destinations = out->backed.Back(pair.destinations, "destination");
   out->buffers =
@@ -41,9 +44,10 @@ void Execute(const refit::testing::LayoutPair& pair, const char* strategy, Execu
   }
   planner::PlanOptions options;
   options.strategy = strategy;
+  options.staging_budget_bytes = staging_budget_bytes;
   const planner::Layout src = *planner::CompileLayout(pair.sources, "source");
   const planner::Layout dst = *planner::CompileLayout(pair.destinations, "destination");
-  auto plan = planner::BuildPlan(src, dst, planner::DgxH100Topology(), options);
+  auto plan = planner::BuildPlan(src, dst, topology, options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   out->plan = planner::PlanToProto(**plan, src, dst);
   ASSERT_TRUE(transport::ExecuteLocally(out->plan, *out->buffers).ok());
@@ -115,6 +119,46 @@ TEST(PieceChecksumsTest, OnlyTheDaemonsOwnEndsAreHashed) {
   EXPECT_EQ(*ComparePieceChecksums(run.plan, all), 4);
   // Only one end reported: nothing to compare, nothing claimed.
   EXPECT_EQ(*ComparePieceChecksums(run.plan, *trainer), 0);
+}
+
+// A piece that goes through a relay buffer is checked end to end (source view against
+// destination view), though neither of its two transfers is view to view.
+TEST(PieceChecksumsTest, PiecesThroughRelayBuffersAreComparedEndToEnd) {
+  const refit::testing::RelayBufferCase relay_case = refit::testing::MakeRelayBufferCase();
+  Executed run;
+  ASSERT_NO_FATAL_FAILURE(Execute({relay_case.sources.spec(), relay_case.destinations.spec(),
+                                   "relay buffer case"},
+                                  planner::kStrategyReshard, &run, relay_case.topology,
+                                  relay_case.staging_budget_bytes));
+  int64_t direct = 0, through_buffers = 0;
+  const v1::Transfer* relayed = nullptr;
+  for (const v1::Batch& batch : run.plan.batches()) {
+    for (const v1::Transfer& t : batch.transfers()) {
+      if (t.src().kind() == v1::ENDPOINT_RELAY_BUFFER) {
+        ++through_buffers;
+        relayed = &t;
+      } else if (t.dst().kind() != v1::ENDPOINT_RELAY_BUFFER) {
+        ++direct;
+      }
+    }
+  }
+  ASSERT_GT(through_buffers, 0);
+  auto pieces = ChecksumPieces(run.plan, run.placement, 0, *run.buffers);
+  ASSERT_TRUE(pieces.ok()) << pieces.status();
+  EXPECT_EQ(*ComparePieceChecksums(run.plan, *pieces), direct + through_buffers);
+  // One flipped byte of a piece that came through a buffer is caught and named.
+  absl::StatusOr<transport::StridedRef> memory = run.buffers->Locate(
+      v1::ROLE_DESTINATION, 0, relayed->dst().view(), "w",
+      {relayed->offset().begin(), relayed->offset().end()}, {1, 1});
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  memory->base[0] ^= 0x40;
+  pieces = ChecksumPieces(run.plan, run.placement, 0, *run.buffers);
+  ASSERT_TRUE(pieces.ok()) << pieces.status();
+  absl::StatusOr<int64_t> compared = ComparePieceChecksums(run.plan, *pieces);
+  ASSERT_EQ(compared.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(compared.status().message(),
+                                absl::StrCat("where relay buffer ", relayed->src().relay_buffer())))
+      << compared.status();
 }
 
 }  // namespace
