@@ -107,7 +107,8 @@ absl::StatusOr<int64_t> ComparePieceChecksums(const v1::Plan& plan,
   std::map<std::pair<int64_t, int64_t>, int64_t> filled_by;
   for (const v1::Batch& batch : plan.batches()) {
     for (const v1::Transfer& t : batch.transfers()) {
-      if (IsRelayBuffer(t.dst())) filled_by[{t.dst().rank(), t.dst().relay_buffer()}] = t.sequence();
+      if (IsRelayBuffer(t.dst()))
+        filled_by[{t.dst().rank(), t.dst().relay_buffer()}] = t.sequence();
     }
   }
   int64_t compared = 0;

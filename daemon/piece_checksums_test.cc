@@ -126,10 +126,9 @@ TEST(PieceChecksumsTest, OnlyTheDaemonsOwnEndsAreHashed) {
 TEST(PieceChecksumsTest, PiecesThroughRelayBuffersAreComparedEndToEnd) {
   const refit::testing::RelayBufferCase relay_case = refit::testing::MakeRelayBufferCase();
   Executed run;
-  ASSERT_NO_FATAL_FAILURE(Execute({relay_case.sources.spec(), relay_case.destinations.spec(),
-                                   "relay buffer case"},
-                                  planner::kStrategyReshard, &run, relay_case.topology,
-                                  relay_case.staging_budget_bytes));
+  ASSERT_NO_FATAL_FAILURE(Execute(
+      {relay_case.sources.spec(), relay_case.destinations.spec(), "relay buffer case"},
+      planner::kStrategyReshard, &run, relay_case.topology, relay_case.staging_budget_bytes));
   int64_t direct = 0, through_buffers = 0;
   const v1::Transfer* relayed = nullptr;
   for (const v1::Batch& batch : run.plan.batches()) {
@@ -147,9 +146,9 @@ TEST(PieceChecksumsTest, PiecesThroughRelayBuffersAreComparedEndToEnd) {
   ASSERT_TRUE(pieces.ok()) << pieces.status();
   EXPECT_EQ(*ComparePieceChecksums(run.plan, *pieces), direct + through_buffers);
   // One flipped byte of a piece that came through a buffer is caught and named.
-  absl::StatusOr<transport::StridedRef> memory = run.buffers->Locate(
-      v1::ROLE_DESTINATION, 0, relayed->dst().view(), "w",
-      {relayed->offset().begin(), relayed->offset().end()}, {1, 1});
+  absl::StatusOr<transport::StridedRef> memory =
+      run.buffers->Locate(v1::ROLE_DESTINATION, 0, relayed->dst().view(), "w",
+                          {relayed->offset().begin(), relayed->offset().end()}, {1, 1});
   ASSERT_TRUE(memory.ok()) << memory.status();
   memory->base[0] ^= 0x40;
   pieces = ChecksumPieces(run.plan, run.placement, 0, *run.buffers);

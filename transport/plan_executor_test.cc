@@ -35,6 +35,19 @@ RankPlacement PlaceByHost(const v1::LayoutSpec& sources, const v1::LayoutSpec& d
   return placement;
 }
 
+// Every rank of both sides in one map over the same shared memory the daemons map (the
+// view the test checks the result through), source views filled with their pattern.
+void AddEveryRank(const v1::LayoutSpec& sources, const v1::LayoutSpec& destinations,
+                  BufferMap* everything) {
+  for (const v1::RankLayout& r : sources.ranks()) {
+    ASSERT_TRUE(everything->AddRank(v1::ROLE_SOURCE, r).ok());
+    testing::FillViews(*everything, v1::ROLE_SOURCE, r);
+  }
+  for (const v1::RankLayout& r : destinations.ranks()) {
+    ASSERT_TRUE(everything->AddRank(v1::ROLE_DESTINATION, r).ok());
+  }
+}
+
 struct Daemon {
   std::unique_ptr<UcxWorker> worker;
   std::unique_ptr<BufferMap> buffers;
@@ -98,13 +111,7 @@ TEST(PlanExecutorTest, RandomLayoutsAcrossDaemonsArriveByteForByte) {
       const v1::LayoutSpec sources = backed.Back(pair.sources, "source");
       const v1::LayoutSpec destinations = backed.Back(pair.destinations, "destination");
       BufferMap everything(testing::TensorsOf(sources));
-      for (const v1::RankLayout& r : sources.ranks()) {
-        ASSERT_TRUE(everything.AddRank(v1::ROLE_SOURCE, r).ok());
-        testing::FillViews(everything, v1::ROLE_SOURCE, r);
-      }
-      for (const v1::RankLayout& r : destinations.ranks()) {
-        ASSERT_TRUE(everything.AddRank(v1::ROLE_DESTINATION, r).ok());
-      }
+      ASSERT_NO_FATAL_FAILURE(AddEveryRank(sources, destinations, &everything));
       planner::PlanOptions options;
       options.strategy = strategy;
       options.staging_budget_bytes = 4096;  // several batches
@@ -195,13 +202,7 @@ TEST(PlanExecutorTest, RelayBuffersForwardAcrossDaemonsAndAreFreed) {
   const v1::LayoutSpec sources = backed.Back(relay_case.sources.spec(), "source");
   const v1::LayoutSpec destinations = backed.Back(relay_case.destinations.spec(), "destination");
   BufferMap everything(testing::TensorsOf(sources));
-  for (const v1::RankLayout& r : sources.ranks()) {
-    ASSERT_TRUE(everything.AddRank(v1::ROLE_SOURCE, r).ok());
-    testing::FillViews(everything, v1::ROLE_SOURCE, r);
-  }
-  for (const v1::RankLayout& r : destinations.ranks()) {
-    ASSERT_TRUE(everything.AddRank(v1::ROLE_DESTINATION, r).ok());
-  }
+  ASSERT_NO_FATAL_FAILURE(AddEveryRank(sources, destinations, &everything));
   planner::PlanOptions options;
   options.staging_budget_bytes = relay_case.staging_budget_bytes;
   const planner::Layout src = *planner::CompileLayout(relay_case.sources.spec(), "source");
