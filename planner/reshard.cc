@@ -580,8 +580,8 @@ class ReshardPlanner {
     if (output_ == RouteOutput::kLinkLoads) return arrival;
     // A forward goes in a later batch than the transfer that brought its bytes.
     arrival.batch = batches_->Place(transfer, bytes, after != nullptr ? after->batch + 1 : 0);
-    if (output_ == RouteOutput::kPlan) TrackRelayBuffer(transfer, arrival.batch, dst_gpu, bytes);
     if (output_ == RouteOutput::kPlan) {
+      TrackRelayBuffer(transfer, arrival.batch, dst_gpu, bytes);
       transfer.batch = arrival.batch;
       transfers_.Add(transfer);
     } else {  // kBatchedLinkLoads

@@ -62,6 +62,7 @@ absl::StatusOr<StridedRef> RelayBuffers::Locate(const v1::Endpoint& endpoint,
     buffer.device = device;
     buffer.bytes = bytes;
     live_bytes_ += bytes;
+    ++live_buffers_;
     peak_bytes_ = std::max(peak_bytes_, live_bytes_);
   } else if (buffer.tensor != tensor || buffer.offset != held_offset ||
              buffer.extent != held_extent || buffer.device != device) {
@@ -78,14 +79,11 @@ absl::StatusOr<StridedRef> RelayBuffers::Locate(const v1::Endpoint& endpoint,
 void RelayBuffers::ReadDone(const v1::Endpoint& endpoint) {
   auto it = buffers_.find(KeyOf(endpoint));
   if (it == buffers_.end() || --it->second.reads_left > 0) return;
-  if (it->second.memory != nullptr) live_bytes_ -= it->second.bytes;
+  if (it->second.memory != nullptr) {
+    live_bytes_ -= it->second.bytes;
+    --live_buffers_;
+  }
   buffers_.erase(it);
-}
-
-int64_t RelayBuffers::live_buffers() const {
-  int64_t live = 0;
-  for (const auto& [key, buffer] : buffers_) live += buffer.memory != nullptr;
-  return live;
 }
 
 StagingPool::Allocator RelayBufferAllocator(StagingPool::Allocator device_allocate) {

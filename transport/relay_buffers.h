@@ -42,7 +42,7 @@ class RelayBuffers {
 
   int64_t live_bytes() const { return live_bytes_; }
   int64_t peak_bytes() const { return peak_bytes_; }
-  int64_t live_buffers() const;
+  int64_t live_buffers() const { return live_buffers_; }
 
  private:
   using Key = std::pair<int64_t, int64_t>;  // (source rank, buffer id)
@@ -61,6 +61,7 @@ class RelayBuffers {
   std::map<Key, Buffer> buffers_;
   int64_t live_bytes_ = 0;
   int64_t peak_bytes_ = 0;
+  int64_t live_buffers_ = 0;  // allocated and not yet freed
 };
 
 // Host memory for relay buffers (not zeroed: every byte is written before it is read),

@@ -251,11 +251,10 @@ class ByteChecker {
     auto key = std::make_tuple(e.kind, e.rank_index, e.index);
     auto it = scratch_.find(key);
     if (it == scratch_.end()) {
-      absl::Status s = Reserve(BoxBytes(*dense, info.element_bytes));
+      const int64_t bytes = BoxBytes(*dense, info.element_bytes);
+      absl::Status s = Reserve(bytes);
       if (!s.ok()) return s;
-      it =
-          scratch_.emplace(key, std::vector<uint8_t>(BoxBytes(*dense, info.element_bytes), kPoison))
-              .first;
+      it = scratch_.emplace(key, std::vector<uint8_t>(bytes, kPoison)).first;
     }
     return Access{it->second.data(), nullptr, dense};
   }
