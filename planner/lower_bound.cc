@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "absl/container/flat_hash_map.h"
+
 #include "planner/link_loads.h"
 #include "planner/overlap_index.h"
 
@@ -118,6 +120,49 @@ void WithoutHeldBy(const PlanningProblem& problem, int32_t tensor, const Box& bo
   }
 }
 
+// What some source GPU's NIC must send without relays, where every byte leaves a GPU that
+// holds it once for every domain that needs it and holds none of it: `demand[g]` is what
+// the holders of source group g must send. A single holder's GPU sends all of its groups'
+// demand; a set of GPUs sends at least the demand of every group held only inside it, so
+// its busiest NIC at least that over the set's size.
+double SourceGpuNicOutSeconds(const PlanningProblem& problem, const std::vector<int64_t>& demand) {
+  const ClusterMap& cluster = *problem.cluster;
+  std::vector<int64_t> single(cluster.num_gpus(), 0);
+  absl::flat_hash_map<std::vector<int32_t>, int64_t> by_set;  // sorted GPUs -> demand
+  std::vector<int32_t> gpus;
+  for (size_t g = 0; g < demand.size(); ++g) {
+    if (demand[g] == 0) continue;
+    gpus.clear();
+    for (int32_t h : problem.source_groups[g].views) gpus.push_back(problem.SourceGpuOfView(h));
+    std::sort(gpus.begin(), gpus.end());
+    gpus.erase(std::unique(gpus.begin(), gpus.end()), gpus.end());
+    if (gpus.size() == 1) {
+      single[gpus[0]] += demand[g];
+    } else {
+      by_set[gpus] += demand[g];
+    }
+  }
+  int64_t busiest = *std::max_element(single.begin(), single.end());
+  double busiest_share = static_cast<double>(busiest);
+  // Sets inside other sets are added to them where there are few enough to compare pairwise.
+  constexpr size_t kMostSetsCompared = 512;
+  const bool nest = by_set.size() <= kMostSetsCompared;
+  for (const auto& [set, bytes] : by_set) {
+    int64_t inside = bytes;
+    for (int32_t gpu : set) inside += single[gpu];
+    if (nest) {
+      for (const auto& [other, other_bytes] : by_set) {
+        if (other.size() < set.size() &&
+            std::includes(set.begin(), set.end(), other.begin(), other.end())) {
+          inside += other_bytes;
+        }
+      }
+    }
+    busiest_share = std::max(busiest_share, static_cast<double>(inside) / set.size());
+  }
+  return busiest_share / cluster.bandwidths().nic_bytes_per_s;
+}
+
 }  // namespace
 
 LowerBound ComputeLowerBound(const PlanningProblem& problem) {
@@ -128,6 +173,8 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
   std::vector<int64_t> domain_out(cluster.num_domains(), 0);
   std::vector<int64_t> domain_out_direct(cluster.num_domains(), 0);
   std::vector<int64_t> gpu_ingress(cluster.num_gpus(), 0);
+  // Per source group, what its holders send without relays (SourceGpuNicOutSeconds).
+  std::vector<int64_t> direct_demand(problem.source_groups.size(), 0);
 
   // Where a tensor's groups are disjoint, so are the pieces of any two of them: counted
   // without uniting. Otherwise (replicas tiled differently) they are united.
@@ -238,6 +285,16 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
           }
         }
       }
+      if (!sources_overlap && !may_overlap) {
+        // Only its holders hold this piece: every domain that needs it and holds
+        // none of it receives it over the network from one of them, without relays.
+        int64_t domains = 0;
+        for (const DomainMembers& run : runs) {
+          domains += !std::binary_search(holder_domains.begin(), holder_domains.end(),
+                                         run.domain);
+        }
+        direct_demand[piece.source_group] += domains * BoxBytes(piece.box, element_bytes);
+      }
       auto arrive_at = [&](int32_t gpu) {
         if (!gpu_holds_sources[gpu]) {  // most GPUs: nothing to look up
           arrive(gpu, piece.box);
@@ -282,7 +339,8 @@ LowerBound ComputeLowerBound(const PlanningProblem& problem) {
     bound.seconds =
         std::max(bound.seconds, gpu_ingress[gpu] / (bw.nic_bytes_per_s + bw.nvlink_bytes_per_s));
   }
-  bound.direct_seconds = std::max(bound.direct_seconds, bound.seconds);
+  bound.direct_seconds =
+      std::max({bound.direct_seconds, bound.seconds, SourceGpuNicOutSeconds(problem, direct_demand)});
   return bound;
 }
 

@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <functional>
+#include <map>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "planner/cost_model.h"
 #include "planner/layout.h"
@@ -172,6 +174,47 @@ TEST(LowerBoundTest, NoPlanOnTinyLayoutsBeatsIt) {
   EXPECT_GT(plans_priced, 10000);
   EXPECT_GT(relayed_plans, plans_priced / 4);
   EXPECT_GT(direct_plans, 1000);
+}
+
+// Without relays a source GPU sends each of its pieces once for every domain that needs it:
+// what one GPU alone holds weighs on that GPU's NIC, and what a set of GPUs holds on the
+// busiest of them, not on their domain's average.
+LowerBound BoundForTrainerPairToThreeDomains(bool with_on_both) {
+  refit::testing::LayoutBuilder sources, destinations;
+  std::vector<std::string> tensors = {"only_on_0", "only_on_1"};
+  if (with_on_both) tensors.push_back("on_both");
+  const std::map<std::string, int64_t> rows = {{"only_on_0", 64}, {"only_on_1", 4}, {"on_both", 128}};
+  for (const std::string& tensor : tensors) {
+    sources.Tensor(tensor, {rows.at(tensor), 16});
+    destinations.Tensor(tensor, {rows.at(tensor), 16});
+    destinations.Replicated(tensor, {0, 1, 2});
+  }
+  sources.Rank(0, "trainer", 0).Rank(1, "trainer", 1);
+  sources.Replicated("only_on_0", {0}).Replicated("only_on_1", {1});
+  if (with_on_both) sources.Replicated("on_both", {0, 1});
+  for (int64_t r = 0; r < 3; ++r) destinations.Rank(r, absl::StrCat("inference-", r), 0);
+  absl::StatusOr<Layout> src = CompileLayout(sources.spec(), "source");
+  absl::StatusOr<Layout> dst = CompileLayout(destinations.spec(), "destination");
+  EXPECT_TRUE(src.ok() && dst.ok());
+  absl::StatusOr<std::unique_ptr<PlanningProblem>> problem =
+      MakePlanningProblem(*src, *dst, refit::testing::SlowLinksTopology());
+  EXPECT_TRUE(problem.ok()) << problem.status();
+  return ComputeLowerBound(**problem);
+}
+
+TEST(LowerBoundTest, WithoutRelaysEachSourceGpuSendsWhatOnlyItHolds) {
+  const double nic = 50e3;  // SlowLinksTopology: bytes per second
+  const int64_t only_on_0 = 64 * 16 * 4, only_on_1 = 4 * 16 * 4, on_both = 128 * 16 * 4;
+  // GPU 0 sends only_on_0 to each of three domains (12,288 bytes), where their domain's
+  // average is 6,528 and an inference NIC takes 4,352.
+  const LowerBound alone = BoundForTrainerPairToThreeDomains(false);
+  EXPECT_DOUBLE_EQ(alone.seconds, (only_on_0 + only_on_1) / nic);
+  EXPECT_DOUBLE_EQ(alone.direct_seconds, 3.0 * only_on_0 / nic);
+  // With a tensor on both, the pair sends everything three times: one of them at least
+  // half of it (12,672 bytes), above GPU 0's own 12,288 and any inference NIC's 12,544.
+  const LowerBound pair = BoundForTrainerPairToThreeDomains(true);
+  EXPECT_DOUBLE_EQ(pair.seconds, (only_on_0 + only_on_1 + on_both) / nic);
+  EXPECT_DOUBLE_EQ(pair.direct_seconds, 3.0 * (only_on_0 + only_on_1 + on_both) / 2 / nic);
 }
 
 }  // namespace

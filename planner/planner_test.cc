@@ -345,19 +345,20 @@ TEST(PlannerTest, RelaysReachTheDeepestReplicaInLogarithmicallyManyHops) {
   }
 }
 
-// Where the plan without relays cannot win (its busiest link alone takes longer than the
-// relayed plan), it is routed but not batched or priced, and says so; the figure it gives
-// is a true floor: pricing that plan in full gives at least as much.
+// Where the plan without relays cannot win (a floor of it, found without keeping its
+// transfers, is above the relayed plan), it is routed but not priced, and says so; the
+// figure it gives is a true floor: pricing that plan in full gives at least as much.
 TEST(PlannerTest, ADirectPlanThatCannotWinIsNotPricedAndSaysWhatItTakesAtLeast) {
-  absl::StatusOr<RefitScenario> scenario = ReferenceRefit("dsv3-h100");
+  absl::StatusOr<RefitScenario> scenario = ReferenceRefit("dsv3-gb200");
   ASSERT_TRUE(scenario.ok()) << scenario.status();
   absl::StatusOr<Layout> sources = CompileLayout(scenario->sources, "source");
   absl::StatusOr<Layout> destinations = CompileLayout(scenario->destinations, "destination");
   ASSERT_TRUE(sources.ok() && destinations.ok());
   PlanOptions options;
-  // Pieces split finer than by default: the relayed plan is then just above what any
-  // direct plan takes (0.905 s against 0.902 s), so the direct plan must be routed to lose.
-  options.split_threshold_bytes = 8 << 20;
+  // Pieces split finer than by default: the relayed plan (0.721 s) is then above what the
+  // lower bound says any direct plan takes, and below the direct plan's batched floor, so
+  // the direct plan must be routed to lose.
+  options.split_threshold_bytes = 16 << 20;
   absl::StatusOr<std::shared_ptr<const Plan>> plan =
       BuildPlan(*sources, *destinations, scenario->topology, options);
   ASSERT_TRUE(plan.ok()) << plan.status();
@@ -375,18 +376,24 @@ TEST(PlannerTest, ADirectPlanThatCannotWinIsNotPricedAndSaysWhatItTakesAtLeast) 
       BuildPlan(*sources, *destinations, scenario->topology, options);
   ASSERT_TRUE(priced.ok()) << priced.status();
   EXPECT_GE((*priced)->stats.predicted_seconds, direct.predicted_seconds);
-  // The floor was found by routing without keeping the transfers: it is exactly the
-  // busiest link of the direct plan made in full.
+  // The floor is the first of the two floors above the relayed plan: the direct plan's
+  // busiest link, else the sum of its batches' busiest links.
   absl::StatusOr<std::unique_ptr<PlanningProblem>> problem =
       MakePlanningProblem(*sources, *destinations, scenario->topology);
   ASSERT_TRUE(problem.ok()) << problem.status();
+  const LowerBound bound = ComputeLowerBound(**problem);
+  EXPECT_LT(bound.direct_seconds, s.predicted_seconds);
+  const double busiest = ReshardBusiestLinkSeconds(**problem, options, bound);
+  const double batched = ReshardBatchedFloorSeconds(**problem, options, bound);
+  EXPECT_DOUBLE_EQ(direct.predicted_seconds, busiest > s.predicted_seconds ? busiest : batched);
+  // The first floor is exactly the busiest link of the direct plan made in full.
   const ClusterMap& cluster = *(*problem)->cluster;
   LinkLoads loads(cluster.num_gpus());
   for (const Transfer& t : (*priced)->transfers) {
     loads.Add(t.route, cluster.EndpointGpu(t.src), cluster.EndpointGpu(t.dst),
               (*priced)->BytesOf(t));
   }
-  EXPECT_DOUBLE_EQ(loads.BottleneckSeconds(cluster.bandwidths()), direct.predicted_seconds);
+  EXPECT_DOUBLE_EQ(loads.BottleneckSeconds(cluster.bandwidths()), busiest);
 }
 
 // The two floors the planner compares a relayed plan with before making the plan without
@@ -410,6 +417,8 @@ TEST(PlannerTest, TheDirectPlansFloorsAreBelowItsPriceAndTheBatchedOneIsTighter)
     PricePlan(**problem, direct.get());
     const double busiest = ReshardBusiestLinkSeconds(**problem, options, bound);
     const double batched = ReshardBatchedFloorSeconds(**problem, options, bound);
+    // What the bound says no direct plan beats holds for this one.
+    EXPECT_LE(bound.direct_seconds, busiest * (1 + 1e-12)) << name;
     EXPECT_GT(batched, busiest) << name;
     EXPECT_LE(batched, direct->stats.predicted_seconds * (1 + 1e-12)) << name;
     // The floor differs from the price only by the messages beyond one per batch.
