@@ -57,6 +57,10 @@ int32_t BatchBuilder::Place(const Transfer& transfer, int64_t bytes, int32_t ear
   const int64_t charge = ChargeOf(transfer, bytes);
   int32_t batch = std::max({first_open_[src], first_open_[dst], earliest});
   while (!Fits(src, batch, charge) || !Fits(dst, batch, charge)) ++batch;
+  if (batch > kMaxBatches) {
+    overflowed_ = true;
+    return kMaxBatches;
+  }
   Take(src, batch, charge);
   Take(dst, batch, charge);
   return batch;

@@ -23,7 +23,10 @@ class BatchBuilder {
   // The batch of a transfer of `bytes`, placed after every transfer placed before it: the
   // lowest that fits at or after `earliest` (the batch after the one that brought the
   // bytes a forward sends).
+  // Past kMaxBatches nothing is placed: the batch returned is kMaxBatches and overflowed()
+  // says so (the plan must then be refused).
   int32_t Place(const Transfer& transfer, int64_t bytes, int32_t earliest);
+  bool overflowed() const { return overflowed_; }
 
  private:
   // Sending and receiving have separate slots (a NIC is full duplex), and so have the
@@ -41,6 +44,7 @@ class BatchBuilder {
   double local_scale_;
   std::vector<std::vector<int64_t>> usage_;  // per rank slot, bytes per batch
   std::vector<int32_t> first_open_;          // per rank slot, lowest batch not yet full
+  bool overflowed_ = false;
 };
 
 }  // namespace refit::planner

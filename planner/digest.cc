@@ -11,6 +11,7 @@ namespace refit::planner {
 namespace {
 
 // Fixed-width little-endian words; x86-64 and aarch64 hosts store them alike.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "digests are of little-endian words");
 class WordStream {
  public:
   explicit WordStream(XXH3_state_t* state) : state_(state) { words_.reserve(kChunk); }
@@ -45,15 +46,10 @@ std::string PlanDigest(const Plan& plan) {
         words.Add(piece.box.extent[d]);
       }
     }
-    for (const Transfer& t : plan.transfers) {
-      words.Add((int64_t{static_cast<uint8_t>(t.src.kind)} << 56) |
-                (int64_t{static_cast<uint8_t>(t.dst.kind)} << 48) |
-                (int64_t{static_cast<uint8_t>(t.route)} << 40) | t.batch);
-      words.Add((int64_t{t.src.rank_index} << 32) | static_cast<uint32_t>(t.src.index));
-      words.Add((int64_t{t.dst.rank_index} << 32) | static_cast<uint32_t>(t.dst.index));
-      words.Add(t.piece);
-    }
   }
+  // Transfers as they are in memory: no padding (plan.h), and the bit-fields are laid out
+  // alike on little-endian x86-64 and aarch64.
+  XXH3_128bits_update(state, plan.transfers.data(), plan.transfers.size() * sizeof(Transfer));
   const XXH128_hash_t hash = XXH3_128bits_digest(state);
   XXH3_freeState(state);
   return absl::StrFormat("%016x%016x", hash.high64, hash.low64);

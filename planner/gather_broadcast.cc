@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "absl/strings/str_cat.h"
+
 #include "planner/link_loads.h"
 
 namespace refit::planner {
@@ -159,11 +161,19 @@ class GatherBroadcastPlanner {
 
 }  // namespace
 
-void PlanGatherBroadcast(const PlanningProblem& problem, const PlanOptions& options, Plan* plan) {
+absl::Status PlanGatherBroadcast(const PlanningProblem& problem, const PlanOptions& options,
+                                 Plan* plan) {
   (void)options;
+  const int64_t tensors = problem.destinations->tensors.size();
+  if (2 * tensors > kMaxBatches) {
+    return absl::InvalidArgumentError(absl::StrCat("gather_broadcast needs two batches per tensor: ",
+                                                   tensors, " tensors take more than ",
+                                                   kMaxBatches));
+  }
   plan->strategy = kStrategyGatherBroadcast;
   plan->ordered_batches = true;
   GatherBroadcastPlanner(problem, plan).Run();
+  return absl::OkStatus();
 }
 
 }  // namespace refit::planner

@@ -5,6 +5,7 @@
 #ifndef REFIT_PLANNER_GATHER_BROADCAST_H_
 #define REFIT_PLANNER_GATHER_BROADCAST_H_
 
+#include "absl/status/status.h"
 #include "planner/options.h"
 #include "planner/plan.h"
 #include "planner/problem.h"
@@ -12,8 +13,10 @@
 namespace refit::planner {
 
 // Fills plan.pieces, plan.transfers (batched, unsorted) and plan.num_batches. Two batches
-// per tensor: the gather, then the broadcast chain and the slicing, in issue order.
-void PlanGatherBroadcast(const PlanningProblem& problem, const PlanOptions& options, Plan* plan);
+// per tensor: the gather, then the broadcast chain and the slicing, in issue order. Fails
+// where that is more than kMaxBatches.
+absl::Status PlanGatherBroadcast(const PlanningProblem& problem, const PlanOptions& options,
+                                 Plan* plan);
 
 }  // namespace refit::planner
 

@@ -310,6 +310,10 @@ absl::StatusOr<Layout> CompileLayout(const v1::LayoutSpec& spec, const std::stri
   absl::Status status = CompileTensors(spec, &layout);
   if (!status.ok()) return status;
   if (spec.ranks().empty()) return Invalid(side, "is empty: it declares no ranks");
+  if (spec.ranks_size() > kMaxRanksPerSide) {
+    return Invalid(side, absl::StrCat("declares ", spec.ranks_size(), " ranks, more than the ",
+                                      kMaxRanksPerSide, " a side may have"));
+  }
   absl::flat_hash_set<int64_t> rank_ids;
   for (const v1::RankLayout& r : spec.ranks()) {
     if (!rank_ids.insert(r.rank()).second) {

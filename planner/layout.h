@@ -15,6 +15,9 @@
 
 namespace refit::planner {
 
+// The most ranks one side may have: plans address a rank in 24 bits (planner/plan.h).
+inline constexpr int32_t kMaxRanksPerSide = (1 << 23) - 1;
+
 struct TensorInfo {
   std::string name;
   std::string dtype;

@@ -6,9 +6,11 @@
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "planner/box.h"
+#include "planner/layout.h"
 #include "proto/refit.pb.h"
 
 namespace refit::planner {
@@ -24,11 +26,20 @@ enum class EndpointKind : uint8_t {
   kRelayBuffer,
 };
 
+// Batch indices fit in 24 bits, as rank indices do (kMaxRanksPerSide), so that a transfer
+// takes 24 bytes; plans have hundreds of batches, and BuildPlan refuses one with more.
+inline constexpr int32_t kMaxBatches = (1 << 23) - 1;
+
 struct Endpoint {
-  EndpointKind kind = EndpointKind::kSourceView;
-  int32_t rank_index = 0;  // into the source or destination layout's ranks, by kind
+  EndpointKind kind : 8;
+  int32_t rank_index : 24;  // into the source or destination layout's ranks, by kind
+                            // (at most kMaxRanksPerSide: an endpoint takes 8 bytes)
   // View index into Layout::views, tensor index for scratch, piece index for a relay buffer.
-  int32_t index = 0;
+  int32_t index;
+
+  constexpr Endpoint(EndpointKind kind = EndpointKind::kSourceView, int32_t rank_index = 0,
+                     int32_t index = 0)
+      : kind(kind), rank_index(rank_index), index(index) {}
 
   bool IsSourceSide() const {
     return kind == EndpointKind::kSourceView || kind == EndpointKind::kSourceScratch ||
@@ -45,17 +56,32 @@ struct Piece {
   int64_t bytes = 0;
 };
 
+// A v1::Route in one byte (a bit-field of the proto's enum cannot hold its sentinels).
+class PackedRoute {
+ public:
+  constexpr PackedRoute(v1::Route route = v1::ROUTE_UNSPECIFIED)  // NOLINT: converts
+      : value_(static_cast<uint8_t>(route)) {}
+  constexpr operator v1::Route() const { return static_cast<v1::Route>(value_); }  // NOLINT
+
+ private:
+  uint8_t value_;
+};
+
 struct Transfer {
   Endpoint src;
   Endpoint dst;
   int32_t piece = 0;  // into Plan::pieces
-  int32_t batch = 0;
-  v1::Route route = v1::ROUTE_UNSPECIFIED;
+  int32_t batch : 24;
+  PackedRoute route;
   // Its bytes are its piece's (Plan::BytesOf): not kept here, since a large plan has tens
   // of millions of transfers.
+
+  Transfer() : batch(0) {}
 };
-static_assert(sizeof(Transfer) == 36,
-              "a transfer is 36 bytes: a large plan holds tens of millions");
+static_assert(sizeof(Endpoint) == 8 && sizeof(Transfer) == 24,
+              "a transfer is 24 bytes: a large plan holds tens of millions");
+static_assert(std::has_unique_object_representations_v<Transfer>,
+              "a transfer has no padding: the digest hashes transfers as they are in memory");
 
 // A plan the planner priced while choosing: "reshard_relays", "reshard_direct" or
 // "gather_broadcast", and what the cost model predicts for it. With `at_least` the plan

@@ -25,11 +25,12 @@ std::string CandidateName(const Plan& plan) {
 
 // The reshard plan: with relays where the options allow them and the cost model says they
 // win, else without. Every plan it prices is added to `candidates`.
-std::shared_ptr<Plan> PlanReshardChoosingRelays(const PlanningProblem& problem,
-                                                const PlanOptions& options, const LowerBound& bound,
-                                                std::vector<PlanCandidate>* candidates) {
+absl::StatusOr<std::shared_ptr<Plan>> PlanReshardChoosingRelays(
+    const PlanningProblem& problem, const PlanOptions& options, const LowerBound& bound,
+    std::vector<PlanCandidate>* candidates) {
   auto plan = std::make_shared<Plan>();
-  PlanReshard(problem, options, bound, plan.get());
+  absl::Status planned = PlanReshard(problem, options, bound, plan.get());
+  if (!planned.ok()) return planned;
   PricePlan(problem, plan.get());
   const bool relays = plan->stats.relayed_bytes > 0;
   candidates->push_back({CandidateName(*plan), plan->stats.predicted_seconds});
@@ -52,7 +53,8 @@ std::shared_ptr<Plan> PlanReshardChoosingRelays(const PlanningProblem& problem,
   if (cannot_win(ReshardBusiestLinkSeconds(problem, direct_options, bound))) return plan;
   if (cannot_win(ReshardBatchedFloorSeconds(problem, direct_options, bound))) return plan;
   auto direct = std::make_shared<Plan>();
-  PlanReshard(problem, direct_options, bound, direct.get());
+  planned = PlanReshard(problem, direct_options, bound, direct.get());
+  if (!planned.ok()) return planned;
   PricePlan(problem, direct.get());
   candidates->push_back({CandidateName(*direct), direct->stats.predicted_seconds});
   if (direct->stats.predicted_seconds <= plan->stats.predicted_seconds) return direct;
@@ -81,10 +83,16 @@ absl::StatusOr<std::shared_ptr<const Plan>> BuildPlan(const Layout& sources,
   const LowerBound bound = ComputeLowerBound(**problem);
   std::vector<PlanCandidate> candidates;
   std::shared_ptr<Plan> plan;
-  if (reshard) plan = PlanReshardChoosingRelays(**problem, options, bound, &candidates);
+  if (reshard) {
+    absl::StatusOr<std::shared_ptr<Plan>> planned =
+        PlanReshardChoosingRelays(**problem, options, bound, &candidates);
+    if (!planned.ok()) return planned.status();
+    plan = *std::move(planned);
+  }
   if (gather_broadcast) {
     auto broadcast = std::make_shared<Plan>();
-    PlanGatherBroadcast(**problem, options, broadcast.get());
+    absl::Status planned = PlanGatherBroadcast(**problem, options, broadcast.get());
+    if (!planned.ok()) return planned;
     PricePlan(**problem, broadcast.get());
     candidates.push_back({CandidateName(*broadcast), broadcast->stats.predicted_seconds});
     // auto: reshard unless gather_broadcast is predicted faster.

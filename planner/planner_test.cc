@@ -413,7 +413,7 @@ TEST(PlannerTest, TheDirectPlansFloorsAreBelowItsPriceAndTheBatchedOneIsTighter)
     PlanOptions options;
     options.relays = false;
     auto direct = std::make_shared<Plan>();
-    PlanReshard(**problem, options, bound, direct.get());
+    ASSERT_TRUE(PlanReshard(**problem, options, bound, direct.get()).ok());
     PricePlan(**problem, direct.get());
     const double busiest = ReshardBusiestLinkSeconds(**problem, options, bound);
     const double batched = ReshardBatchedFloorSeconds(**problem, options, bound);

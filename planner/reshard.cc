@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
 #include "planner/batch_builder.h"
 #include "planner/batch_order.h"
 #include "planner/cost_model.h"
@@ -169,6 +170,9 @@ class ReshardPlanner {
     }
     return busiest_link_seconds;
   }
+
+  // Whether some transfer would have gone past kMaxBatches (the plan cannot be used).
+  bool overflowed() const { return batches_.has_value() && batches_->overflowed(); }
 
   // Of a kBatchedLinkLoads run: what pricing the plan gives (cost_model.h) with the fewest
   // messages a batch can have, one per rank of a batch that holds any transfer: at most
@@ -580,6 +584,7 @@ class ReshardPlanner {
     if (output_ == RouteOutput::kLinkLoads) return arrival;
     // A forward goes in a later batch than the transfer that brought its bytes.
     arrival.batch = batches_->Place(transfer, bytes, after != nullptr ? after->batch + 1 : 0);
+    if (batches_->overflowed()) return arrival;  // refused: nothing more is kept
     if (output_ == RouteOutput::kPlan) {
       TrackRelayBuffer(transfer, arrival.batch, dst_gpu, bytes);
       transfer.batch = arrival.batch;
@@ -644,10 +649,15 @@ class ReshardPlanner {
 
 }  // namespace
 
-void PlanReshard(const PlanningProblem& problem, const PlanOptions& options,
-                 const LowerBound& bound, Plan* plan) {
+absl::Status PlanReshard(const PlanningProblem& problem, const PlanOptions& options,
+                         const LowerBound& bound, Plan* plan) {
   plan->strategy = kStrategyReshard;
-  ReshardPlanner(problem, options, bound, plan, RouteOutput::kPlan).Run();
+  ReshardPlanner planner(problem, options, bound, plan, RouteOutput::kPlan);
+  planner.Run();
+  if (!planner.overflowed()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "the reshard plan needs more than ", kMaxBatches, " batches with a staging budget of ",
+      options.staging_budget_bytes, " bytes: raise the staging budget"));
 }
 
 double ReshardBusiestLinkSeconds(const PlanningProblem& problem, const PlanOptions& options,

@@ -6,6 +6,8 @@
 
 #include <vector>
 
+#include "absl/status/status.h"
+
 #include "planner/lower_bound.h"
 #include "planner/options.h"
 #include "planner/plan.h"
@@ -16,8 +18,9 @@ namespace refit::planner {
 // Fills plan.pieces, plan.transfers (batched, in batch order) and plan.num_batches. `bound`
 // (of the same problem) tells when the sources' NICs would become the bottleneck, past
 // which domains receive from domains served before them instead (options.relays).
-void PlanReshard(const PlanningProblem& problem, const PlanOptions& options,
-                 const LowerBound& bound, Plan* plan);
+// Fails (naming the staging budget) where the plan would need more than kMaxBatches.
+absl::Status PlanReshard(const PlanningProblem& problem, const PlanOptions& options,
+                         const LowerBound& bound, Plan* plan);
 
 // Routes the plan PlanReshard would make but keeps only its link loads (no transfer list:
 // a fraction of the memory and time), and returns the seconds its busiest link needs for
