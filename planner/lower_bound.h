@@ -24,8 +24,11 @@ struct LowerBound {
   // The destination domains' NIC-in term alone: how long the busiest destination domain's
   // NICs need for what must enter it (any plan takes at least this).
   double nic_in_seconds = 0;
-  // What no plan without relays can beat: there every domain that needs bytes only one
-  // domain holds gets them from that domain's NICs (0 where it was not worked out).
+  // What no plan without relays can beat: there every byte crosses the network out of a
+  // GPU that holds it, once for every domain that needs it and holds none of it. Counted
+  // per source domain, per source GPU (what only it holds) and per set of source GPUs
+  // (what only the set holds, at least an even share on its busiest); 0 where it was not
+  // worked out.
   double direct_seconds = 0;
 };
 
