@@ -40,7 +40,7 @@ ABSL_FLAG(int64_t, timeout_ms, 60000, "deadline of each wait");
 ABSL_FLAG(std::string, ack_dir, "",
           "hand-off folder standing in for the orchestrator: destinations write "
           "verified-N-HOST there once version N is checked; sources wait for --ack_from of "
-          "them before refitting N+1");
+          "them before refitting N+1, and for the last version's before leaving");
 ABSL_FLAG(int32_t, ack_from, 1, "how many destination processes acknowledge each version");
 ABSL_FLAG(int32_t, gpus_per_node, 8, "with --model: GPUs per node (hosts of the ranks)");
 ABSL_FLAG(int32_t, gpu, -1,
@@ -160,20 +160,28 @@ int Run() {
     }
     return count;
   };
+  // Waits until --ack_from destination processes have checked `version`.
+  auto await_acks = [&](int64_t version) -> absl::Status {
+    const absl::Time give_up = absl::Now() + timeout;
+    while (acks(version) < absl::GetFlag(FLAGS_ack_from)) {
+      if (absl::Now() > give_up) {
+        return absl::DeadlineExceededError(absl::StrCat("version ", version,
+                                                        " was not acknowledged by ",
+                                                        absl::GetFlag(FLAGS_ack_from),
+                                                        " processes in time"));
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return absl::OkStatus();
+  };
   const int64_t first = absl::GetFlag(FLAGS_first_version);
-  for (int64_t version = first; version < first + absl::GetFlag(FLAGS_versions); ++version) {
+  const int64_t last = first + absl::GetFlag(FLAGS_versions) - 1;
+  for (int64_t version = first; version <= last; ++version) {
     if (source) {
       // The inference side must be done reading the previous version before it is replaced.
       if (!ack_dir.empty() && version > first) {
-        const absl::Time give_up = absl::Now() + timeout;
-        while (acks(version - 1) < absl::GetFlag(FLAGS_ack_from)) {
-          if (absl::Now() > give_up) {
-            return Fail("hand-off", absl::DeadlineExceededError(absl::StrCat(
-                                        "version ", version - 1, " was not acknowledged by ",
-                                        absl::GetFlag(FLAGS_ack_from), " processes in time")));
-          }
-          absl::SleepFor(absl::Milliseconds(20));
-        }
+        absl::Status acked = await_acks(version - 1);
+        if (!acked.ok()) return Fail("hand-off", acked);
       }
       for (HeldView& v : views) {
         FillBox(v.tensor, v.shape, v.element_bytes, v.offset, v.extent,
@@ -224,6 +232,12 @@ int Run() {
       if (!ack_dir.empty()) std::fclose(std::fopen(ack_path(version).c_str(), "w"));
     }
     std::fflush(stdout);
+  }
+  // Sources stay until the last version is checked: a trainer process that only publishes
+  // (another one asks for the refit) must not leave while the epoch still reads it.
+  if (source && !ack_dir.empty()) {
+    absl::Status acked = await_acks(last);
+    if (!acked.ok()) return Fail("hand-off", acked);
   }
   for (int64_t rank : ranks) daemon.Deregister(role, rank).IgnoreError();
   return 0;

@@ -557,8 +557,13 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
       executor.Run(slice.plan(), execute.epoch_number(),
                    absl::Now() + absl::Milliseconds(std::max<int64_t>(1, execute.deadline_ms())));
   if (!stats.ok()) return fail(stats.status());
+  if (stats->relay_buffers_left > 0) {
+    spdlog::error("refitd {}: epoch {} left {} relay buffers allocated", node_, execute.epoch_id(),
+                  stats->relay_buffers_left);
+  }
   if (metrics_ != nullptr) {
     metrics_->AddBytes(stats->bytes_by_route);
+    metrics_->RelayBufferPeak(stats->relay_buffer_peak_bytes);
     for (const v1::DaemonPeer& peer : slice.daemons()) {
       auto sent = stats->bytes_sent_to.find(peer.index());
       auto received = stats->bytes_received_from.find(peer.index());

@@ -100,7 +100,19 @@ DaemonMetrics::DaemonMetrics(std::shared_ptr<prometheus::Registry> r, const std:
                               .Name("refitd_destination_version")
                               .Help("The version committed into each destination rank here")
                               .Labels(NodeLabel(node))
-                              .Register(*r)) {}
+                              .Register(*r)),
+      relay_buffer_peak_bytes(
+          prometheus::BuildGauge()
+              .Name("refitd_relay_buffer_peak_bytes")
+              .Help("The most relay-buffer bytes (pieces received to forward over NVLink) this "
+                    "daemon held at once in its last epoch")
+              .Labels(NodeLabel(node))
+              .Register(*r)
+              .Add({})) {}
+
+void DaemonMetrics::RelayBufferPeak(int64_t bytes) {
+  relay_buffer_peak_bytes.Set(static_cast<double>(bytes));
+}
 
 void DaemonMetrics::DestinationVersion(int64_t rank, int64_t version) {
   destination_version.Add({{"rank", std::to_string(rank)}}).Set(version);

@@ -45,6 +45,8 @@ struct DaemonMetrics {
   void PeerBytes(const std::string& peer, int64_t sent, int64_t received);
   // The version committed into destination rank `rank`; Forget when the rank leaves.
   void DestinationVersion(int64_t rank, int64_t version);
+  // The most relay-buffer bytes this daemon held at once in its last epoch (0: none).
+  void RelayBufferPeak(int64_t bytes);
   void ForgetDestination(int64_t rank);
 
   std::shared_ptr<prometheus::Registry> registry;
@@ -53,6 +55,7 @@ struct DaemonMetrics {
   prometheus::Family<prometheus::Counter>& peer_bytes;
   prometheus::Family<prometheus::Gauge>& ranks;
   prometheus::Family<prometheus::Gauge>& destination_version;
+  prometheus::Gauge& relay_buffer_peak_bytes;
 };
 
 }  // namespace refit::daemon
