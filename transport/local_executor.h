@@ -26,11 +26,12 @@ struct ExecutionStats {
   // Seconds from the start of the run until each destination rank served here had its
   // last byte of the plan written (PlanExecutor only).
   std::map<int64_t, double> destination_finish_seconds;
-  // Relay buffers of this daemon (PlanExecutor only): the most bytes held at once, and how
+  // Relay buffers of this daemon (PlanExecutor only): the most bytes held at once, how
   // many are still held after the last batch run (0 once the run ends: each is freed after
-  // its last read).
+  // its last read), and the bytes of the blocks they were laid out in (one per device).
   int64_t relay_buffer_peak_bytes = 0;
   int64_t relay_buffers_left = 0;
+  int64_t relay_buffer_block_bytes = 0;
 };
 
 // Executes `plan`. Fails, naming the transfer, when an endpoint is not registered here or

@@ -358,13 +358,16 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
   RunMemory run_memory{
       ScratchArena(buffers_.tensors()),
       RelayBuffers(buffers_.tensors(), RelayBufferAllocator(DeviceStagingAllocator()))};
-  // Each relay buffer of this daemon is freed after the last of its reads here.
-  for (const v1::Batch& batch : plan.batches()) {
-    for (const v1::Transfer& t : batch.transfers()) {
-      if (t.src().kind() != v1::ENDPOINT_RELAY_BUFFER) continue;
-      absl::StatusOr<int32_t> daemon = placement_.DaemonOf(v1::ROLE_SOURCE, t.src().rank());
-      if (daemon.ok() && *daemon == self_) run_memory.relays.ExpectRead(t.src());
-    }
+  // This daemon's relay buffers, laid out in one block per device before the run.
+  absl::Status relays = run_memory.relays.Prepare(
+      plan,
+      [&](int64_t rank) {
+        absl::StatusOr<int32_t> daemon = placement_.DaemonOf(v1::ROLE_SOURCE, rank);
+        return daemon.ok() && *daemon == self_;
+      },
+      [&](int64_t rank) { return placement_.DeviceOf(v1::ROLE_SOURCE, rank); });
+  if (!relays.ok()) {
+    return absl::Status(relays.code(), absl::StrCat("epoch ", epoch, ": ", relays.message()));
   }
   ExecutionStats stats;
   const absl::Time start = absl::Now();
@@ -417,6 +420,7 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
     }
     stats.relay_buffer_peak_bytes = run_memory.relays.peak_bytes();
     stats.relay_buffers_left = run_memory.relays.live_buffers();
+    stats.relay_buffer_block_bytes = run_memory.relays.block_bytes();
     stats.delivered_bytes += batch_delivered;
     const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
     for (int64_t rank : receivers) stats.destination_finish_seconds[rank] = elapsed;

@@ -237,6 +237,11 @@ TEST(PlanExecutorTest, RelayBuffersForwardAcrossDaemonsAndAreFreed) {
   EXPECT_LE(results[1]->relay_buffer_peak_bytes, 4 * (*plan)->stats.relay_buffer_peak_bytes);
   EXPECT_LT(results[1]->relay_buffer_peak_bytes, relayed);
   EXPECT_EQ(results[1]->relay_buffers_left, 0);
+  // They were laid out in one block per GPU, where later buffers took the places of
+  // buffers already forwarded: the blocks hold the peak, and less than everything relayed.
+  EXPECT_GE(results[1]->relay_buffer_block_bytes, results[1]->relay_buffer_peak_bytes);
+  EXPECT_LT(results[1]->relay_buffer_block_bytes, relayed);
+  EXPECT_EQ(results[0]->relay_buffer_block_bytes, 0);
 }
 
 }  // namespace
