@@ -364,7 +364,9 @@ TEST(PlannerTest, ADirectPlanThatCannotWinIsNotPricedAndSaysWhatItTakesAtLeast) 
   ASSERT_TRUE(plan.ok()) << plan.status();
   const PlanStats& s = (*plan)->stats;
   ASSERT_EQ(s.chosen, "reshard_relays");
-  ASSERT_EQ(s.candidates.size(), 2u);
+  // The relayed plan, the direct one, and (it uses relay buffers) the relayed one without.
+  ASSERT_EQ(s.candidates.size(), 3u);
+  EXPECT_EQ(s.candidates[2].name, "reshard_relays_without_relay_buffers");
   const PlanCandidate& direct = s.candidates[1];
   EXPECT_EQ(direct.name, "reshard_direct");
   EXPECT_TRUE(direct.at_least);
@@ -528,6 +530,42 @@ TEST(PlannerTest, RelayBuffersSpreadWhatADomainReceivesOverItsIdleNics) {
   EXPECT_LE(with->stats.relay_buffer_peak_bytes, 2 * relay_case.staging_budget_bytes);
   EXPECT_LT(with->stats.predicted_seconds, 0.5 * without->stats.predicted_seconds);
   EXPECT_NE(with->digest, without->digest);
+  // The plan without them was weighed, and lost.
+  EXPECT_EQ(with->stats.chosen, "reshard_direct");
+  ASSERT_EQ(with->stats.candidates.size(), 2u);
+  EXPECT_EQ(with->stats.candidates[1].name, "reshard_direct_without_relay_buffers");
+  EXPECT_GT(with->stats.candidates[1].predicted_seconds, with->stats.predicted_seconds);
+}
+
+// Where the extra NVLink hop of a relay buffer costs more than spreading the domain's
+// NIC-in saves, the plan without relay buffers is chosen, and it is the one the planner
+// makes when told not to use them. Here w (4 MiB) fits one batch: straight into the
+// inference GPU it takes 84 us and one batch; through buffers 17 us on five NICs, but a
+// second batch for the NVLink copies, and a batch costs 100 us.
+TEST(PlannerTest, RelayBuffersAreDroppedWhereTheCostModelSaysTheyLose) {
+  refit::testing::RelayBufferCase relay_case = refit::testing::MakeRelayBufferCase();
+  relay_case.topology.set_batch_latency_us(100);
+  relay_case.topology.set_message_latency_us(5);
+  const Compiled c = Compile(relay_case.sources, relay_case.destinations);
+  PlanOptions options;
+  options.staging_budget_bytes = int64_t{64} << 20;
+  absl::StatusOr<std::shared_ptr<const Plan>> chosen =
+      BuildPlan(c.sources, c.destinations, relay_case.topology, options);
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  options.relay_buffers = false;
+  absl::StatusOr<std::shared_ptr<const Plan>> without =
+      BuildPlan(c.sources, c.destinations, relay_case.topology, options);
+  ASSERT_TRUE(without.ok()) << without.status();
+  const PlanStats& s = (*chosen)->stats;
+  EXPECT_EQ(s.chosen, "reshard_direct_without_relay_buffers");
+  EXPECT_EQ(s.relay_buffer_bytes, 0);
+  EXPECT_EQ((*chosen)->digest, (*without)->digest);
+  // The plan with them was priced first and is the slower.
+  ASSERT_EQ(s.candidates.size(), 2u);
+  EXPECT_EQ(s.candidates[0].name, "reshard_direct");
+  EXPECT_FALSE(s.candidates[0].at_least);
+  EXPECT_GT(s.candidates[0].predicted_seconds, s.predicted_seconds);
+  EXPECT_EQ(s.candidates[1].predicted_seconds, s.predicted_seconds);
 }
 
 }  // namespace

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Relay buffers, live: two trainer nodes (dsv3-mini, PP2xEP2, one stage each) and two
-# inference nodes (TP2 each, DP2; 2 GPUs per node), a refitd per node, UCX between them.
-# The job's topology puts train-node-1 and infer-node-0 in one NVLink domain (a shared
-# tray), so infer-node-0's stage-0 layers, which only train-node-0 holds, cross the network
-# partly into relay buffers on train-node-1, whose NICs would otherwise receive nothing, and
-# go on to infer-node-0 from there. Every inference rank checks every byte of every
-# version; train-node-1 received exactly the plan's relay-buffer bytes from train-node-0.
+# Relay buffers, live: two trainer nodes (dsv3-mini, PP2xEP4, one stage on each node's four
+# GPUs) and one inference node (TP2 on two GPUs), a refitd per node, UCX between them. The
+# job's topology puts train-node-1 and infer-node-0 in one NVLink domain (a shared tray),
+# so the stage-0 layers, which only train-node-0 holds, cross the network partly into relay
+# buffers on train-node-1, whose four NICs would otherwise receive nothing, and go on to
+# infer-node-0 from there: six NICs receive what two would. Every inference rank checks
+# every byte of every version; train-node-1 received exactly the plan's relay-buffer bytes
+# from train-node-0.
 #   relay_buffers.sh BIN_DIR [VERSIONS]
 set -euo pipefail
 bin=$1
@@ -13,11 +14,11 @@ versions=${2:-2}
 source "$(dirname "$0")/cluster.sh"
 open_work relaybuffers
 
-model=dsv3-mini src=pp=2,ep=2 dst=tp=2,dp=2
+model=dsv3-mini src=pp=2,ep=4 dst=tp=2,dp=1
 trainers=(train-node-0 train-node-1)
-inferences=(infer-node-0 infer-node-1)
+inferences=(infer-node-0)
 ranks=("$bin/refit-synthetic-ranks" --model="$model" --source_parallel="$src"
-       --destination_parallel="$dst" --gpus_per_node=2)
+       --destination_parallel="$dst" --gpus_per_node=4)
 topology='{"name": "shared-tray", "hosts": [
   {"host": "train-node-1", "nvlinkDomain": "tray-a"},
   {"host": "infer-node-0", "nvlinkDomain": "tray-a"}]}'
@@ -32,7 +33,7 @@ start_daemons "${trainers[@]}" "${inferences[@]}"
 # The plan the coordinator will make sends pieces through relay buffers (refitctl plans the
 # same job offline): how many bytes per version.
 "$bin/refitctl" plan --model "$model" --src-parallel "$src" --dst-parallel "$dst" \
-  --gpus-per-node 2 --topology "$work/topology.json" --json > "$work/plan.json"
+  --gpus-per-node 4 --topology "$work/topology.json" --json > "$work/plan.json"
 per_version=$(tr ',' '\n' < "$work/plan.json" | sed -n 's/^ *"relay_buffer_bytes": *\([0-9]*\)$/\1/p')
 ((${per_version:-0} > 0)) || { cat "$work/plan.json"; echo "the plan uses no relay buffers" >&2; exit 1; }
 
@@ -42,8 +43,8 @@ for node in "${inferences[@]}"; do
     --versions="$versions" --ack_dir="$work" > "$work/inference-ranks-$node.log" 2>&1 &
   waiting+=($!)
 done
-for _ in $(seq 300); do destinations_seen 4 && break; sleep 0.1; done
-destinations_seen 4 || { cat "$work"/inference-ranks-*.log; exit 1; }
+for _ in $(seq 300); do destinations_seen 2 && break; sleep 0.1; done
+destinations_seen 2 || { cat "$work"/inference-ranks-*.log; exit 1; }
 # Both trainer nodes publish each version; the first also asks for the refit (the
 # coordinator waits for every source rank to publish before it runs the epoch).
 for node in "${trainers[@]}"; do
