@@ -129,6 +129,38 @@ start_ranks() {
   pids+=($trainer_ranks)
 }
 
+# start_inference_ranks COUNT NODE...: each NODE's destination synthetic ranks (`ranks`, for
+# `versions`, acknowledging each version in $work; log $work/inference-ranks-NODE.log),
+# added to `waiting`; returns once the coordinator sees COUNT destination ranks.
+start_inference_ranks() {
+  local node
+  for node in "${@:2}"; do
+    "${ranks[@]}" --side=destination --host="$node" --socket="$work/$node.sock" \
+      --versions="$versions" --ack_dir="$work" > "$work/inference-ranks-$node.log" 2>&1 &
+    waiting+=($!)
+  done
+  for _ in $(seq 300); do destinations_seen "$1" && return 0; sleep 0.1; done
+  cat "$work"/inference-ranks-*.log
+  exit 1
+}
+
+# await_verified VERSION NODE...: waits for every process in `waiting`, then fails (every
+# log shown) if one failed or unless each NODE's inference ranks found no byte wrong in
+# VERSION (their log: $work/inference-ranks-NODE.log).
+await_verified() {
+  local status=0 pid node
+  for pid in "${waiting[@]}"; do wait "$pid" || status=$?; done
+  if [[ $status -ne 0 ]]; then
+    echo "synthetic ranks failed ($status)" >&2
+    cat "$work"/*.log >&2
+    exit 1
+  fi
+  for node in "${@:2}"; do
+    grep -q "^version $1: 0 of" "$work/inference-ranks-$node.log" ||
+      { cat "$work/inference-ranks-$node.log"; exit 1; }
+  done
+}
+
 # expect_in FILE TEXT [SECONDS]: TEXT shows up in FILE within SECONDS (default 10).
 expect_in() {
   for _ in $(seq $((${3:-10} * 10))); do grep -qF "$2" "$1" && return 0; sleep 0.1; done

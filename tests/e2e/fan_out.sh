@@ -32,28 +32,12 @@ grep -q "^chosen  *reshard_relays .*, over .*gather_broadcast" "$work/plan.txt" 
   { cat "$work/plan.txt"; exit 1; }
 
 waiting=()
-for node in "${inferences[@]}"; do
-  "${ranks[@]}" --side=destination --host="$node" --socket="$work/$node.sock" \
-    --versions="$versions" --ack_dir="$work" > "$work/inference-ranks-$node.log" 2>&1 &
-  waiting+=($!)
-done
-for _ in $(seq 300); do destinations_seen 8 && break; sleep 0.1; done
-destinations_seen 8 || { cat "$work"/inference-ranks-*.log; exit 1; }
+start_inference_ranks 8 "${inferences[@]}"
 "${ranks[@]}" --side=source --host="$trainer" --socket="$work/$trainer.sock" \
   --coordinator="$coordinator" --versions="$versions" --ack_dir="$work" \
   --ack_from="${#inferences[@]}" > "$work/trainer-ranks.log" 2>&1 &
 waiting+=($!)
-status=0
-for pid in "${waiting[@]}"; do wait "$pid" || status=$?; done
-if [[ $status -ne 0 ]]; then
-  echo "synthetic ranks failed ($status)" >&2
-  cat "$work"/*.log >&2
-  exit 1
-fi
-for node in "${inferences[@]}"; do
-  grep -q "^version $versions: 0 of" "$work/inference-ranks-$node.log" ||
-    { cat "$work/inference-ranks-$node.log"; exit 1; }
-done
+await_verified "$versions" "${inferences[@]}"
 
 # bytes_of NODE DIRECTION [PEER_PATTERN]: what NODE's refitd counts in
 # refitd_peer_bytes_total for DIRECTION, summed over peers matching PEER_PATTERN.

@@ -38,13 +38,7 @@ per_version=$(tr ',' '\n' < "$work/plan.json" | sed -n 's/^ *"relay_buffer_bytes
 ((${per_version:-0} > 0)) || { cat "$work/plan.json"; echo "the plan uses no relay buffers" >&2; exit 1; }
 
 waiting=()
-for node in "${inferences[@]}"; do
-  "${ranks[@]}" --side=destination --host="$node" --socket="$work/$node.sock" \
-    --versions="$versions" --ack_dir="$work" > "$work/inference-ranks-$node.log" 2>&1 &
-  waiting+=($!)
-done
-for _ in $(seq 300); do destinations_seen 2 && break; sleep 0.1; done
-destinations_seen 2 || { cat "$work"/inference-ranks-*.log; exit 1; }
+start_inference_ranks 2 "${inferences[@]}"
 # Both trainer nodes publish each version; the first also asks for the refit (the
 # coordinator waits for every source rank to publish before it runs the epoch).
 for node in "${trainers[@]}"; do
@@ -55,17 +49,7 @@ for node in "${trainers[@]}"; do
     > "$work/trainer-ranks-$node.log" 2>&1 &
   waiting+=($!)
 done
-status=0
-for pid in "${waiting[@]}"; do wait "$pid" || status=$?; done
-if [[ $status -ne 0 ]]; then
-  echo "synthetic ranks failed ($status)" >&2
-  cat "$work"/*.log >&2
-  exit 1
-fi
-for node in "${inferences[@]}"; do
-  grep -q "^version $versions: 0 of" "$work/inference-ranks-$node.log" ||
-    { cat "$work/inference-ranks-$node.log"; exit 1; }
-done
+await_verified "$versions" "${inferences[@]}"
 
 metric() { http_get /metrics "${daemon_metrics_port[$1]}"; }
 # Trainers receive nothing but relay-buffer fills: train-node-1 got exactly the plan's
