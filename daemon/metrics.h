@@ -45,9 +45,9 @@ struct DaemonMetrics {
   void PeerBytes(const std::string& peer, int64_t sent, int64_t received);
   // The version committed into destination rank `rank`; Forget when the rank leaves.
   void DestinationVersion(int64_t rank, int64_t version);
+  void ForgetDestination(int64_t rank);
   // The most relay-buffer bytes this daemon held at once in its last epoch (0: none).
   void RelayBufferPeak(int64_t bytes);
-  void ForgetDestination(int64_t rank);
 
   std::shared_ptr<prometheus::Registry> registry;
   prometheus::Family<prometheus::Counter>& epochs;

@@ -10,8 +10,10 @@
 namespace refit::planner {
 namespace {
 
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "digests hash little-endian words and transfers as they are in memory");
+
 // Fixed-width little-endian words; x86-64 and aarch64 hosts store them alike.
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "digests are of little-endian words");
 class WordStream {
  public:
   explicit WordStream(XXH3_state_t* state) : state_(state) { words_.reserve(kChunk); }

@@ -370,6 +370,7 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
     return absl::Status(relays.code(), absl::StrCat("epoch ", epoch, ": ", relays.message()));
   }
   ExecutionStats stats;
+  stats.relay_buffer_block_bytes = run_memory.relays.block_bytes();
   const absl::Time start = absl::Now();
   std::vector<Resolved> resolved;
   std::set<int64_t> receivers;  // destination ranks here written in this batch
@@ -420,7 +421,6 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
     }
     stats.relay_buffer_peak_bytes = run_memory.relays.peak_bytes();
     stats.relay_buffers_left = run_memory.relays.live_buffers();
-    stats.relay_buffer_block_bytes = run_memory.relays.block_bytes();
     stats.delivered_bytes += batch_delivered;
     const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
     for (int64_t rank : receivers) stats.destination_finish_seconds[rank] = elapsed;

@@ -83,15 +83,11 @@ std::map<int32_t, int64_t> RelayBuffers::LayOut(int32_t num_batches) {
     int64_t end = 0;
   };
   std::map<int32_t, Space> spaces;
-  auto aligned = [](int64_t bytes) {
-    return (bytes + StagingPool::kAlignment - 1) / StagingPool::kAlignment *
-           StagingPool::kAlignment;
-  };
   std::map<int32_t, int64_t> sizes;
   for (int32_t b = 0; b < num_batches; ++b) {
     for (Buffer* buffer : filled[b]) {
       Space& space = spaces[buffer->device];
-      const int64_t bytes = aligned(buffer->bytes);
+      const int64_t bytes = StagingPool::AlignUp(buffer->bytes);
       auto fit = std::find_if(space.free.begin(), space.free.end(),
                               [&](const auto& range) { return range.second >= bytes; });
       if (fit == space.free.end()) {
@@ -108,7 +104,7 @@ std::map<int32_t, int64_t> RelayBuffers::LayOut(int32_t num_batches) {
     // take the place of one read in it.
     for (Buffer* buffer : freed[b]) {
       Space& space = spaces[buffer->device];
-      int64_t begin = buffer->place, bytes = aligned(buffer->bytes);
+      int64_t begin = buffer->place, bytes = StagingPool::AlignUp(buffer->bytes);
       auto next = space.free.find(begin + bytes);
       if (next != space.free.end()) {
         bytes += next->second;

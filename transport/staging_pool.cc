@@ -3,13 +3,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace refit::transport {
-namespace {
-
-int64_t AlignUp(int64_t bytes) {
-  return (bytes + StagingPool::kAlignment - 1) / StagingPool::kAlignment * StagingPool::kAlignment;
-}
-
-}  // namespace
 
 absl::StatusOr<std::vector<uint8_t*>> StagingPool::Carve(int32_t device,
                                                          const std::vector<int64_t>& sizes) {

@@ -23,6 +23,10 @@ class StagingPool {
       std::function<absl::StatusOr<std::shared_ptr<uint8_t>>(int64_t bytes, int32_t device)>;
   // Each message starts at a multiple of this (copy engines and NCCL like aligned buffers).
   static constexpr int64_t kAlignment = 256;
+  // `bytes` rounded up to a multiple of kAlignment.
+  static int64_t AlignUp(int64_t bytes) {
+    return (bytes + kAlignment - 1) / kAlignment * kAlignment;
+  }
 
   explicit StagingPool(Allocator allocate) : allocate_(std::move(allocate)) {}
 
