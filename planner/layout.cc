@@ -314,6 +314,11 @@ absl::StatusOr<Layout> CompileLayout(const v1::LayoutSpec& spec, const std::stri
     return Invalid(side, absl::StrCat("declares ", spec.ranks_size(), " ranks, more than the ",
                                       kMaxRanksPerSide, " a side may have"));
   }
+  // Sized once: growing a list of a million views by doubling holds it twice at a time.
+  size_t num_views = 0;
+  for (const v1::RankLayout& r : spec.ranks()) num_views += r.views_size();
+  layout.views.reserve(num_views);
+  layout.ranks.reserve(spec.ranks_size());
   absl::flat_hash_set<int64_t> rank_ids;
   for (const v1::RankLayout& r : spec.ranks()) {
     if (!rank_ids.insert(r.rank()).second) {
