@@ -105,9 +105,9 @@ absl::Status CompileViewGeometry(const v1::ShardView& v, const TensorInfo& tenso
       return absl::InvalidArgumentError(
           absl::StrCat(where(), ": view ", box_text(), " has a negative offset"));
     }
-    if (v.extent(d) <= 0) {
+    if (v.extent(d) < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat(where(), ": view ", box_text(), " has an extent that is not positive"));
+          absl::StrCat(where(), ": view ", box_text(), " has a negative extent"));
     }
     if (v.offset(d) > tensor.shape[d] - v.extent(d)) {
       return absl::InvalidArgumentError(absl::StrCat(where(), ": view box ", FormatBox(view->box),
@@ -135,6 +135,11 @@ absl::Status CompileViewGeometry(const v1::ShardView& v, const TensorInfo& tenso
   if (v.byte_offset() < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(where(), ": view ", FormatBox(view->box), " has a negative byte_offset"));
+  }
+  if (view->box.Empty()) {  // spans no bytes: nothing to check against its buffer
+    view->byte_offset = v.byte_offset();
+    view->bytes = 0;
+    return absl::OkStatus();
   }
   // Before anything multiplies strides: a stride near 2^63 must not wrap.
   absl::Status spanned = CheckViewSpan(v, tensor, where, view->strides);
@@ -246,6 +251,9 @@ absl::Status CompileRank(const v1::RankLayout& r, int32_t rank_index, Layout* la
     auto where = [&]() { return absl::StrCat(side, " layout: ", v.tensor(), ": rank ", r.rank()); };
     absl::Status geometry = CompileViewGeometry(v, layout->tensors[view.tensor], where, &view);
     if (!geometry.ok()) return geometry;
+    // A view with no elements (the trailing ranks of a small tensor under torch.chunk,
+    // DTensor or FSDP2) holds nothing and needs nothing: nothing plans it or reads it.
+    if (view.box.Empty()) continue;
     RankInfo& rank_info = layout->ranks[rank_index];
     if (v.buffer().empty()) {
       view.buffer = rank_info.buffers.size();

@@ -50,6 +50,20 @@ TEST(LayoutTest, ZeroNegativeAndOverflowingDims) {
   ExpectInvalid(OneTensor({int64_t{1} << 40, int64_t{1} << 30}).spec(), {"w", "overflows"});
 }
 
+TEST(LayoutTest, ZeroExtentViewsHoldNothingAndKeepTheOtherViewIds) {
+  // torch.chunk of 8 rows in 3: 3, 3, 2; of 2 rows in 3: 1, 1, 0 (the last rank's is empty).
+  LayoutBuilder b = OneTensor({2, 4});
+  b.View(0, "w", {2, 0}, {0, 4}).View(0, "w", {0, 0}, {2, 4});
+  absl::StatusOr<Layout> layout = CompileLayout(b.spec(), "source");
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  ASSERT_EQ(layout->views.size(), 1u);
+  EXPECT_EQ(layout->views[0].local_index, 1);  // the wire's view id is still its position
+  EXPECT_EQ(layout->ranks[0].views.size(), 1u);
+  ExpectInvalid(OneTensor().View(0, "w", {0, 0}, {8, -1}).spec(),
+                {"w", "rank 0", "negative extent"});
+  ExpectInvalid(OneTensor().View(0, "w", {9, 0}, {0, 4}).spec(), {"w", "outside the global"});
+}
+
 TEST(LayoutTest, ViewOutsideGlobalShape) {
   ExpectInvalid(OneTensor().View(3, "w", {4, 0}, {8, 4}).spec(),
                 {"w", "rank 3", "[4:12, 0:4]", "outside the global shape [8, 4]"});

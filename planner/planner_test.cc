@@ -49,6 +49,31 @@ std::string ErrorOf(const LayoutBuilder& src, const LayoutBuilder& dst) {
   return std::string(plan.status().message());
 }
 
+// torch.chunk shards: 2 rows over 3 ranks give 1, 1 and 0 rows; 5 rows over 4 give 2, 2,
+// 1 and 0. The empty shards are registered like any other and the plan ignores them.
+TEST(PlannerTest, UnevenAndEmptyChunkShardsArePlannedAndCovered) {
+  LayoutBuilder src, dst;
+  src.Tensor("small", {2, 8}).Tensor("odd", {5, 4});
+  dst.Tensor("small", {2, 8}).Tensor("odd", {5, 4});
+  const int64_t small_rows[3] = {1, 1, 0}, odd_rows[4] = {2, 2, 1, 0};
+  for (int r = 0, row = 0; r < 3; row += small_rows[r], ++r) {
+    src.Rank(r, "train", r).View(r, "small", {row, 0}, {small_rows[r], 8});
+  }
+  for (int r = 0, row = 0; r < 4; row += odd_rows[r], ++r) {
+    dst.Rank(r, "infer", r).View(r, "odd", {row, 0}, {odd_rows[r], 4});
+  }
+  src.View(0, "odd", {0, 0}, {5, 4});
+  for (int r = 0; r < 4; ++r) dst.View(r, "small", {0, 0}, {2, 8});
+  const Compiled c = Compile(src, dst);
+  EXPECT_EQ(c.sources.views.size(), 3u);       // the empty one holds nothing
+  EXPECT_EQ(c.destinations.views.size(), 7u);  // nor here
+  absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanOf(c);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ((*plan)->stats.total_bytes, (4 * 2 * 8 + 5 * 4) * 4);
+  EXPECT_TRUE(check::CheckCoverage(c.sources, c.destinations, **plan).ok());
+  EXPECT_TRUE(check::CheckBytes(c.sources, c.destinations, **plan, 1 << 20).ok());
+}
+
 TEST(PlannerErrorsTest, DestinationTensorMissingAtSources) {
   LayoutBuilder src, dst;
   src.Tensor("a", {4}).Replicated("a", {0});

@@ -1,5 +1,7 @@
 #include "transport/buffer_map.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "transport/gpu/cuda_ipc_buffer.h"
@@ -154,23 +156,29 @@ absl::Status BufferMap::MapRank(v1::Role role, const v1::RankLayout& layout) {
                                        : Dims(v.strides().begin(), v.strides().end());
     view.element_bytes = tensor->second.element_bytes;
     for (size_t d = 0; d < dims; ++d) {
-      if (view.extent[d] <= 0 || view.strides[d] <= 0 || view.offset[d] < 0 ||
+      if (view.extent[d] < 0 || view.strides[d] <= 0 || view.offset[d] < 0 ||
           view.offset[d] > tensor->second.shape[d] - view.extent[d]) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": bad box or strides"));
       }
     }
     const MappedBuffer& mapped = *memory.segments[segment->second];
-    absl::StatusOr<int64_t> end = ViewEndByte(v.byte_offset(), view, mapped.bytes());
+    // A view with no elements (a trailing torch.chunk shard) spans no bytes: plans never
+    // name it, so it only keeps the view ids of the rank's other views in place.
+    const bool empty = std::any_of(view.extent.begin(), view.extent.end(),
+                                   [](int64_t e) { return e == 0; });
+    absl::StatusOr<int64_t> end =
+        empty ? absl::StatusOr<int64_t>(0) : ViewEndByte(v.byte_offset(), view, mapped.bytes());
     if (!end.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": ", end.status().message(),
                                                      ", outside buffer \"", v.buffer(), "\" of ",
                                                      mapped.bytes(), " bytes"));
     }
-    view.base = mapped.data() + v.byte_offset();
+    const int64_t byte_offset = empty ? 0 : v.byte_offset();
+    view.base = mapped.data() + byte_offset;
     view.device = mapped.device();
     if (layout.staged()) {
       memory.committed_bases.push_back(view.base);
-      view.base = memory.shadows[segment->second]->data() + v.byte_offset();
+      view.base = memory.shadows[segment->second]->data() + byte_offset;
     }
     memory.views.push_back(std::move(view));
   }

@@ -98,10 +98,24 @@ TEST_F(LocalApiTest, AByteOffsetNearInt64MaxIsRefused) {
   EXPECT_REFUSED(request, INVALID_ARGUMENT, "byte_offset 9223372036854775800");
 }
 
-TEST_F(LocalApiTest, AZeroExtentIsRefused) {
+TEST_F(LocalApiTest, ANegativeExtentIsRefused) {
   v1::RegisterRankRequest request = GoodRequest(v1::ROLE_SOURCE, 0);
-  request.mutable_layout()->mutable_views(0)->set_extent(0, 0);
-  EXPECT_REFUSED(request, INVALID_ARGUMENT, "extent that is not positive");
+  request.mutable_layout()->mutable_views(0)->set_extent(0, -1);
+  EXPECT_REFUSED(request, INVALID_ARGUMENT, "negative extent");
+}
+
+// What torch.chunk, DTensor and FSDP2 give the trailing ranks of a small tensor: a shard
+// with no elements, wherever its byte_offset points.
+TEST_F(LocalApiTest, AZeroExtentViewBesideARealOneIsAccepted) {
+  v1::RegisterRankRequest request = GoodRequest(v1::ROLE_SOURCE, 0);
+  v1::ShardView empty = request.layout().views(0);
+  empty.set_offset(0, 16);
+  empty.set_extent(0, 0);
+  empty.set_byte_offset(int64_t{1} << 40);  // past the buffer: it spans no bytes
+  *request.mutable_layout()->add_views() = empty;
+  const grpc::Status accepted = Register(request);
+  EXPECT_TRUE(accepted.ok()) << accepted.error_message();
+  ASSERT_TRUE(Deregister(v1::ROLE_SOURCE, 0).ok());
 }
 
 TEST_F(LocalApiTest, AViewOutsideTheTensorIsRefused) {
