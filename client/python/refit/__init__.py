@@ -1,19 +1,22 @@
 """refit's Python client.
 
     RefitClient(coordinator).refit(version, timeout)   # orchestration: move a version
-    LocalDaemon(socket).register_source(rank, shards)  # trainer ranks
-    LocalDaemon(socket).register_destination(rank, shards)
+    LocalDaemon(socket).register_source(rank, tensors=..., boxes=...)   # trainer ranks
+    LocalDaemon(socket).register_destination(rank, tensors=..., boxes=...)
     daemon.publish(version); daemon.wait_for_version(version, timeout)
 
-Shards say where each rank's piece of a tensor lies (refit.Shard, refit.split,
-refit.replicated); refit.torch_layout builds them for a module's parameters.
+A rank registers its own tensors in place (refitd reads or writes them where they are),
+each with the box of the global tensor it holds (refit.Box). Boxes come from a device mesh
+and DTensor-style placements (refit.DeviceMesh, refit.Shard, refit.Replicate), from
+refit.chunk / refit.split / refit.replicated, or from refit.conventions (Megatron and vLLM).
 """
 from .coordinator import RefitClient
 from .daemon import LocalDaemon, RegisteredRank
 from .errors import RefitError
 from .memory import refit_dtype
-from .shards import Shard, replicated, split
+from .placements import DeviceMesh, Replicate, Shard
+from .shards import Box, chunk, replicated, split
 from . import torch_layout
 
-__all__ = ["LocalDaemon", "RefitClient", "RefitError", "RegisteredRank", "Shard",
-           "refit_dtype", "replicated", "split"]
+__all__ = ["Box", "DeviceMesh", "LocalDaemon", "RefitClient", "RefitError", "RegisteredRank",
+           "Replicate", "Shard", "chunk", "refit_dtype", "replicated", "split"]

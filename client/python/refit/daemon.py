@@ -1,5 +1,6 @@
 """The node's refitd, as a trainer or inference process sees it: register the ranks this
 process holds, publish a version (sources), wait for one (destinations)."""
+import socket
 import threading
 
 import grpc
@@ -7,13 +8,14 @@ import grpc
 from ._channel import local_channel
 from ._proto import refit_pb2, refit_pb2_grpc
 from .errors import RefitError, from_rpc_error
+from .in_place import InPlaceMemory
 from .memory import RankMemory, refit_dtype
 
 
 class RegisteredRank:
-    """One registered rank: its shards (`shards[name]`, refit.Shard), its memory
-    (`tensors[name]`, torch tensors shaped like the shards) and its registration, which
-    refitd keeps while this process lives."""
+    """One registered rank: its boxes (`shards[name]`, refit.Box), its tensors
+    (`tensors[name]`: the process's own when registered in place, else refit's, shaped like
+    the boxes) and its registration, which refitd keeps while this process lives."""
 
     def __init__(self, stub, role, rank, shards, memory, session):
         self.role = role
@@ -46,13 +48,24 @@ class RegisteredRank:
     def tensors(self):
         return self.memory.tensors
 
-    def load(self, full_tensors):
-        """Copies each shard out of the full tensors (name -> torch tensor of the global
-        shape): what a trainer does before it publishes."""
-        for name, shard in self.shards.items():
-            if name not in full_tensors:
+    def load(self, new_tensors):
+        """Copies new weights into refit's memory (ranks registered with shards): each
+        tensor either of the global shape (its box is cut out of it) or the rank's local
+        shard (copied as it is). Ranks registered in place need no load."""
+        if isinstance(self.memory, InPlaceMemory):
+            raise ValueError(f"rank {self.rank}: registered in place, refit reads the "
+                             f"tensors themselves: there is nothing to load")
+        for name, box in self.shards.items():
+            if name not in new_tensors:
                 raise KeyError(f"rank {self.rank}: no tensor {name} to load its shard from")
-            self.memory.tensors[name].copy_(full_tensors[name][shard.slices()])
+            new = new_tensors[name]
+            if tuple(new.shape) == box.global_shape:
+                new = new[box.slices()]
+            elif tuple(new.shape) != box.extent:
+                raise ValueError(f"rank {self.rank}: tensor {name} of shape {tuple(new.shape)} "
+                                 f"is neither the global tensor {box.global_shape} nor this "
+                                 f"rank's shard {box.extent}")
+            self.memory.tensors[name].copy_(new)
         if self.memory.device.type == "cuda":
             import torch  # refitd reads the memory from its own CUDA context: finish first
 
@@ -92,38 +105,55 @@ class LocalDaemon:
             self._ranks.pop().close()
         self._channel.close()
 
-    def register_source(self, rank, shards, device=None, host="", timeout=60.0):
-        """Registers trainer rank `rank` holding `shards` (name -> (refit.Shard, torch
-        dtype)); returns the RegisteredRank whose tensors refitd reads."""
-        return self._register(refit_pb2.ROLE_SOURCE, rank, shards, device, host, False, timeout)
+    def register_source(self, rank, shards=None, device=None, host=None, timeout=60.0, *,
+                        tensors=None, boxes=None):
+        """Registers trainer rank `rank`; returns the RegisteredRank whose tensors refitd
+        reads. Either `tensors` (name -> the rank's own torch tensor, its local shard) with
+        `boxes` (name -> refit.Box: where it lies in the global tensor), read in place; or
+        `shards` (name -> (refit.Box, torch dtype)), for which refit allocates memory that
+        the trainer fills (RegisteredRank.load). `host` defaults to this node's name."""
+        return self._register(refit_pb2.ROLE_SOURCE, rank, shards, tensors, boxes, device,
+                              host, False, timeout)
 
-    def register_destination(self, rank, shards, device=None, host="", staged=False,
-                             timeout=60.0):
-        """Registers inference rank `rank`; refitd writes its tensors. With `staged`, a
-        failed epoch leaves them untouched (refitd writes a shadow, copied in at commit)."""
-        return self._register(refit_pb2.ROLE_DESTINATION, rank, shards, device, host, staged,
-                              timeout)
+    def register_destination(self, rank, shards=None, device=None, host=None, staged=False,
+                             timeout=60.0, *, tensors=None, boxes=None):
+        """Registers inference rank `rank`; refitd writes its tensors: the engine's own
+        (`tensors` and `boxes`, written in place, fused parameters as views of one tensor)
+        or refit's (`shards`). With `staged`, a failed epoch leaves them untouched (refitd
+        writes a shadow, copied in at commit)."""
+        return self._register(refit_pb2.ROLE_DESTINATION, rank, shards, tensors, boxes, device,
+                              host, staged, timeout)
 
-    def _register(self, role, rank, shards, device, host, staged, timeout):
-        if not shards:
-            raise ValueError(f"rank {rank}: no shards to register")
-        memory = RankMemory(rank, shards, device)
-        layout = refit_pb2.RankLayout(rank=int(rank), host=host, views=memory.views,
-                                      buffers=[memory.buffer], staged=staged)
+    def _register(self, role, rank, shards, tensors, boxes, device, host, staged, timeout):
+        if (shards is None) == (tensors is None):
+            raise ValueError(f"rank {rank}: give either shards (refit allocates the memory) or "
+                             f"tensors and boxes (registered in place)")
+        if tensors is not None:
+            if device is not None:
+                raise ValueError(f"rank {rank}: tensors registered in place stay where they "
+                                 f"are; device is for shards refit allocates")
+            if not tensors:
+                raise ValueError(f"rank {rank}: no tensors to register")
+            memory = InPlaceMemory(rank, tensors, boxes if boxes is not None else {})
+        else:
+            if not shards:
+                raise ValueError(f"rank {rank}: no shards to register")
+            memory = RankMemory(rank, shards, device)
+        layout = refit_pb2.RankLayout(rank=int(rank),
+                                      host=socket.gethostname() if host is None else host,
+                                      views=memory.views, buffers=memory.buffers, staged=staged)
         if memory.device.type == "cuda":
             layout.device = memory.device_index
-        tensors = [refit_pb2.TensorSpec(name=name, dtype=refit_dtype(dtype),
-                                        shape=shard.global_shape)
-                   for name, (shard, dtype) in shards.items()]
-        request = refit_pb2.RegisterRankRequest(role=role, layout=layout, tensors=tensors)
+        specs = [refit_pb2.TensorSpec(name=name, dtype=refit_dtype(memory.dtypes[name]),
+                                      shape=box.global_shape)
+                 for name, box in memory.boxes.items()]
+        request = refit_pb2.RegisterRankRequest(role=role, layout=layout, tensors=specs)
         try:
             session = self._stub.RegisterRank(request, timeout=timeout).session
         except grpc.RpcError as e:
             memory.close()
             raise from_rpc_error(e) from None
-        registered = RegisteredRank(self._stub, role, rank,
-                                    {name: shard for name, (shard, _) in shards.items()},
-                                    memory, session)
+        registered = RegisteredRank(self._stub, role, rank, dict(memory.boxes), memory, session)
         try:
             registered.await_hold()
         except BaseException:

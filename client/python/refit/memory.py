@@ -58,6 +58,9 @@ class RankMemory:
             self.device_index = self.device.index if self.device.index is not None else 0
         else:
             raise ValueError(f"rank {rank}: refit holds CPU or CUDA tensors, not {self.device}")
+        self.buffers = [self.buffer]
+        self.boxes = {name: shard for name, (shard, _) in shards.items()}
+        self.dtypes = {name: dtype for name, (_, dtype) in shards.items()}
         self.tensors = {}
         self.views = []
         for name, (shard, dtype) in shards.items():

@@ -1,14 +1,15 @@
 """Where one rank's piece of a tensor lies: a box (offset, extent) in the global tensor.
 
-Shards are plain data; `split` and `replicated` build the common ones (a slice of one
-dimension in equal parts, or the whole tensor)."""
+Boxes are plain data; `split`, `chunk` and `replicated` build the common ones, and
+refit.placements builds them from a device mesh and Shard/Replicate placements."""
 from dataclasses import dataclass
 from typing import Tuple
 
 
 @dataclass(frozen=True)
-class Shard:
-    """The box [offset, offset + extent) of a tensor of `global_shape`."""
+class Box:
+    """The box [offset, offset + extent) of a tensor of `global_shape`. An extent may be
+    0 (the trailing ranks of a small tensor under torch.chunk): such a box holds nothing."""
 
     global_shape: Tuple[int, ...]
     offset: Tuple[int, ...]
@@ -21,45 +22,78 @@ class Shard:
         dims = len(self.global_shape)
         if len(self.offset) != dims or len(self.extent) != dims:
             raise ValueError(
-                f"shard of a {dims}-dim tensor needs {dims} offsets and extents, got "
+                f"box of a {dims}-dim tensor needs {dims} offsets and extents, got "
                 f"{self.offset} and {self.extent}")
         for d in range(dims):
-            if self.extent[d] <= 0 or self.offset[d] < 0 or (
+            if self.extent[d] < 0 or self.offset[d] < 0 or (
                     self.offset[d] + self.extent[d] > self.global_shape[d]):
                 raise ValueError(
-                    f"shard offset {self.offset} extent {self.extent} leaves the tensor of "
+                    f"box offset {self.offset} extent {self.extent} leaves the tensor of "
                     f"shape {self.global_shape} in dim {d}")
 
     @property
-    def elements(self):
+    def elements(self) -> int:
         count = 1
         for e in self.extent:
             count *= e
         return count
 
-    def slices(self):
-        """Index of the shard in the global tensor: `full[shard.slices()]`."""
+    @property
+    def empty(self) -> bool:
+        return self.elements == 0
+
+    def slices(self) -> Tuple[slice, ...]:
+        """Index of the box in the global tensor: `full[box.slices()]`."""
         return tuple(slice(o, o + e) for o, e in zip(self.offset, self.extent))
 
 
-def replicated(global_shape):
+def replicated(global_shape) -> Box:
     """The whole tensor."""
     shape = tuple(global_shape)
-    return Shard(shape, (0,) * len(shape), shape)
+    return Box(shape, (0,) * len(shape), shape)
 
 
-def split(global_shape, dim, index, parts):
-    """Part `index` of `parts` equal parts of dimension `dim` (which `parts` must divide)."""
-    shape = tuple(global_shape)
+def _check_part(shape, dim, index, parts):
     if not 0 <= dim < len(shape):
         raise ValueError(f"dim {dim} of a {len(shape)}-dim tensor")
-    if parts <= 0 or shape[dim] % parts != 0:
-        raise ValueError(f"{parts} parts do not divide dim {dim} of size {shape[dim]}")
+    if parts <= 0:
+        raise ValueError(f"{parts} parts: at least one")
     if not 0 <= index < parts:
         raise ValueError(f"part {index} of {parts}")
-    step = shape[dim] // parts
+
+
+def _along(shape, dim, start, length) -> Box:
     offset = [0] * len(shape)
     extent = list(shape)
-    offset[dim] = index * step
-    extent[dim] = step
-    return Shard(shape, offset, extent)
+    offset[dim] = start
+    extent[dim] = length
+    return Box(shape, offset, extent)
+
+
+def split(global_shape, dim, index, parts) -> Box:
+    """Part `index` of `parts` equal parts of dimension `dim` (which `parts` must divide)."""
+    shape = tuple(global_shape)
+    _check_part(shape, dim, index, parts)
+    if shape[dim] % parts != 0:
+        raise ValueError(f"{parts} parts do not divide dim {dim} of size {shape[dim]} "
+                         f"(refit.chunk splits unevenly, as torch.chunk)")
+    step = shape[dim] // parts
+    return _along(shape, dim, index * step, step)
+
+
+def chunk_range(size, index, parts):
+    """(start, length) of chunk `index` of `parts` of a dimension of `size`, as torch.chunk
+    and DTensor's Shard cut it: chunks of ceil(size / parts), the last ones shorter or
+    empty."""
+    step = -(-size // parts)
+    start = min(index * step, size)
+    return start, min(step, size - start)
+
+
+def chunk(global_shape, dim, index, parts) -> Box:
+    """Part `index` of dimension `dim` cut into `parts` as torch.chunk cuts it (uneven:
+    the trailing parts may be shorter, or empty)."""
+    shape = tuple(global_shape)
+    _check_part(shape, dim, index, parts)
+    start, length = chunk_range(shape[dim], index, parts)
+    return _along(shape, dim, start, length)

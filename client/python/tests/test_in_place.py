@@ -1,0 +1,136 @@
+"""In-place registration: the framework's own tensors become views of buffers refitd can
+map (their storage moved once into named shared memory, the tensors themselves kept), fused
+parameters are views of one buffer, and the vLLM-style views are the engine's rows."""
+import os
+import stat
+import unittest
+
+import torch
+
+import refit
+from refit import conventions
+from refit.in_place import InPlaceMemory
+
+
+def segment_bytes(buffer):
+    with open("/dev/shm/" + buffer.shm_name.lstrip("/"), "rb") as segment:
+        return segment.read()
+
+
+def element_at(buffer, view, index, dtype):
+    """The element at `index` (local coordinates) of `view`, read from the segment file."""
+    size = torch.tensor([], dtype=dtype).element_size()
+    at = view.byte_offset + size * sum(i * s for i, s in zip(index, view.strides))
+    return torch.frombuffer(bytearray(segment_bytes(buffer)[at:at + size]), dtype=dtype).item()
+
+
+class InPlaceTest(unittest.TestCase):
+    def test_a_modules_parameters_are_shared_where_they_are(self):
+        torch.manual_seed(0)
+        layer = torch.nn.Linear(6, 4)
+        weight = layer.weight
+        before = weight.detach().clone()
+        boxes = {"w": refit.chunk((8, 6), 0, 1, 2), "b": refit.chunk((8,), 0, 1, 2)}
+        memory = InPlaceMemory(3, {"w": layer.weight, "b": layer.bias}, boxes)
+        self.assertIs(layer.weight, weight)  # the framework's tensor, not a copy
+        self.assertTrue(torch.equal(layer.weight, before))
+        self.assertEqual(len(memory.buffers), 2)
+        for buffer in memory.buffers:
+            path = "/dev/shm/" + buffer.shm_name.lstrip("/")
+            self.assertEqual(stat.S_IMODE(os.stat(path).st_mode), 0o600)
+            self.assertGreaterEqual(os.stat(path).st_size, buffer.bytes)
+        # An optimizer step writes the same memory refitd maps.
+        optimizer = torch.optim.SGD(layer.parameters(), lr=0.5)
+        layer(torch.ones(2, 6)).sum().backward()
+        optimizer.step()
+        view = memory.views[0]
+        self.assertEqual((tuple(view.offset), tuple(view.extent)), ((4, 0), (4, 6)))
+        self.assertEqual(element_at(memory.buffers[0], view, (2, 3), torch.float32),
+                         layer.weight[2, 3].item())
+        self.assertNotEqual(layer.weight[2, 3].item(), before[2, 3].item())
+
+    def test_fused_parameters_are_views_of_one_buffer_with_their_strides(self):
+        qkv = torch.arange(10 * 4, dtype=torch.float32).reshape(10, 4)
+        tensors = {"q": qkv[0:6], "k": qkv[6:8], "v": qkv[8:10], "vt": qkv[8:10].t()}
+        boxes = {"q": refit.chunk((12, 4), 0, 0, 2), "k": refit.chunk((4, 4), 0, 0, 2),
+                 "v": refit.chunk((4, 4), 0, 0, 2), "vt": refit.Box((4, 2), (0, 0), (4, 2))}
+        memory = InPlaceMemory(0, tensors, boxes)
+        self.assertEqual(len(memory.buffers), 1)
+        self.assertEqual({v.buffer for v in memory.views}, {memory.buffers[0].name})
+        start = memory.views[0].byte_offset  # where torch's segment keeps the storage's bytes
+        self.assertEqual([v.byte_offset - start for v in memory.views],
+                         [0, 6 * 16, 8 * 16, 8 * 16])
+        self.assertEqual(memory.buffers[0].bytes, start + 10 * 16)
+        self.assertEqual(list(memory.views[3].strides), [1, 4])
+        self.assertEqual(element_at(memory.buffers[0], memory.views[3], (3, 1), torch.float32),
+                         qkv[9, 3].item())
+
+    def test_empty_shards_are_declared_without_a_view(self):
+        memory = InPlaceMemory(2, {"w": torch.zeros(1, 3), "tail": torch.zeros(0, 3)},
+                               {"w": refit.chunk((2, 3), 0, 1, 3),
+                                "tail": refit.chunk((2, 3), 0, 2, 3)})
+        self.assertEqual([v.tensor for v in memory.views], ["w"])
+        self.assertEqual(set(memory.boxes), {"w", "tail"})
+
+    def test_bad_tensors_are_refused_with_the_reason(self):
+        with self.assertRaisesRegex(ValueError, "rank 1: tensor w has shape \\(4, 4\\) but"):
+            InPlaceMemory(1, {"w": torch.zeros(4, 4)}, {"w": refit.chunk((4, 4), 0, 0, 2)})
+        with self.assertRaisesRegex(KeyError, "tensor w has no box"):
+            InPlaceMemory(1, {"w": torch.zeros(4)}, {})
+        with self.assertRaisesRegex(ValueError, "expanded view"):
+            InPlaceMemory(1, {"w": torch.zeros(1, 4).expand(3, 4)},
+                          {"w": refit.replicated((3, 4))})
+        with self.assertRaisesRegex(ValueError, "share one device"):
+            InPlaceMemory(1, {"a": torch.zeros(2), "b": torch.zeros(2, device="meta")},
+                          {"a": refit.replicated((2,)), "b": refit.replicated((2,))})
+
+
+class ConventionsTest(unittest.TestCase):
+    def full_model(self):
+        torch.manual_seed(1)
+        shapes = {"model.embed_tokens.weight": (16, 8), "lm_head.weight": (16, 8),
+                  "model.norm.weight": (8,),
+                  "model.layers.0.self_attn.q_proj.weight": (8, 8),
+                  "model.layers.0.self_attn.k_proj.weight": (4, 8),
+                  "model.layers.0.self_attn.v_proj.weight": (4, 8),
+                  "model.layers.0.self_attn.o_proj.weight": (8, 8),
+                  "model.layers.0.mlp.gate_proj.weight": (12, 8),
+                  "model.layers.0.mlp.up_proj.weight": (12, 8),
+                  "model.layers.0.mlp.down_proj.weight": (8, 12),
+                  "model.layers.0.input_layernorm.weight": (8,)}
+        return {name: torch.randn(shape) for name, shape in shapes.items()}
+
+    def test_megatron_boxes_split_columns_rows_and_vocabulary(self):
+        box = conventions.megatron_box
+        self.assertEqual(box("model.layers.3.self_attn.k_proj.weight", (4, 8), 1, 2).offset, (2, 0))
+        self.assertEqual(box("model.layers.3.mlp.down_proj.weight", (8, 12), 1, 2).offset, (0, 6))
+        self.assertEqual(box("lm_head.weight", (16, 8), 1, 2).offset, (8, 0))
+        self.assertEqual(box("model.norm.weight", (8,), 1, 2).extent, (8,))
+
+    def test_vllm_views_are_the_fused_engine_rows(self):
+        full = self.full_model()
+        shapes = {name: tuple(t.shape) for name, t in full.items()}
+        for tp_rank in range(2):
+            engine = conventions.fuse_like_vllm(full, tp_rank, 2)
+            self.assertEqual(tuple(engine["model.layers.0.self_attn.qkv_proj.weight"].shape),
+                             (8, 8))
+            self.assertEqual(tuple(engine["model.layers.0.mlp.gate_up_proj.weight"].shape),
+                             (12, 8))
+            tensors, boxes = conventions.vllm_views(engine, shapes, tp_rank, 2)
+            self.assertEqual(set(tensors), set(full))
+            for name, view in tensors.items():
+                self.assertTrue(torch.equal(view, full[name][boxes[name].slices()]), name)
+            qkv = engine["model.layers.0.self_attn.qkv_proj.weight"]
+            self.assertEqual(tensors["model.layers.0.self_attn.v_proj.weight"].data_ptr(),
+                             qkv[6:].data_ptr())  # a view into the engine's parameter
+
+    def test_unsupported_vllm_shapes_are_refused(self):
+        full = self.full_model()
+        shapes = {name: tuple(t.shape) for name, t in full.items()}
+        engine = conventions.fuse_like_vllm(full, 0, 2)
+        with self.assertRaisesRegex(ValueError, "do not split evenly over TP 8"):
+            conventions.vllm_views(engine, shapes, 0, 8)
+
+
+if __name__ == "__main__":
+    unittest.main()
