@@ -14,6 +14,7 @@ PACKAGES=(
   iproute2  # the partition test's network namespaces and veth pair
   # The Python client and its tests (Debian's /usr/bin/python3 sees these).
   python3-grpcio python3-protobuf python3-numpy python3-torch python3-yaml
+  python3-pip python3-setuptools python3-venv  # pip install ./client/python, in a venv
 )
 # tests/fuzz/run_fuzzers.sh also needs clang (libFuzzer); the test command does not.
 

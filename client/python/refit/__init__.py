@@ -12,11 +12,14 @@ refit.chunk / refit.split / refit.replicated, or from refit.conventions (Megatro
 """
 from .coordinator import RefitClient
 from .daemon import LocalDaemon, RegisteredRank
-from .errors import RefitError
+from .errors import (RefitAborted, RefitError, RefitPermissionDenied, RefitRejected,
+                     RefitTimeout, RefitUnavailable)
 from .memory import refit_dtype
 from .placements import DeviceMesh, Replicate, Shard
 from .shards import Box, chunk, replicated, split
 from . import torch_layout
 
-__all__ = ["Box", "DeviceMesh", "LocalDaemon", "RefitClient", "RefitError", "RegisteredRank",
-           "Replicate", "Shard", "chunk", "refit_dtype", "replicated", "split"]
+__all__ = ["Box", "DeviceMesh", "LocalDaemon", "RefitAborted", "RefitClient", "RefitError",
+           "RefitPermissionDenied", "RefitRejected", "RefitTimeout", "RefitUnavailable",
+           "RegisteredRank", "Replicate", "Shard", "chunk", "refit_dtype", "replicated",
+           "split"]

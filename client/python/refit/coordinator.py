@@ -1,4 +1,6 @@
 """The coordinator's client: trigger a refit, watch an epoch, read the cluster's status."""
+from typing import Iterator
+
 import grpc
 
 from ._channel import coordinator_channel, token_metadata
@@ -9,7 +11,7 @@ from .errors import RefitError, from_rpc_error
 class RefitClient:
     """Talks to the coordinator at `address` ("host:port")."""
 
-    def __init__(self, address):
+    def __init__(self, address: str):
         self._address = address
         self._channel = coordinator_channel(address)
         self._stub = refit_pb2_grpc.CoordinatorStub(self._channel)
@@ -24,7 +26,7 @@ class RefitClient:
     def __exit__(self, *exc):
         self.close()
 
-    def refit(self, version, timeout=60.0):
+    def refit(self, version: int, timeout: float = 60.0) -> "refit_pb2.RefitReport":
         """Moves `version` from the trainers to the inference ranks; returns the report
         (refit_pb2.RefitReport) once every destination holds it. A repeat of a committed
         version returns its report; one in flight joins it. RefitError otherwise, naming
@@ -35,7 +37,7 @@ class RefitClient:
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
 
-    def status(self, timeout=10.0):
+    def status(self, timeout: float = 10.0) -> "refit_pb2.StatusResponse":
         """refit_pb2.StatusResponse: daemons, current version, plan digest, last epochs."""
         try:
             return self._stub.Status(refit_pb2.StatusRequest(), timeout=timeout,
@@ -43,7 +45,7 @@ class RefitClient:
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
 
-    def watch(self, epoch="", timeout=60.0):
+    def watch(self, epoch: str = "", timeout: float = 60.0) -> Iterator["refit_pb2.EpochProgress"]:
         """Yields refit_pb2.EpochProgress of `epoch` (default: the running one, or the next
         to start) until it commits or aborts."""
         request = refit_pb2.WatchEpochRequest(epoch_id=epoch, timeout_ms=int(timeout * 1000))

@@ -1,15 +1,17 @@
 """The node's refitd, as a trainer or inference process sees it: register the ranks this
 process holds, publish a version (sources), wait for one (destinations)."""
-import socket
+from socket import gethostname
 import threading
+from typing import Any, Mapping, Optional, Tuple
 
 import grpc
 
 from ._channel import local_channel
 from ._proto import refit_pb2, refit_pb2_grpc
-from .errors import RefitError, from_rpc_error
+from .errors import RefitError, error_for, from_rpc_error
 from .in_place import InPlaceMemory
 from .memory import RankMemory, refit_dtype
+from .shards import Box
 
 
 class RegisteredRank:
@@ -32,8 +34,8 @@ class RegisteredRank:
     def await_hold(self, timeout=10):
         """Returns once refitd confirmed it holds the registration for this process."""
         if not self._held.wait(timeout):
-            raise RefitError(grpc.StatusCode.UNAVAILABLE,
-                             f"rank {self.rank}: refitd did not confirm the registration hold")
+            raise error_for(grpc.StatusCode.UNAVAILABLE,
+                            f"rank {self.rank}: refitd did not confirm the registration hold")
 
     def _watch(self):
         try:
@@ -88,7 +90,7 @@ class RegisteredRank:
 class LocalDaemon:
     """Talks to the refitd listening on the unix socket `socket`."""
 
-    def __init__(self, socket="/run/refit/refitd.sock"):
+    def __init__(self, socket: str = "/run/refit/refitd.sock"):
         self._channel = local_channel(socket)
         self._stub = refit_pb2_grpc.LocalDaemonStub(self._channel)
         self._ranks = []
@@ -105,8 +107,10 @@ class LocalDaemon:
             self._ranks.pop().close()
         self._channel.close()
 
-    def register_source(self, rank, shards=None, device=None, host=None, timeout=60.0, *,
-                        tensors=None, boxes=None):
+    def register_source(self, rank: int, shards: Optional[Mapping[str, Tuple[Box, Any]]] = None,
+                        device: Optional[str] = None, host: Optional[str] = None,
+                        timeout: float = 60.0, *, tensors: Optional[Mapping[str, Any]] = None,
+                        boxes: Optional[Mapping[str, Box]] = None) -> "RegisteredRank":
         """Registers trainer rank `rank`; returns the RegisteredRank whose tensors refitd
         reads. Either `tensors` (name -> the rank's own torch tensor, its local shard) with
         `boxes` (name -> refit.Box: where it lies in the global tensor), read in place; or
@@ -115,8 +119,12 @@ class LocalDaemon:
         return self._register(refit_pb2.ROLE_SOURCE, rank, shards, tensors, boxes, device,
                               host, False, timeout)
 
-    def register_destination(self, rank, shards=None, device=None, host=None, staged=False,
-                             timeout=60.0, *, tensors=None, boxes=None):
+    def register_destination(self, rank: int,
+                             shards: Optional[Mapping[str, Tuple[Box, Any]]] = None,
+                             device: Optional[str] = None, host: Optional[str] = None,
+                             staged: bool = False, timeout: float = 60.0, *,
+                             tensors: Optional[Mapping[str, Any]] = None,
+                             boxes: Optional[Mapping[str, Box]] = None) -> "RegisteredRank":
         """Registers inference rank `rank`; refitd writes its tensors: the engine's own
         (`tensors` and `boxes`, written in place, fused parameters as views of one tensor)
         or refit's (`shards`). With `staged`, a failed epoch leaves them untouched (refitd
@@ -140,7 +148,7 @@ class LocalDaemon:
                 raise ValueError(f"rank {rank}: no shards to register")
             memory = RankMemory(rank, shards, device)
         layout = refit_pb2.RankLayout(rank=int(rank),
-                                      host=socket.gethostname() if host is None else host,
+                                      host=gethostname() if host is None else host,
                                       views=memory.views, buffers=memory.buffers, staged=staged)
         if memory.device.type == "cuda":
             layout.device = memory.device_index
@@ -165,7 +173,7 @@ class LocalDaemon:
         self._ranks.append(registered)
         return registered
 
-    def publish(self, version, timeout=10.0):
+    def publish(self, version: int, timeout: float = 10.0) -> None:
         """Says every source rank registered here holds `version`, final."""
         for registered in self._ranks:
             if registered.role != refit_pb2.ROLE_SOURCE:
@@ -177,7 +185,7 @@ class LocalDaemon:
             except grpc.RpcError as e:
                 raise from_rpc_error(e) from None
 
-    def wait_for_version(self, version, timeout=60.0):
+    def wait_for_version(self, version: int, timeout: float = 60.0) -> Optional[int]:
         """Returns once every destination rank registered here holds `version` (or a later
         one); returns the version they hold. RefitError with DEADLINE_EXCEEDED at the
         timeout, ABORTED when the epoch failed, saying what the buffers hold."""
