@@ -35,7 +35,28 @@ class WordStream {
 
 }  // namespace
 
-std::string PlanDigest(const Plan& plan) {
+namespace {
+
+// What a transfer's indices into `layout` become in the plan sent to the daemons.
+void AddWireNames(const Layout& layout, XXH3_state_t* state) {
+  WordStream words(state);
+  words.Add(layout.tensors.size());
+  for (const TensorInfo& tensor : layout.tensors) {
+    words.Add(tensor.name.size());
+    words.Flush();
+    XXH3_128bits_update(state, tensor.name.data(), tensor.name.size());
+  }
+  words.Add(layout.ranks.size());
+  for (const RankInfo& rank : layout.ranks) words.Add(rank.rank);
+  // A view's id on the wire is its position in its rank's list, which zero-extent views
+  // (left out of the compiled layout) shift.
+  words.Add(layout.views.size());
+  for (const ViewInfo& view : layout.views) words.Add(view.local_index);
+}
+
+}  // namespace
+
+std::string PlanDigest(const Plan& plan, const Layout& sources, const Layout& destinations) {
   XXH3_state_t* state = XXH3_createState();
   XXH3_128bits_reset(state);
   XXH3_128bits_update(state, plan.strategy.data(), plan.strategy.size());
@@ -52,6 +73,8 @@ std::string PlanDigest(const Plan& plan) {
   // Transfers as they are in memory: no padding (plan.h), and the bit-fields are laid out
   // alike on little-endian x86-64 and aarch64.
   XXH3_128bits_update(state, plan.transfers.data(), plan.transfers.size() * sizeof(Transfer));
+  AddWireNames(sources, state);
+  AddWireNames(destinations, state);
   const XXH128_hash_t hash = XXH3_128bits_digest(state);
   XXH3_freeState(state);
   return absl::StrFormat("%016x%016x", hash.high64, hash.low64);

@@ -165,7 +165,7 @@ absl::StatusOr<std::shared_ptr<const Plan>> BuildPlan(const Layout& sources,
   plan->stats.chosen = std::move(chosen_name);
   plan->stats.lower_bound_network_bytes = bound.network_bytes;
   plan->stats.lower_bound_seconds = bound.seconds;
-  plan->digest = PlanDigest(*plan);
+  plan->digest = PlanDigest(*plan, sources, destinations);
   plan->plan_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return std::shared_ptr<const Plan>(std::move(plan));

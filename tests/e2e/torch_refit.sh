@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The Python client end to end: a torch MoE model trained by one process holding two
 # trainer ranks (expert parallel), a second process holding two inference ranks (tensor
-# parallel), a refitd beside each and a coordinator between them. Two optimizer steps,
-# two refits; after each, every inference shard is compared with torch.equal against the
-# trainer's full weights. The second run registers the inference ranks staged.
+# parallel; one shard is empty), a refitd beside each and a coordinator between them. Two
+# optimizer steps, two refits; after each, every inference shard is compared with
+# torch.equal against the trainer's full weights. The first run registers the model's own
+# tensors in place on both sides; the second registers memory refit allocates, the
+# inference ranks staged.
 #   torch_refit.sh BIN_DIR
 set -euo pipefail
 bin=$1
@@ -23,27 +25,27 @@ JSON
 start_coordinator "$work/job.json"
 start_daemons trainer-node inference-node
 
-# run NAME FIRST_VERSION [INFERENCE FLAGS...]: one trainer process and one inference
-# process, two steps, versions FIRST_VERSION and the next.
+# run NAME FIRST_VERSION TRAINER_FLAGS [INFERENCE FLAGS...]: one trainer process and one
+# inference process, two steps, versions FIRST_VERSION and the next.
 run() {
   local out=$work/$1
   mkdir -p "$out"
   "$python" "$client/examples/moe_inference.py" --socket="$work/inference-node.sock" \
-    --out="$out" --first-version="$2" "${@:3}" > "$out/inference.log" 2>&1 &
+    --out="$out" --first-version="$2" "${@:4}" > "$out/inference.log" 2>&1 &
   local inference=$!
   pids+=($inference)
   for _ in $(seq 300); do destinations_seen 2 && break; sleep 0.1; done
   "$python" "$client/examples/moe_trainer.py" --socket="$work/trainer-node.sock" \
-    --coordinator="$coordinator" --out="$out" --first-version="$2" > "$out/trainer.log" 2>&1 ||
+    --coordinator="$coordinator" --out="$out" --first-version="$2" $3 > "$out/trainer.log" 2>&1 ||
     { cat "$out/trainer.log" "$out/inference.log" >&2; false; }
   await_exit "$inference" 60
   wait "$inference" || { cat "$out/inference.log" >&2; false; }
   cat "$out/trainer.log" "$out/inference.log"
-  grep -q "^version $(($2 + 1)): 20 shards equal to the trainer's weights" "$out/inference.log"
+  grep -q "^version $(($2 + 1)): 22 shards equal to the trainer's weights" "$out/inference.log"
   for _ in $(seq 100); do destinations_seen 0 && break; sleep 0.1; done
 }
-run in-place 1
-run staged 3 --staged
+run in-place 1 ""
+run allocated-staged 3 --allocated --allocated --staged
 grep -q "destination rank 0 registered .*staged" "$work/inference-node.log"
 # The orchestration side of the client: status, and a refused refit named as such.
 "$python" - "$coordinator" << 'PY'

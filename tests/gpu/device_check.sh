@@ -8,8 +8,9 @@
 #     versions, every destination byte checked;
 #  3. the bandwidth table: the refit's GB/s next to plain cudaMemcpy device to device of
 #     the same bytes, measured in the same run;
-#  4. the Python client with CUDA tensors (registered by CUDA IPC handle): the MoE example's
-#     trainer and inference processes, two refits, every shard compared with torch.equal.
+#  4. the Python client with CUDA tensors registered in place (each caching-allocator block
+#     by its CUDA IPC handle, tensors at their offsets): the MoE example's trainer and
+#     inference processes, two refits, every shard compared with torch.equal.
 #     Skipped, saying why, when the machine's Python lacks grpcio.
 # Writes its logs and results.txt to $OUT when set. Exit status: the number of failures.
 set -uo pipefail
@@ -125,10 +126,10 @@ JSON
     timeout 300 python3 "$here/python/examples/moe_trainer.py" --socket="$work/node-0.sock" \
       --coordinator="$coordinator" --out="$work" --device=cuda:0 > "$OUT/torch-trainer.log" 2>&1
     wait "$inference"
-    grep -q "^version 2: 20 shards equal" "$OUT/torch-inference.log" && torch_ok=1
+    grep -q "^version 2: 22 shards equal" "$OUT/torch-inference.log" && torch_ok=1
   fi
   if (( torch_ok == 1 )); then
-    say "PASS Python client, CUDA tensors by IPC handle: 2 refits, every shard torch.equal"
+    say "PASS Python client, CUDA tensors in place by IPC handle: 2 refits, every shard torch.equal"
   else
     say "FAIL Python client with CUDA tensors (see torch-inference.log, torch-trainer.log)"
     failures=$((failures + 1))

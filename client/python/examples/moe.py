@@ -1,7 +1,8 @@
 """A small mixture-of-experts model and two layouts of it, for the example and the
 end-to-end test: trainers split the experts (expert parallel) and the embedding rows;
 inference ranks split every expert's hidden dimension and the embedding columns (tensor
-parallel), with the router and norms replicated."""
+parallel), with the router and norms replicated. The output scale (one row) is cut as
+torch.chunk cuts it, so the last inference rank's shard of it is empty."""
 import argparse
 
 import torch
@@ -31,13 +32,14 @@ class MoEModel(nn.Module):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.layers = nn.ModuleList(MoELayer(dim, hidden, experts) for _ in range(layers))
+        self.head_scale = nn.Parameter(torch.ones(1, dim))
         self.head = nn.Linear(dim, vocab, bias=False)
 
     def forward(self, tokens):
         x = self.embed(tokens)
         for layer in self.layers:
             x = layer(x)
-        return self.head(x)
+        return self.head(x * self.head_scale)
 
 
 def example_arguments(description):
@@ -50,9 +52,25 @@ def example_arguments(description):
                         help="versions are numbered from this (the cluster's next version)")
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--device", default="cpu",
-                        help="where refit's memory for the ranks lives: cpu (shared memory) "
-                             "or cuda:N (registered by CUDA IPC handle)")
+                        help="where the model's tensors live: cpu (registered in shared "
+                             "memory) or cuda:N (registered by CUDA IPC handle)")
+    parser.add_argument("--allocated", action="store_true",
+                        help="register memory refit allocates and copy the weights in and "
+                             "out, instead of the model's own tensors in place")
     return parser
+
+
+def register(daemon, role, rank, model_tensors, placement, allocated, **flags):
+    """Registers `rank`: with `allocated`, memory refit allocates (shards, on the tensors'
+    device); else the model's own tensors in place, as views of the rank's boxes."""
+    shards = refit.torch_layout.shards_for(model_tensors, placement)
+    register = daemon.register_source if role == "source" else daemon.register_destination
+    if allocated:
+        return register(rank, shards, device=str(next(iter(model_tensors.values())).device),
+                        **flags)
+    tensors = {name: model_tensors[name].detach()[box.slices()]
+               for name, (box, _) in shards.items()}
+    return register(rank, tensors=tensors, boxes={n: b for n, (b, _) in shards.items()}, **flags)
 
 
 def trainer_placement(rank, ranks=2):
@@ -75,5 +93,7 @@ def inference_placement(rank, ranks=2):
             return refit.split(shape, 2, rank, ranks)
         if name in ("embed.weight", "head.weight"):
             return refit.split(shape, 1, rank, ranks)
+        if name == "head_scale":
+            return refit.chunk(shape, 0, rank, ranks)  # one row: the last ranks hold none
         return refit.replicated(shape)
     return place

@@ -1,6 +1,8 @@
 """The trainer side of the example: one process holding trainer ranks 0 and 1 of the MoE
-model. Each step: an optimizer step, the new weights copied into refit's memory, publish,
-refit. The full weights of each version are saved so the inference side can check them.
+model, registered in place (each rank's tensors are views of the model's parameters, which
+refitd reads where they are). Each step: an optimizer step, publish, refit. With
+--allocated, refit's own memory instead, the new weights copied in before publishing. The
+full weights of each version are saved so the inference side can check them.
 
     moe_trainer.py --socket S --coordinator HOST:PORT --out DIR [--steps N] [--device cuda:0]
 """
@@ -11,7 +13,7 @@ import time
 import torch
 
 import refit
-from moe import MoEModel, example_arguments, trainer_placement
+from moe import MoEModel, example_arguments, register, trainer_placement
 
 
 def wait_for_file(path, timeout):
@@ -28,12 +30,11 @@ def main():
     args = parser.parse_args()
 
     torch.manual_seed(0)
-    model = MoEModel()
+    model = MoEModel().to(args.device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    state = model.state_dict()
     with refit.LocalDaemon(args.socket) as daemon, refit.RefitClient(args.coordinator) as client:
-        ranks = [daemon.register_source(r, refit.torch_layout.shards_for(
-                     state, trainer_placement(r, args.ranks)), device=args.device)
+        ranks = [register(daemon, "source", r, dict(model.named_parameters()),
+                          trainer_placement(r, args.ranks), args.allocated)
                  for r in range(args.ranks)]
         for version in range(args.first_version, args.first_version + args.steps):
             tokens = torch.randint(0, 64, (16,))
@@ -45,9 +46,12 @@ def main():
             if version > args.first_version:
                 wait_for_file(os.path.join(args.out, f"checked-{version - 1}"), 60)
             with torch.no_grad():
-                full = {name: t.detach().clone() for name, t in model.state_dict().items()}
-                for rank in ranks:
-                    rank.load(full)
+                full = {name: t.detach().cpu().clone() for name, t in model.state_dict().items()}
+                if args.allocated:
+                    for rank in ranks:
+                        rank.load(full)
+            if args.device.startswith("cuda"):
+                torch.cuda.synchronize()  # refitd reads the memory from its own context
             torch.save(full, os.path.join(args.out, f"weights-{version}.pt"))
             # A watcher sees the epoch through to its commit, as a dashboard or an
             # orchestrator's progress bar would.
