@@ -159,7 +159,8 @@ StridedRegion RegionOf(const Layout& layout, const ViewInfo& view) {
                        layout.tensors[view.tensor].element_bytes};
 }
 
-// Sizes undeclared buffers, then checks every view fits and no two views share memory.
+// Sizes undeclared buffers, then checks every view fits and (destinations) no two views
+// share memory.
 absl::Status CheckBuffers(Layout* layout, int32_t rank_index,
                           const absl::flat_hash_set<int32_t>& declared) {
   RankInfo& rank = layout->ranks[rank_index];
@@ -180,6 +181,10 @@ absl::Status CheckBuffers(Layout* layout, int32_t rank_index,
     }
     views_by_buffer[view.buffer].push_back(v);
   }
+  // Source views are only read, so they may share memory: tied weights (one storage
+  // registered as both the embedding and the output head) are two views of it. Two
+  // destination views in one place would be two writes into it.
+  if (layout->side != "destination") return absl::OkStatus();
   // Views are compared only with those starting inside their byte span, which for dense
   // and fused views is a neighbour or two; views whose spans all interleave (strided
   // columns of one matrix) would make that quadratic, so a rank gets a budget of pair

@@ -65,6 +65,17 @@ class InPlaceTest(unittest.TestCase):
         self.assertEqual(element_at(memory.buffers[0], memory.views[3], (3, 1), torch.float32),
                          qkv[9, 3].item())
 
+    def test_tied_weights_are_two_views_of_one_place(self):
+        embed = torch.nn.Embedding(16, 4)
+        head = torch.nn.Linear(4, 16, bias=False)
+        head.weight = embed.weight  # tie_word_embeddings
+        memory = InPlaceMemory(0, {"model.embed_tokens.weight": embed.weight,
+                                   "lm_head.weight": head.weight},
+                               {"model.embed_tokens.weight": refit.replicated((16, 4)),
+                                "lm_head.weight": refit.replicated((16, 4))})
+        self.assertEqual(len(memory.buffers), 1)
+        self.assertEqual(memory.views[0].byte_offset, memory.views[1].byte_offset)
+
     def test_empty_shards_are_declared_without_a_view(self):
         memory = InPlaceMemory(2, {"w": torch.zeros(1, 3), "tail": torch.zeros(0, 3)},
                                {"w": refit.chunk((2, 3), 0, 1, 3),
