@@ -135,6 +135,40 @@ class ConventionsTest(unittest.TestCase):
             self.assertEqual(tensors["model.layers.0.self_attn.v_proj.weight"].data_ptr(),
                              qkv[6:].data_ptr())  # a view into the engine's parameter
 
+    def moe_model(self, experts=4, intermediate=6, hidden=4):
+        torch.manual_seed(2)
+        full = {"model.layers.0.mlp.gate.weight": torch.randn(experts, hidden)}
+        for e in range(experts):
+            p = f"model.layers.0.mlp.experts.{e}."
+            full[p + "gate_proj.weight"] = torch.randn(intermediate, hidden)
+            full[p + "up_proj.weight"] = torch.randn(intermediate, hidden)
+            full[p + "down_proj.weight"] = torch.randn(hidden, intermediate)
+        return full
+
+    def test_vllm_stacked_experts_under_tp_and_ep_are_views_of_w13_and_w2(self):
+        full = self.moe_model()
+        shapes = {name: tuple(t.shape) for name, t in full.items()}
+        for expert_parallel in (False, True):
+            for rank in range(2):
+                ep_rank = rank if expert_parallel else None
+                engine = conventions.fuse_like_vllm(full, rank, 2, ep_rank=ep_rank, ep_size=2)
+                w13 = engine["model.layers.0.mlp.experts.w13_weight"]
+                w2 = engine["model.layers.0.mlp.experts.w2_weight"]
+                # TP: every expert, intermediate halved; EP: half the experts, whole.
+                self.assertEqual(tuple(w13.shape), (2, 12, 4) if expert_parallel else (4, 6, 4))
+                self.assertEqual(tuple(w2.shape), (2, 4, 6) if expert_parallel else (4, 4, 3))
+                tensors, boxes = conventions.vllm_views(engine, shapes, rank, 2, ep_rank=ep_rank)
+                held = [n for n in tensors if ".experts." in n]
+                self.assertEqual(len(held), 6 if expert_parallel else 12)
+                for name, view in tensors.items():
+                    self.assertTrue(torch.equal(view, full[name][boxes[name].slices()]), name)
+                    if ".experts." in name:
+                        base = w2 if "down_proj" in name else w13
+                        self.assertEqual(view.untyped_storage().data_ptr()
+                                         if hasattr(view, "untyped_storage")
+                                         else view.storage().data_ptr(),
+                                         base.storage().data_ptr())
+
     def test_unsupported_vllm_shapes_are_refused(self):
         full = self.full_model()
         shapes = {name: tuple(t.shape) for name, t in full.items()}
