@@ -29,6 +29,8 @@ const char kPlanUsage[] =
     "                     [--verify=bytes|coverage] [--json] [--staging-budget 1GiB]\n"
     "                     [--split-threshold 32MiB] [--flat] [--verify-max-bytes 4GiB]\n"
     "                     [--plan-out PLAN.json]  (the plan itself, as refit.v1.Plan JSON)\n"
+    "                     [--layouts-out PREFIX]  (the two layouts, as PREFIX.src.json and\n"
+    "                      PREFIX.dst.json: what --model expands to, in --src/--dst form)\n"
     "                     [--svg PLAN.svg]  (transfer matrix and link loads, drawn)\n"
     "                     [--debug-drop-transfer N]  (testing: corrupt the plan)\n"
     "  reference refits: dsv3-h100, dsv3-gb200, qwen3-235b, mini\n"
@@ -117,6 +119,20 @@ absl::StatusOr<planner::PlanOptions> LoadOptions(const CommandLine& line) {
   return options;
 }
 
+// Writes `message` as JSON (proto field names) to `path`; false, said on `err`, if it cannot.
+bool WriteJson(const google::protobuf::Message& message, const std::string& path,
+               std::ostream& err) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions print;
+  print.preserve_proto_field_names = true;
+  google::protobuf::util::MessageToJsonString(message, &json, print);
+  std::ofstream file(path);
+  file << json << "\n";
+  if (file) return true;
+  err << "refitctl plan: cannot write " << path << "\n";
+  return false;
+}
+
 }  // namespace
 
 int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -124,7 +140,7 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
       args,
       {"src", "dst", "topology", "strategy", "verify", "model", "src-parallel", "dst-parallel",
        "gpus-per-node", "refit", "staging-budget", "split-threshold", "verify-max-bytes",
-       "debug-drop-transfer", "plan-out", "svg"},
+       "debug-drop-transfer", "plan-out", "layouts-out", "svg"},
       {"json", "colocated", "flat", "help"});
   if (!line.ok()) {
     err << "refitctl plan: " << line.status().message() << "\n" << kPlanUsage;
@@ -197,16 +213,15 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
     verdict = check::CheckCoverage(*sources, *destinations, **plan);
   }
   if (!verify.empty()) summary.verified = verdict.ok();
-  if (line->Has("plan-out")) {
-    std::string json;
-    google::protobuf::util::JsonPrintOptions print;
-    print.preserve_proto_field_names = true;
-    google::protobuf::util::MessageToJsonString(
-        planner::PlanToProto(**plan, *sources, *destinations), &json, print);
-    std::ofstream file(line->Get("plan-out"));
-    file << json << "\n";
-    if (!file) {
-      err << "refitctl plan: cannot write " << line->Get("plan-out") << "\n";
+  if (line->Has("plan-out") &&
+      !WriteJson(planner::PlanToProto(**plan, *sources, *destinations), line->Get("plan-out"),
+                 err)) {
+    return kExitInvalidInput;
+  }
+  if (line->Has("layouts-out")) {
+    const std::string prefix = line->Get("layouts-out");
+    if (!WriteJson(inputs->sources, prefix + ".src.json", err) ||
+        !WriteJson(inputs->destinations, prefix + ".dst.json", err)) {
       return kExitInvalidInput;
     }
   }

@@ -7,5 +7,7 @@ py=$(mktemp -d "${TEST_TMPDIR:-/tmp}/refit-py-XXXXXX")
 trap 'rm -rf "$py"' EXIT
 cp -r "$here/refit" "$py/refit"
 "$here/generate_stubs.sh" "$py/refit/_proto"
+# The conventions are checked against refitctl's model layouts (a Bazel data dependency).
+export REFITCTL=${REFITCTL:-$(pwd)/client/refitctl}
 cd "$here/tests"
 PYTHONPATH=$py PYTHONDONTWRITEBYTECODE=1 /usr/bin/python3 -m unittest discover -v

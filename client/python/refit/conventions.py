@@ -19,10 +19,14 @@ size (no KV-head replication) and a vocabulary that the TP size divides (no voca
 padding)."""
 import re
 
-from .shards import Box, chunk, replicated
+from .shards import Box, chunk, chunk_range, replicated
 
-_COLUMN = re.compile(r"\.(q_proj|k_proj|v_proj|gate_proj|up_proj)\.weight$")
+_COLUMN = re.compile(r"\.(q_proj|q_b_proj|kv_b_proj|gate_proj|up_proj)\.weight$")
+_KV_COLUMN = re.compile(r"\.(k_proj|v_proj)\.weight$")
 _ROW = re.compile(r"\.(o_proj|down_proj)\.weight$")
+_STACKED_UP = re.compile(r"\.mlp\.experts\.(w_gate|w_up)$")  # [E, mi, h]
+_STACKED_DOWN = re.compile(r"\.mlp\.experts\.w_down$")       # [E, h, mi]
+_LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 _VOCAB = ("model.embed_tokens.weight", "lm_head.weight")
 
 # vLLM's fused parameters: engine suffix -> the model's tensors it holds, in row order.
@@ -39,14 +43,96 @@ def _expert_name(prefix, expert, projection):
     return f"{prefix}mlp.experts.{expert}.{projection}.weight"
 
 
-def megatron_box(name, global_shape, tp_rank, tp_size) -> Box:
-    """The box of HF tensor `name` that Megatron tensor-parallel rank `tp_rank` holds."""
+def _cut(box, dim, index, parts):
+    """`box` with dimension `dim` cut as torch.chunk cuts it."""
+    start, length = chunk_range(box.extent[dim], index, parts)
+    offset, extent = list(box.offset), list(box.extent)
+    offset[dim] += start
+    extent[dim] = length
+    return Box(box.global_shape, offset, extent)
+
+
+def megatron_box(name, global_shape, tp_rank, tp_size, ep_rank=0, ep_size=1, etp_rank=None,
+                 etp_size=1, kv_heads=None) -> Box:
+    """The box of HF tensor `name` that a rank holds: tensor-parallel rank `tp_rank` of
+    `tp_size` for dense weights (column-parallel split rows, row-parallel columns, the
+    vocabulary split by rows, the rest replicated; k and v with `kv_heads` below the TP
+    size: one KV head per rank group, as vLLM replicates them), and for stacked routed
+    experts (`mlp.experts.w_gate`, `w_up` [E, mi, h], `w_down` [E, h, mi]) expert rank
+    `ep_rank` of `ep_size` along dim 0 with `etp_size`-way TP inside an expert."""
     shape = tuple(global_shape)
-    if _COLUMN.search(name) or name in _VOCAB:
-        return chunk(shape, 0, tp_rank, tp_size)
+    box = replicated(shape)
+    if _STACKED_UP.search(name) or _STACKED_DOWN.search(name):
+        box = _cut(box, 0, ep_rank, ep_size)
+        inner = 1 if _STACKED_UP.search(name) else 2
+        return _cut(box, inner, tp_rank if etp_rank is None else etp_rank, etp_size)
+    if _KV_COLUMN.search(name) and kv_heads is not None and tp_size > kv_heads:
+        head_dim = shape[0] // kv_heads
+        head = tp_rank * kv_heads // tp_size
+        return Box(shape, (head * head_dim,) + (0,) * (len(shape) - 1),
+                   (head_dim,) + shape[1:])
+    if _COLUMN.search(name) or _KV_COLUMN.search(name) or name in _VOCAB:
+        return _cut(box, 0, tp_rank, tp_size)
     if _ROW.search(name):
-        return chunk(shape, 1, tp_rank, tp_size)
-    return replicated(shape)
+        return _cut(box, 1, tp_rank, tp_size)
+    return box
+
+
+def _stage_of_layer(layer, layers, pp):
+    """Megatron's pipeline stages: contiguous layer ranges, earlier stages take the
+    remainder."""
+    base, extra = divmod(layers, pp)
+    big = extra * (base + 1)
+    return layer // (base + 1) if layer < big else extra + (layer - big) // base
+
+
+def megatron_rank_boxes(global_shapes, rank, tp=1, pp=1, ep=1, dp=1, etp=1, kv_heads=None):
+    """HF name -> Box of every tensor Megatron training rank `rank` holds (none of it: left
+    out), ranks ordered TP fastest, then EP, then DP, then PP: layers in contiguous
+    pipeline stages, the embedding on the first stage, the final norm and the head on the
+    last; routed experts split over EP with `etp`-way TP inside an expert (TP 1 unless
+    given)."""
+    tp_rank, ep_rank, pp_rank = rank % tp, rank // tp % ep, rank // (tp * ep * dp)
+    if not 0 <= rank < tp * ep * dp * pp:
+        raise ValueError(f"rank {rank} is not one of the {tp * ep * dp * pp} ranks of "
+                         f"tp={tp} pp={pp} ep={ep} dp={dp}")
+    if tp % etp:
+        raise ValueError(f"etp={etp} must divide tp={tp}")
+    layers = 1 + max((int(m.group(1)) for m in map(_LAYER.match, global_shapes) if m),
+                     default=-1)
+    if pp > max(layers, 1):
+        raise ValueError(f"pp={pp} exceeds the {layers} layers")
+    boxes = {}
+    for name, shape in global_shapes.items():
+        layer = _LAYER.match(name)
+        if layer:
+            here = _stage_of_layer(int(layer.group(1)), layers, pp) == pp_rank
+        elif name == "model.embed_tokens.weight":
+            here = pp_rank == 0
+        else:  # model.norm, lm_head
+            here = pp_rank == pp - 1
+        if not here:
+            continue
+        box = megatron_box(name, shape, tp_rank, tp, ep_rank, ep, tp_rank % etp, etp, kv_heads)
+        if not box.empty:
+            boxes[name] = box
+    return boxes
+
+
+def vllm_rank_boxes(global_shapes, rank, tp=1, dp=1, ep=1, kv_heads=None):
+    """HF name -> Box of every tensor vLLM inference rank `rank` holds (ranks TP fastest,
+    then DP): the dense rules of `megatron_box`; routed experts TP-sharded inside every
+    expert, or with `ep` > 1 split whole along dim 0 (expert rank = rank % ep)."""
+    if not 0 <= rank < tp * dp:
+        raise ValueError(f"rank {rank} is not one of the {tp * dp} ranks of tp={tp} dp={dp}")
+    tp_rank = rank % tp
+    ep_rank, etp_rank, etp = (rank % ep, 0, 1) if ep > 1 else (0, tp_rank, tp)
+    boxes = {}
+    for name, shape in global_shapes.items():
+        box = megatron_box(name, shape, tp_rank, tp, ep_rank, ep, etp_rank, etp, kv_heads)
+        if not box.empty:
+            boxes[name] = box
+    return boxes
 
 
 def _even(name, size, tp_size):
