@@ -161,6 +161,19 @@ await_verified() {
   done
 }
 
+# use_python_client: the Python client with freshly generated stubs in $work/py, on
+# PYTHONPATH with the examples; $python is Debian's interpreter (it sees python3-torch and
+# python3-grpcio) and $client the client's folder.
+use_python_client() {
+  python=/usr/bin/python3
+  client=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../client/python" && pwd)
+  mkdir -p "$work/py/refit"
+  cp -r "$client/refit/." "$work/py/refit/"
+  "$client/generate_stubs.sh" "$work/py/refit/_proto"
+  export PYTHONPATH=$work/py:$client/examples
+  export PYTHONDONTWRITEBYTECODE=1
+}
+
 # expect_in FILE TEXT [SECONDS]: TEXT shows up in FILE within SECONDS (default 10).
 expect_in() {
   for _ in $(seq $((${3:-10} * 10))); do grep -qF "$2" "$1" && return 0; sleep 0.1; done

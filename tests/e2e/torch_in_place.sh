@@ -8,15 +8,9 @@
 #   torch_in_place.sh BIN_DIR
 set -euo pipefail
 bin=$1
-python=/usr/bin/python3  # Debian's, which sees python3-torch and python3-grpcio
 source "$(dirname "$0")/cluster.sh"
 open_work in-place
-client=$(cd "$(dirname "$0")/../../client/python" && pwd)
-mkdir -p "$work/py/refit"
-cp -r "$client/refit/." "$work/py/refit/"
-"$client/generate_stubs.sh" "$work/py/refit/_proto"
-export PYTHONPATH=$work/py:$client/examples
-export PYTHONDONTWRITEBYTECODE=1
+use_python_client
 
 cat > "$work/job.json" << JSON
 {"name": "in-place", "sourceRanks": 2, "destinationRanks": 2, "epochDeadlineMs": 30000}

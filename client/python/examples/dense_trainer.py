@@ -6,21 +6,13 @@ Each version's shards are saved so the inference side can check them.
     dense_trainer.py --socket S --tp-rank R [--coordinator HOST:PORT] --out DIR
 """
 import os
-import time
 
 import torch
 
 import refit
 from dense import arguments, global_shapes, resident_bytes, shard_file, trainer_shards
+from handoff import wait_for_file
 from refit import conventions
-
-
-def wait_for_file(path, timeout):
-    give_up = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > give_up:
-            raise TimeoutError(f"{path} did not appear in {timeout} s")
-        time.sleep(0.02)
 
 
 def main():

@@ -13,15 +13,8 @@ import time
 import torch
 
 import refit
+from handoff import wait_for_file
 from moe import MoEModel, example_arguments, register, trainer_placement
-
-
-def wait_for_file(path, timeout):
-    give_up = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > give_up:
-            raise TimeoutError(f"{path} did not appear in {timeout} s")
-        time.sleep(0.02)
 
 
 def main():
