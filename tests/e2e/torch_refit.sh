@@ -30,14 +30,18 @@ run() {
   pids+=($inference)
   for _ in $(seq 300); do destinations_seen 2 && break; sleep 0.1; done
   "$python" "$client/examples/moe_trainer.py" --socket="$work/trainer-node.sock" \
-    --coordinator="$coordinator" --out="$out" --first-version="$2" $3 > "$out/trainer.log" 2>&1 ||
-    { cat "$out/trainer.log" "$out/inference.log" >&2; false; }
+    --coordinator="$coordinator" --out="$out" --first-version="$2" $3 > "$out/trainer.log" 2>&1 &
+  local trainer=$!
+  pids+=($trainer)
+  python_pids+=($trainer $inference)
+  wait "$trainer" || { cat "$out/trainer.log" "$out/inference.log" >&2; false; }
   await_exit "$inference" 60
   wait "$inference" || { cat "$out/inference.log" >&2; false; }
   cat "$out/trainer.log" "$out/inference.log"
   grep -q "^version $(($2 + 1)): 22 shards equal to the trainer's weights" "$out/inference.log"
   for _ in $(seq 100); do destinations_seen 0 && break; sleep 0.1; done
 }
+python_pids=()  # whose segments must be gone at the end
 run in-place 1 ""
 run allocated-staged 3 --allocated --allocated --staged
 grep -q "destination rank 0 registered .*staged" "$work/inference-node.log"
@@ -61,10 +65,13 @@ with refit.RefitClient(sys.argv[1]) as client:
             assert refused.code == code, refused
             print("refused:", refused.message)
 PY
-# The processes' segments went with them.
-if ls /dev/shm | grep -q "^refit-py-"; then
-  echo "shared-memory segments of the Python client remain: $(ls /dev/shm | grep refit-py-)" >&2
-  false
-fi
+# The processes' segments (named refit-py-PID-...) went with them. Only this test's
+# processes count: other tests running beside it make their own.
+for pid in "${python_pids[@]}"; do
+  if ls /dev/shm | grep -q "^refit-py-$pid-"; then
+    echo "shared-memory segments of the Python client remain: $(ls /dev/shm | grep "refit-py-$pid-")" >&2
+    false
+  fi
+done
 stop_all
 echo "torch refit: two versions through twice (in place, staged), every shard equal"
