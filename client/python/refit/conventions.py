@@ -6,7 +6,9 @@ up) split their output rows, row-parallel ones (o, down) their input columns, th
 embedding and the output head their vocabulary rows; norms are replicated.
 
 vLLM-style tensor parallelism (the engine), as vLLM's LlamaForCausalLM holds it (its
-`stacked_params_mapping`, vLLM 0.6 to 0.11): the same splits, with q, k and v fused into
+`stacked_params_mapping`; FusedMoE's `_load_w13`, which puts w1 (gate) in the first half
+of an expert's w13 rows and w3 (up) in the second, each TP rank taking an equal slice;
+read in vLLM's main branch, December 2026): the same splits, with q, k and v fused into
 one `qkv_proj.weight` (this rank's q rows, then its k rows, then its v rows) and gate and
 up into `gate_up_proj.weight`; mixture-of-experts layers as vLLM's FusedMoE holds them
 (`mlp.experts.w13_weight` [experts, 2 x intermediate, hidden]: each expert's gate rows,
