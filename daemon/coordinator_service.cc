@@ -138,7 +138,12 @@ grpc::Status CoordinatorService::Control(
           spdlog::warn("refitd on {}: {}", hello.node(), std::string(within.message()));
           break;
         }
-        cluster_->AddRank(session, std::move(*message.mutable_register_rank())).IgnoreError();
+        if (absl::Status added =
+                cluster_->AddRank(session, std::move(*message.mutable_register_rank()));
+            !added.ok()) {
+          spdlog::warn("refitd on {}: registration refused: {}", hello.node(),
+                       std::string(added.message()));
+        }
         UpdateRankGauges();
         break;
       }

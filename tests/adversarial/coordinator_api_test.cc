@@ -125,13 +125,7 @@ TEST_F(CoordinatorApiTest, TwoHundredStreamsThatNeverSayHelloAreCutWithinALease)
 TEST_F(CoordinatorApiTest, ARogueDaemonCannotRegisterRoleNinetyNineOrTakeARankAnotherHolds) {
   // refitd on node-a holds destination rank 0.
   ASSERT_TRUE(Register(GoodRequest(v1::ROLE_DESTINATION, 0)).ok());
-  for (int i = 0; i < 100; ++i) {
-    grpc::ClientContext context;
-    v1::LayoutsResponse layouts;
-    coordinator_stub_->Layouts(&context, v1::LayoutsRequest(), &layouts);
-    if (layouts.destinations().ranks_size() == 1) break;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
+  ASSERT_TRUE(CoordinatorHolds(0, 1));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   auto stream = coordinator_stub_->Control(&context);
@@ -166,12 +160,16 @@ TEST_F(CoordinatorApiTest, ARogueDaemonCannotRegisterRoleNinetyNineOrTakeARankAn
   }
   stream->Finish();
   ASSERT_TRUE(Deregister(v1::ROLE_DESTINATION, 0).ok());
+  // Gone from the coordinator too before the next case: a rank it still thinks node-a
+  // holds would refuse the next case's registration of the same rank.
+  EXPECT_TRUE(CoordinatorHolds(0, 0));
 }
 
 TEST_F(CoordinatorApiTest, ADaemonThatHeartbeatsButStopsReadingIsCutOffWithinALease) {
   // 65,536 small tensors under 256-character names: refitd on node-a holds them as the
   // source; a rogue daemon that heartbeats but never reads its stream registers the
   // destination rank, so its plan slice (about 20 MB) cannot be written to it.
+  ASSERT_TRUE(CoordinatorHolds(0, 0));  // nobody else holds the rank the rogue takes
   constexpr int kTensors = 1 << 16;
   LayoutBuilder source_layout, destination_layout;
   source_layout.Rank(0, "node-a", -1).Buffer(0, "b", int64_t{kTensors} * 4);

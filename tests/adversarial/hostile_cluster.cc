@@ -142,6 +142,28 @@ void HostileClusterTest::SetUp() {
   }
 }
 
+::testing::AssertionResult HostileClusterTest::CoordinatorHolds(int sources, int destinations) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (true) {
+    grpc::ClientContext context;
+    Deadline(&context, 5);
+    v1::LayoutsResponse layouts;
+    const grpc::Status status = coordinator_stub_->Layouts(&context, v1::LayoutsRequest(), &layouts);
+    const int held_sources = layouts.sources().ranks_size();
+    const int held_destinations = layouts.destinations().ranks_size();
+    if (status.ok() && held_sources == sources && held_destinations == destinations) {
+      return ::testing::AssertionSuccess();
+    }
+    if (absl::Now() > give_up) {
+      return ::testing::AssertionFailure()
+             << "the coordinator holds " << held_sources << " source and " << held_destinations
+             << " destination ranks, not " << sources << " and " << destinations << " ("
+             << status.error_message() << ")";
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
 void HostileClusterTest::TearDown() {
   ASSERT_TRUE(coordinator_->Alive()) << "the coordinator died:\n" << coordinator_->Log();
   ASSERT_TRUE(refitd_->Alive()) << "refitd died:\n" << refitd_->Log();

@@ -38,6 +38,10 @@ class HostileClusterTest : public ::testing::Test {
   v1::DaemonHello GoodHello(const std::string& node);
   // The coordinator's current version (Status).
   int64_t CurrentVersion();
+  // Waits until the coordinator holds exactly `sources` and `destinations` ranks. A
+  // registration or deregistration through refitd reaches it over refitd's stream after
+  // the local call returns; false (with the counts) if it does not within a few seconds.
+  ::testing::AssertionResult CoordinatorHolds(int sources, int destinations);
   // Waits until refitd and the coordinator hold at most `threads` more threads than their
   // baseline (measured once, warmed up and at rest, before the first case); false (with
   // the counts) if they do not within a few seconds.
