@@ -53,8 +53,6 @@ class InPlaceMemory:
     is the tensor itself; `boxes[name]` the box of the global tensor it holds."""
 
     def __init__(self, rank, tensors, boxes):
-        import torch
-
         self.rank = rank
         self.tensors = dict(tensors)
         self.boxes = {}
@@ -90,7 +88,7 @@ class InPlaceMemory:
                 raise ValueError(f"rank {rank}: tensor {name} is an expanded view (a stride of "
                                  f"0 repeats its elements): register a tensor that owns them")
             element = tensor.element_size()
-            key, start = self._locate(torch, name, tensor, buffer_of)
+            key, start = self._locate(name, tensor, buffer_of)
             buffer = self.buffers[buffer_of[key]]
             byte_offset = start + tensor.storage_offset() * element
             self.views.append(refit_pb2.ShardView(
@@ -99,7 +97,7 @@ class InPlaceMemory:
         if self.device.type == "cpu" and self.buffers:
             _return_freed_memory()  # what the storages held before they moved
 
-    def _locate(self, torch, name, tensor, buffer_of):
+    def _locate(self, name, tensor, buffer_of):
         """The buffer key of `tensor`'s memory and where its storage starts in it."""
         storage = _storage_of(tensor)
         if self.device.type == "cpu":
