@@ -32,9 +32,10 @@ _LAYER = re.compile(r"^model\.layers\.(\d+)\.")
 _VOCAB = ("model.embed_tokens.weight", "lm_head.weight")
 
 # vLLM's fused parameters: engine suffix -> the model's tensors it holds, in row order.
-_FUSED = {"self_attn.qkv_proj.weight": ("self_attn.q_proj.weight", "self_attn.k_proj.weight",
-                                        "self_attn.v_proj.weight"),
-          "mlp.gate_up_proj.weight": ("mlp.gate_proj.weight", "mlp.up_proj.weight")}
+# (the same suffixes under any module: `mlp.` and `mlp.shared_experts.` alike; routed
+# experts are fused by the rules below instead)
+_FUSED = {".qkv_proj.weight": (".q_proj.weight", ".k_proj.weight", ".v_proj.weight"),
+          ".gate_up_proj.weight": (".gate_proj.weight", ".up_proj.weight")}
 
 
 # vLLM's stacked experts: engine suffix -> the HF projections it holds, per expert.
@@ -250,7 +251,8 @@ def fuse_like_vllm(full, tp_rank, tp_size, ep_rank=None, ep_size=1):
         if name not in fused_parts:
             engine[name] = tensor[megatron_box(name, tensor.shape, tp_rank, tp_size).slices()]
     for suffix, parts in _FUSED.items():
-        prefixes = sorted({n[:-len(parts[0])] for n in full if n.endswith(parts[0])})
+        prefixes = sorted({n[:-len(parts[0])] for n in full
+                           if n.endswith(parts[0]) and not _EXPERT.match(n)})
         for prefix in prefixes:
             engine[prefix + suffix] = torch.cat(
                 [full[prefix + p][chunk(full[prefix + p].shape, 0, tp_rank, tp_size).slices()]

@@ -137,7 +137,13 @@ class ConventionsTest(unittest.TestCase):
 
     def moe_model(self, experts=4, intermediate=6, hidden=4):
         torch.manual_seed(2)
-        full = {"model.layers.0.mlp.gate.weight": torch.randn(experts, hidden)}
+        full = {"model.layers.0.mlp.gate.weight": torch.randn(experts, hidden),
+                "model.layers.0.mlp.shared_experts.gate_proj.weight":
+                    torch.randn(intermediate, hidden),
+                "model.layers.0.mlp.shared_experts.up_proj.weight":
+                    torch.randn(intermediate, hidden),
+                "model.layers.0.mlp.shared_experts.down_proj.weight":
+                    torch.randn(hidden, intermediate)}
         for e in range(experts):
             p = f"model.layers.0.mlp.experts.{e}."
             full[p + "gate_proj.weight"] = torch.randn(intermediate, hidden)
@@ -154,6 +160,10 @@ class ConventionsTest(unittest.TestCase):
                 engine = conventions.fuse_like_vllm(full, rank, 2, ep_rank=ep_rank, ep_size=2)
                 w13 = engine["model.layers.0.mlp.experts.w13_weight"]
                 w2 = engine["model.layers.0.mlp.experts.w2_weight"]
+                # Shared experts are fused as a dense MLP is: gate rows, then up rows.
+                self.assertEqual(
+                    tuple(engine["model.layers.0.mlp.shared_experts.gate_up_proj.weight"].shape),
+                    (6, 4))
                 # TP: every expert, intermediate halved; EP: half the experts, whole.
                 self.assertEqual(tuple(w13.shape), (2, 12, 4) if expert_parallel else (4, 6, 4))
                 self.assertEqual(tuple(w2.shape), (2, 4, 6) if expert_parallel else (4, 4, 3))
