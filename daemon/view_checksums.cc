@@ -1,6 +1,5 @@
 #include "daemon/view_checksums.h"
 
-#include <algorithm>
 #include <map>
 #include <string>
 #include <tuple>
@@ -50,9 +49,7 @@ absl::StatusOr<std::string> CorruptFirstDestinationByte(
       transport::Dims extent;
       absl::StatusOr<transport::StridedRef> memory = LocateView(r, v, buffers, &extent);
       if (!memory.ok()) return memory.status();
-      const bool empty =
-          std::any_of(extent.begin(), extent.end(), [](int64_t e) { return e <= 0; });
-      if (memory->device >= 0 || empty) continue;
+      if (memory->device >= 0 || transport::HoldsNothing(extent)) continue;
       memory->base[0] ^= 0xFF;
       return absl::StrCat(Describe({r.role(), r.layout().rank(), v}), " (", view.tensor(), ")");
     }
@@ -70,9 +67,7 @@ absl::StatusOr<std::vector<v1::ViewChecksum>> ChecksumViews(
       absl::StatusOr<transport::StridedRef> memory = LocateView(r, v, buffers, &extent);
       if (!memory.ok()) return memory.status();
       if (memory->device >= 0) continue;  // GPU views: no device-side hash yet
-      if (std::any_of(extent.begin(), extent.end(), [](int64_t e) { return e == 0; })) {
-        continue;  // holds nothing
-      }
+      if (transport::HoldsNothing(extent)) continue;
       uint64_t hash = 0;
       absl::Status hashed = transport::GuardMemoryAccess(
           absl::StrCat("hashing view ", v, " of rank ", r.layout().rank()), [&] {

@@ -33,10 +33,6 @@ class WordStream {
   std::vector<int64_t> words_;
 };
 
-}  // namespace
-
-namespace {
-
 // What a transfer's indices into `layout` become in the plan sent to the daemons.
 void AddWireNames(const Layout& layout, XXH3_state_t* state) {
   WordStream words(state);

@@ -1,7 +1,5 @@
 #include "transport/buffer_map.h"
 
-#include <algorithm>
-
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "transport/gpu/cuda_ipc_buffer.h"
@@ -164,8 +162,7 @@ absl::Status BufferMap::MapRank(v1::Role role, const v1::RankLayout& layout) {
     const MappedBuffer& mapped = *memory.segments[segment->second];
     // A view with no elements (a trailing torch.chunk shard) spans no bytes: plans never
     // name it, so it only keeps the view ids of the rank's other views in place.
-    const bool empty = std::any_of(view.extent.begin(), view.extent.end(),
-                                   [](int64_t e) { return e == 0; });
+    const bool empty = HoldsNothing(view.extent);
     absl::StatusOr<int64_t> end =
         empty ? absl::StatusOr<int64_t>(0) : ViewEndByte(v.byte_offset(), view, mapped.bytes());
     if (!end.ok()) {

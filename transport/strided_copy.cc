@@ -2,6 +2,7 @@
 
 #include <emmintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "xxhash.h"
@@ -74,10 +75,12 @@ int64_t CountRuns(const Dims& extent, const Dims& src_strides, const Dims& dst_s
   return runs;
 }
 
+bool HoldsNothing(const Dims& extent) {
+  return std::any_of(extent.begin(), extent.end(), [](int64_t e) { return e <= 0; });
+}
+
 void CopyBox(const Dims& extent, int element_bytes, const StridedRef& src, const StridedRef& dst) {
-  for (int64_t e : extent) {
-    if (e <= 0) return;
-  }
+  if (HoldsNothing(extent)) return;
   const Collapsed c = Collapse(extent, src.strides, dst.strides);
   const size_t rank = c.extent.size();
   const size_t inner = rank - 1;
@@ -118,9 +121,7 @@ void CopyBox(const Dims& extent, int element_bytes, const StridedRef& src, const
 
 void ForEachRun(const Dims& extent, int element_bytes, const StridedRef& box,
                 const std::function<void(const uint8_t* data, int64_t bytes)>& visit) {
-  for (int64_t e : extent) {
-    if (e <= 0) return;
-  }
+  if (HoldsNothing(extent)) return;
   // Against a dense row-major twin, runs are contiguous in memory and in logical order.
   const Collapsed c = Collapse(extent, box.strides, RowMajorStrides(extent));
   const size_t inner = c.extent.size() - 1;

@@ -31,6 +31,10 @@ Collapsed Collapse(const Dims& extent, const Dims& src_strides, const Dims& dst_
 // Element strides of a dense row-major array of `extent`.
 Dims RowMajorStrides(const Dims& extent);
 
+// Whether a box of `extent` holds no element (an extent of 0 somewhere: a trailing
+// torch.chunk shard); such a box is copied, hashed and bounds-checked as nothing.
+bool HoldsNothing(const Dims& extent);
+
 // Copies `extent` elements of `element_bytes` from `src` to `dst`.
 void CopyBox(const Dims& extent, int element_bytes, const StridedRef& src, const StridedRef& dst);
 

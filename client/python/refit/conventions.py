@@ -21,7 +21,7 @@ size (no KV-head replication) and a vocabulary that the TP size divides (no voca
 padding)."""
 import re
 
-from .shards import Box, chunk, chunk_range, replicated
+from .shards import Box, chunk, replicated
 
 _COLUMN = re.compile(r"\.(q_proj|q_b_proj|kv_b_proj|gate_proj|up_proj)\.weight$")
 _KV_COLUMN = re.compile(r"\.(k_proj|v_proj)\.weight$")
@@ -46,15 +46,6 @@ def _expert_name(prefix, expert, projection):
     return f"{prefix}mlp.experts.{expert}.{projection}.weight"
 
 
-def _cut(box, dim, index, parts):
-    """`box` with dimension `dim` cut as torch.chunk cuts it."""
-    start, length = chunk_range(box.extent[dim], index, parts)
-    offset, extent = list(box.offset), list(box.extent)
-    offset[dim] += start
-    extent[dim] = length
-    return Box(box.global_shape, offset, extent)
-
-
 def megatron_box(name, global_shape, tp_rank, tp_size, ep_rank=0, ep_size=1, etp_rank=None,
                  etp_size=1, kv_heads=None) -> Box:
     """The box of HF tensor `name` that a rank holds: tensor-parallel rank `tp_rank` of
@@ -66,18 +57,18 @@ def megatron_box(name, global_shape, tp_rank, tp_size, ep_rank=0, ep_size=1, etp
     shape = tuple(global_shape)
     box = replicated(shape)
     if _STACKED_UP.search(name) or _STACKED_DOWN.search(name):
-        box = _cut(box, 0, ep_rank, ep_size)
+        box = box.chunked(0, ep_rank, ep_size)
         inner = 1 if _STACKED_UP.search(name) else 2
-        return _cut(box, inner, tp_rank if etp_rank is None else etp_rank, etp_size)
+        return box.chunked(inner, tp_rank if etp_rank is None else etp_rank, etp_size)
     if _KV_COLUMN.search(name) and kv_heads is not None and tp_size > kv_heads:
         head_dim = shape[0] // kv_heads
         head = tp_rank * kv_heads // tp_size
         return Box(shape, (head * head_dim,) + (0,) * (len(shape) - 1),
                    (head_dim,) + shape[1:])
     if _COLUMN.search(name) or _KV_COLUMN.search(name) or name in _VOCAB:
-        return _cut(box, 0, tp_rank, tp_size)
+        return box.chunked(0, tp_rank, tp_size)
     if _ROW.search(name):
-        return _cut(box, 1, tp_rank, tp_size)
+        return box.chunked(1, tp_rank, tp_size)
     return box
 
 

@@ -58,7 +58,6 @@ class RankMemory:
             self.device_index = self.device.index if self.device.index is not None else 0
         else:
             raise ValueError(f"rank {rank}: refit holds CPU or CUDA tensors, not {self.device}")
-        self.buffers = [self.buffer]
         self.boxes = {name: shard for name, (shard, _) in shards.items()}
         self.dtypes = {name: dtype for name, (_, dtype) in shards.items()}
         self.tensors = {}
@@ -70,6 +69,11 @@ class RankMemory:
             self.views.append(refit_pb2.ShardView(
                 tensor=name, offset=shard.offset, extent=shard.extent, buffer="rank",
                 byte_offset=self._base_offset + start))
+
+    @property
+    def buffers(self):
+        """The rank's buffers (its one buffer), as InPlaceMemory names them."""
+        return [self.buffer]
 
     def close(self):
         """Drops the tensors and releases the memory (the segment's name goes too)."""

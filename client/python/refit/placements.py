@@ -10,7 +10,7 @@ Two mesh dimensions may shard one tensor dimension (FSDP2 over TP)."""
 from dataclasses import dataclass
 from typing import Sequence, Tuple
 
-from .shards import Box, chunk_range
+from .shards import Box, replicated
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class DeviceMesh:
         if len(placements) != len(self.shape):
             raise ValueError(f"{len(placements)} placements for a {len(self.shape)}-dim mesh "
                              f"{self.shape}: one per mesh dimension")
-        offset, extent = [0] * len(shape), list(shape)
+        box = replicated(shape)
         for mesh_dim, (placement, index) in enumerate(zip(placements, self.coordinate(rank))):
             if isinstance(placement, Replicate):
                 continue
@@ -72,7 +72,5 @@ class DeviceMesh:
             dim = placement.dim + len(shape) if placement.dim < 0 else placement.dim
             if not 0 <= dim < len(shape):
                 raise ValueError(f"Shard({placement.dim}) of a {len(shape)}-dim tensor")
-            start, length = chunk_range(extent[dim], index, self.shape[mesh_dim])
-            offset[dim] += start
-            extent[dim] = length
-        return Box(shape, offset, extent)
+            box = box.chunked(dim, index, self.shape[mesh_dim])
+        return box

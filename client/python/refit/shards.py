@@ -46,6 +46,17 @@ class Box:
         """Index of the box in the global tensor: `full[box.slices()]`."""
         return tuple(slice(o, o + e) for o, e in zip(self.offset, self.extent))
 
+    def chunked(self, dim, index, parts) -> "Box":
+        """Part `index` of this box when dimension `dim` is cut into `parts` as torch.chunk
+        (and DTensor's Shard) cut it: chunks of ceil(extent / parts), the trailing ones
+        shorter or empty."""
+        step = -(-self.extent[dim] // parts)
+        start = min(index * step, self.extent[dim])
+        offset, extent = list(self.offset), list(self.extent)
+        offset[dim] += start
+        extent[dim] = min(step, self.extent[dim] - start)
+        return Box(self.global_shape, offset, extent)
+
 
 def replicated(global_shape) -> Box:
     """The whole tensor."""
@@ -81,19 +92,9 @@ def split(global_shape, dim, index, parts) -> Box:
     return _along(shape, dim, index * step, step)
 
 
-def chunk_range(size, index, parts):
-    """(start, length) of chunk `index` of `parts` of a dimension of `size`, as torch.chunk
-    and DTensor's Shard cut it: chunks of ceil(size / parts), the last ones shorter or
-    empty."""
-    step = -(-size // parts)
-    start = min(index * step, size)
-    return start, min(step, size - start)
-
-
 def chunk(global_shape, dim, index, parts) -> Box:
     """Part `index` of dimension `dim` cut into `parts` as torch.chunk cuts it (uneven:
     the trailing parts may be shorter, or empty)."""
     shape = tuple(global_shape)
     _check_part(shape, dim, index, parts)
-    start, length = chunk_range(shape[dim], index, parts)
-    return _along(shape, dim, start, length)
+    return replicated(shape).chunked(dim, index, parts)
