@@ -225,8 +225,18 @@ absl::Status CompileRank(const v1::RankLayout& r, int32_t rank_index, Layout* la
   rank.rank = r.rank();
   rank.host = r.host();
   rank.device = r.device();
+  rank.bucketed = r.bucketed();
   const std::string& side = layout->side;
   if (r.rank() < 0) return Invalid(side, absl::StrCat("rank ", r.rank(), " is negative"));
+  if (r.bucketed() && side != "destination") {
+    return Invalid(side, absl::StrCat("rank ", r.rank(),
+                                      ": only destination ranks receive their weights in buckets"));
+  }
+  if (r.bucketed() && r.staged()) {
+    return Invalid(side, absl::StrCat("rank ", r.rank(),
+                                      ": a bucketed rank cannot be staged (its process copies "
+                                      "each bucket in as it arrives)"));
+  }
   absl::flat_hash_map<std::string, int32_t> buffer_by_name;
   absl::flat_hash_set<int32_t> declared;
   for (const v1::BufferSpec& b : r.buffers()) {
@@ -248,6 +258,12 @@ absl::Status CompileRank(const v1::RankLayout& r, int32_t rank_index, Layout* la
     if (tensor_it == layout->tensor_by_name.end()) {
       return Invalid(side, absl::StrCat(v.tensor(), ": rank ", r.rank(),
                                         " has a view of a tensor the layout does not declare"));
+    }
+    if (r.bucketed() && !v.buffer().empty()) {
+      return Invalid(side, absl::StrCat(v.tensor(), ": rank ", r.rank(),
+                                        " is bucketed: its views name no buffer (refitd "
+                                        "does not hold their memory), this one names \"",
+                                        v.buffer(), "\""));
     }
     ViewInfo view;
     view.rank_index = rank_index;
@@ -296,6 +312,7 @@ uint64_t DigestOf(const Layout& layout) {
     add_int(r.rank);
     add_str(r.host);
     add_int(r.device);
+    if (r.bucketed) add_str("bucketed");  // digests of other layouts stay as they were
     for (const BufferInfo& b : r.buffers) {
       add_str(b.name);
       add_int(b.bytes);

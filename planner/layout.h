@@ -48,6 +48,9 @@ struct RankInfo {
   int32_t device = 0;
   std::vector<int32_t> views;  // into Layout::views
   std::vector<BufferInfo> buffers;
+  // Destinations: written through a staging bucket (RankLayout.bucketed): plans never
+  // read its views.
+  bool bucketed = false;
 };
 
 struct Layout {

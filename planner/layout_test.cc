@@ -115,6 +115,37 @@ TEST(LayoutTest, FusedViewsSideBySideAreAccepted) {
   EXPECT_TRUE(CompileLayout(b.spec(), "source").ok());
 }
 
+// A bucketed rank: a destination, not staged, whose views name no buffer (its one buffer
+// is the bucket); it changes the digest, so a plan made before it is not reused.
+TEST(LayoutTest, BucketedRanksAreDestinationsWhoseViewsHoldNoMemory) {
+  LayoutBuilder b = OneTensor();
+  b.View(0, "w", {0, 0}, {8, 4}).Buffer(0, "bucket", 1 << 20);
+  v1::LayoutSpec spec = b.spec();
+  absl::StatusOr<Layout> plain = CompileLayout(spec, "destination");
+  spec.mutable_ranks(0)->set_bucketed(true);
+  absl::StatusOr<Layout> bucketed = CompileLayout(spec, "destination");
+  ASSERT_TRUE(plain.ok() && bucketed.ok()) << bucketed.status();
+  EXPECT_TRUE(bucketed->ranks[0].bucketed);
+  EXPECT_NE(plain->digest, bucketed->digest);
+  ExpectInvalid(spec, {"rank 0", "only destination ranks receive their weights in buckets"});
+
+  v1::LayoutSpec staged = spec;
+  staged.mutable_ranks(0)->set_staged(true);
+  absl::StatusOr<Layout> refused = CompileLayout(staged, "destination");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("rank 0: a bucketed rank cannot be staged"),
+            std::string::npos)
+      << refused.status();
+
+  v1::LayoutSpec named = spec;
+  named.mutable_ranks(0)->mutable_views(0)->set_buffer("bucket");
+  refused = CompileLayout(named, "destination");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("w: rank 0 is bucketed: its views name no buffer"),
+            std::string::npos)
+      << refused.status();
+}
+
 TEST(LayoutTest, ViewOutsideItsBuffer) {
   LayoutBuilder b = OneTensor();
   b.View(0, "w", {0, 0}, {8, 4}, "small", 0).Buffer(0, "small", 100);

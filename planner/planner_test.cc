@@ -333,6 +333,66 @@ Compiled FanOut(int replicas) {
   return Compile(src, dst);
 }
 
+// Bucketed destination ranks pass their bytes through a bucket and keep nothing: the plan
+// reaches them like any other, but never forwards from them, neither inside their NVLink
+// domain nor to the next domain of a relay tree. Replica 1 is bucketed whole, replica 2
+// in part (its readable members still forward, to the bucketed ones too).
+TEST(PlannerTest, NothingForwardsFromABucketedRank) {
+  LayoutBuilder src, dst;
+  std::vector<int64_t> trainers, everyone;
+  for (int r = 0; r < 8; ++r) {
+    src.Rank(r, "trainer", r);
+    trainers.push_back(r);
+  }
+  const int replicas = 4;
+  for (int r = 0; r < 8 * replicas; ++r) {
+    dst.Rank(r, absl::StrCat("inference-", r / 8), r % 8);
+    everyone.push_back(r);
+  }
+  src.Tensor("norm", {4096}).Replicated("norm", trainers);
+  dst.Tensor("norm", {4096}).Replicated("norm", everyone);
+  for (int t = 0; t < 4; ++t) {
+    const std::string name = absl::StrCat("layer.", t, ".w");
+    src.Tensor(name, {8192, 8192}, "BF16").Chunked(name, 0, trainers);
+    dst.Tensor(name, {8192, 8192}, "BF16");
+    for (int replica = 0; replica < replicas; ++replica) {
+      std::vector<int64_t> replica_ranks;
+      for (int r = 0; r < 8; ++r) replica_ranks.push_back(replica * 8 + r);
+      dst.Chunked(name, 1, replica_ranks);
+    }
+  }
+  auto bucketed = [](int64_t rank) { return (rank >= 8 && rank < 16) || rank == 16 || rank == 17; };
+  v1::LayoutSpec spec = dst.spec();
+  for (v1::RankLayout& rank : *spec.mutable_ranks()) rank.set_bucketed(bucketed(rank.rank()));
+  absl::StatusOr<Layout> sources = CompileLayout(src.spec(), "source");
+  absl::StatusOr<Layout> destinations = CompileLayout(spec, "destination");
+  ASSERT_TRUE(sources.ok() && destinations.ok());
+  absl::StatusOr<std::shared_ptr<const Plan>> plan =
+      BuildPlan(*sources, *destinations, DgxH100Topology(), PlanOptions());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const absl::Status covered = check::CheckCoverage(*sources, *destinations, **plan);
+  EXPECT_TRUE(covered.ok()) << covered;
+  std::map<int64_t, int64_t> received;
+  int64_t forwarded_to_bucketed = 0;
+  for (const Transfer& t : (*plan)->transfers) {
+    if (t.src.kind == EndpointKind::kDestinationView) {
+      EXPECT_FALSE(bucketed(destinations->ranks[t.src.rank_index].rank))
+          << "forwards from bucketed rank " << destinations->ranks[t.src.rank_index].rank;
+    }
+    if (t.dst.kind == EndpointKind::kDestinationView) {
+      const int64_t rank = destinations->ranks[t.dst.rank_index].rank;
+      received[rank] += (*plan)->BytesOf(t);
+      if (bucketed(rank) && t.src.kind == EndpointKind::kDestinationView) ++forwarded_to_bucketed;
+    }
+  }
+  const int64_t per_rank = 4096 * 4 + 4 * int64_t{8192} * 1024 * 2;
+  for (int64_t rank : everyone) EXPECT_EQ(received[rank], per_rank) << "rank " << rank;
+  // Replica 2's readable members forward to its bucketed ones (the norm, at least).
+  EXPECT_GT(forwarded_to_bucketed, 0);
+  // The other replicas still relay: the trainers send well under once per replica.
+  EXPECT_GT((*plan)->stats.relayed_bytes, 0);
+}
+
 TEST(PlannerTest, RelaysLetManyReplicasTakeAboutAsLongAsOne) {
   const Compiled c = FanOut(8);
   absl::StatusOr<std::shared_ptr<const Plan>> plan = PlanOf(c);

@@ -100,6 +100,9 @@ absl::StatusOr<std::unique_ptr<PlanningProblem>> MakePlanningProblem(const Layou
     problem->source_view_rank.push_back(view.rank_index);
     problem->source_view_gpu.push_back(problem->cluster->SourceGpu(view.rank_index));
   }
+  for (const RankInfo& rank : destinations.ranks) {
+    problem->any_bucketed_destination |= rank.bucketed;
+  }
   for (const ViewInfo& view : destinations.views) {
     problem->destination_view_rank.push_back(view.rank_index);
     problem->destination_view_gpu.push_back(problem->cluster->DestinationGpu(view.rank_index));

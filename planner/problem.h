@@ -71,6 +71,12 @@ struct PlanningProblem {
   int32_t DestinationGpuOfView(int32_t view) const { return destination_view_gpu[view]; }
   int32_t SourceRankOfView(int32_t view) const { return source_view_rank[view]; }
   int32_t DestinationRankOfView(int32_t view) const { return destination_view_rank[view]; }
+  // Whether a plan may read destination view `view` to forward what it holds: not on a
+  // bucketed rank, whose bytes pass through a bucket and are gone.
+  bool DestinationViewReadable(int32_t view) const {
+    return !destinations->ranks[destination_view_rank[view]].bucketed;
+  }
+  bool any_bucketed_destination = false;
 };
 
 // Matches the sides (same tensors, dtypes and shapes), groups, indexes and covers. Errors

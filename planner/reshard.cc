@@ -358,9 +358,10 @@ class ReshardPlanner {
     for (size_t position = 0; position < n; ++position) {
       const size_t i = mirrored ? n - 1 - position : position;
       const DomainMembers& run = *tree_runs_[i];
-      const TreeStep step{
-          options_.relays && position > 0 ? &tree_arrivals_[(position - 1) / 2] : nullptr,
-          tree_leaders_[i]};
+      const Arrival* parent =
+          options_.relays && position > 0 ? &tree_arrivals_[(position - 1) / 2] : nullptr;
+      const TreeStep step{parent != nullptr && Readable(*parent) ? parent : nullptr,
+                          tree_leaders_[i]};
       tree_arrivals_[position] = RouteToDomain(work.piece, holders, run.domain,
                                                problem_.MembersOf(run), /*may_hold=*/false, &step);
     }
@@ -443,6 +444,15 @@ class ReshardPlanner {
       }
       return arrival;
     }
+    if (problem_.any_bucketed_destination) {
+      std::vector<int32_t> readable, bucketed;
+      for (int32_t member : members) {
+        (problem_.DestinationViewReadable(member) ? readable : bucketed).push_back(member);
+      }
+      if (!bucketed.empty()) {
+        return RouteAroundBuckets(piece, holders, domain, readable, bucketed, sender, step);
+      }
+    }
     const int32_t leader = fan_out && step->leader >= 0
                                ? step->leader
                                : LeastLoaded(members, kNicIn, [&](int32_t view) {
@@ -474,6 +484,45 @@ class ReshardPlanner {
     return loads_.At(copied.gpu, kNicOut) < loads_.At(arrival.gpu, kNicOut) ? copied : arrival;
   }
 
+  // Whether later transfers may read where `arrival` landed (not a bucketed view).
+  bool Readable(const Arrival& arrival) const {
+    return arrival.at.kind != EndpointKind::kDestinationView ||
+           problem_.DestinationViewReadable(arrival.at.index);
+  }
+
+  // RouteToDomain for a domain with bucketed members, which nothing may forward from:
+  // the readable members receive the piece as a domain of their own, and the bucketed
+  // ones copy it from where it landed there; with no readable member, each bucketed one
+  // receives it over the network (from the step's parent arrival when there is one).
+  Arrival RouteAroundBuckets(int32_t piece, const std::vector<int32_t>& holders, int32_t domain,
+                             const std::vector<int32_t>& readable,
+                             const std::vector<int32_t>& bucketed, int32_t sender,
+                             const TreeStep* step) {
+    if (!readable.empty()) {
+      TreeStep readable_step;
+      if (step != nullptr) {
+        readable_step.parent = step->parent;
+        const bool leader_readable =
+            std::find(readable.begin(), readable.end(), step->leader) != readable.end();
+        readable_step.leader = leader_readable ? step->leader : -1;
+      }
+      const Arrival arrival = RouteToDomain(piece, holders, domain, readable, /*may_hold=*/false,
+                                            step != nullptr ? &readable_step : nullptr);
+      ForwardFrom(arrival, bucketed, piece);
+      return arrival;
+    }
+    const Arrival* relay = step != nullptr ? step->parent : nullptr;
+    Arrival first{piece, Endpoint{}, -1, -1};
+    for (int32_t member : bucketed) {
+      const Arrival sent = relay != nullptr
+                               ? Emit(relay->at, DestinationEndpoint(member), piece, relay)
+                               : Emit(SourceEndpoint(sender), DestinationEndpoint(member), piece,
+                                      nullptr);
+      if (first.transfer < 0) first = sent;
+    }
+    return first;  // not Readable: later domains take the piece from elsewhere
+  }
+
   // The first of `views` whose GPU carries the fewest bytes on `link` so far.
   template <typename GpuOfView>
   int32_t LeastLoaded(absl::Span<const int32_t> views, LinkKind link, GpuOfView gpu_of) const {
@@ -499,6 +548,7 @@ class ReshardPlanner {
     for (int32_t member : members) {
       if (at_member && member == arrival.at.index) continue;
       const Arrival copy = Emit(arrival.at, DestinationEndpoint(member), piece, &arrival);
+      if (!Readable(copy)) continue;  // nothing forwards from a bucketed view
       if (!copied || loads_.At(copy.gpu, kNicOut) < loads_.At(least.gpu, kNicOut)) least = copy;
       copied = true;
     }
@@ -547,7 +597,7 @@ class ReshardPlanner {
           if (Overlaps(part, held)) {
             const Arrival a = RouteToDomain(AddPiece(tensor, Intersect(part, held)),
                                             problem_.source_groups[g].views, domain, members, true);
-            if (a.transfer >= 0) arrived.push_back(a);
+            if (a.transfer >= 0 && Readable(a)) arrived.push_back(a);
           }
           Subtract(part, held, &next);
         }

@@ -123,6 +123,12 @@ class CoverageChecker {
                       t, &box);
         }
         if (t.src.kind == EndpointKind::kDestinationView &&
+            dst_.ranks[view->rank_index].bucketed) {
+          return Fail(absl::StrCat("forwards from ", RankName(t.src),
+                                   ", which is bucketed (nothing keeps its bytes)"),
+                      t, &box);
+        }
+        if (t.src.kind == EndpointKind::kDestinationView &&
             !ArrivedBefore(box, view_writes_[t.src.index], t.batch)) {
           return Fail(absl::StrCat("forwards from ", RankName(t.src), " before the data arrived"),
                       t, &box);
