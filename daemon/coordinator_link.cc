@@ -547,6 +547,21 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
     executor.UseNccl(&nccl);
     executor.UseDeviceStaging(&device_staging_);
   }
+  // Bucketed destination ranks here: their pieces go through their buckets to their
+  // processes, each bucket hashed on the way when the epoch checks its pieces.
+  std::set<int64_t> planned_here;
+  for (const v1::RankPlacement& p : slice.placement()) {
+    if (p.role() == v1::ROLE_DESTINATION && p.daemon() == slice.daemon_index()) {
+      planned_here.insert(p.rank());
+    }
+  }
+  std::unique_ptr<transport::DestinationSink> buckets = registry_->bucket_streams().SinkFor(
+      registry_->buffers(), planned_here,
+      BucketStreams::EpochContext{
+          execute.epoch_id(), execute.version(),
+          absl::Now() + absl::Milliseconds(std::max<int64_t>(1, execute.deadline_ms())),
+          &interrupt_});
+  executor.UseSink(buckets.get(), execute.checksums());
   executor.OnProgress([&](int64_t delivered) {
     v1::DaemonMessage progress;
     progress.mutable_progress()->set_epoch_id(execute.epoch_id());
@@ -601,7 +616,8 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
     if (!checksums.ok()) return fail(checksums.status());
     for (v1::ViewChecksum& c : *checksums) *done.add_checksums() = std::move(c);
     absl::StatusOr<std::vector<v1::PieceChecksum>> pieces =
-        ChecksumPieces(slice.plan(), placement, slice.daemon_index(), registry_->buffers());
+        ChecksumPieces(slice.plan(), placement, slice.daemon_index(), registry_->buffers(),
+                       &stats->bucketed_piece_hashes);
     if (!pieces.ok()) return fail(pieces.status());
     for (v1::PieceChecksum& p : *pieces) *done.add_pieces() = std::move(p);
   }

@@ -63,6 +63,31 @@ grpc::Status LocalService::HoldRegistration(grpc::ServerContext* context,
   }
 }
 
+grpc::Status LocalService::ReceiveBuckets(grpc::ServerContext* context,
+                                          const v1::ReceiveBucketsRequest* request,
+                                          grpc::ServerWriter<v1::Bucket>* writer) {
+  absl::StatusOr<int64_t> rank = registry_->BucketedRankOf(request->session());
+  if (!rank.ok()) return ToGrpc(rank.status());
+  registry_->bucket_streams().Serve(
+      *rank, request->session(), [writer](const v1::Bucket& bucket) { return writer->Write(bucket); },
+      [&] {
+        if (context->IsCancelled()) return true;
+        absl::StatusOr<bool> ended = registry_->AwaitSessionEnd(request->session(), absl::Now());
+        return !ended.ok() || *ended;
+      });
+  return context->IsCancelled()
+             ? grpc::Status(grpc::StatusCode::CANCELLED, "the rank's process went away")
+             : grpc::Status::OK;
+}
+
+grpc::Status LocalService::BucketDone(grpc::ServerContext*, const v1::BucketDoneRequest* request,
+                                      v1::BucketDoneResponse*) {
+  absl::StatusOr<int64_t> rank = registry_->BucketedRankOf(request->session());
+  if (!rank.ok()) return ToGrpc(rank.status());
+  return ToGrpc(registry_->bucket_streams().Done(*rank, request->session(), request->epoch_id(),
+                                                 request->sequence(), request->error()));
+}
+
 grpc::Status LocalService::DeregisterRank(grpc::ServerContext*,
                                           const v1::DeregisterRankRequest* request,
                                           v1::DeregisterRankResponse*) {

@@ -25,6 +25,11 @@ class LocalService final : public v1::LocalDaemon::Service {
   grpc::Status WaitForVersion(grpc::ServerContext* context,
                               const v1::WaitForVersionRequest* request,
                               v1::WaitForVersionResponse* response) override;
+  grpc::Status ReceiveBuckets(grpc::ServerContext* context,
+                              const v1::ReceiveBucketsRequest* request,
+                              grpc::ServerWriter<v1::Bucket>* writer) override;
+  grpc::Status BucketDone(grpc::ServerContext* context, const v1::BucketDoneRequest* request,
+                          v1::BucketDoneResponse* response) override;
 
  private:
   RankRegistry* registry_;

@@ -51,7 +51,7 @@ std::string Describe(const v1::Endpoint& e) {
 
 absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
     const v1::Plan& slice, const transport::RankPlacement& placement, int32_t self,
-    const transport::BufferMap& buffers) {
+    const transport::BufferMap& buffers, const std::map<int64_t, uint64_t>* bucketed) {
   std::vector<v1::PieceChecksum> out;
   // A source box sent to several replicas is hashed once.
   std::map<std::tuple<int, int64_t, int32_t, std::string, transport::Dims, transport::Dims>,
@@ -68,6 +68,16 @@ absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
         const v1::Role role = transport::EndpointRole(end.kind());
         absl::StatusOr<int32_t> daemon = placement.DaemonOf(role, end.rank());
         if (!daemon.ok() || *daemon != self) continue;
+        if (destination && buffers.IsBucketed(end.rank())) {
+          if (bucketed == nullptr) continue;
+          auto handed = bucketed->find(t.sequence());
+          if (handed == bucketed->end()) continue;
+          v1::PieceChecksum& checksum = out.emplace_back();
+          checksum.set_sequence(t.sequence());
+          checksum.set_destination(true);
+          checksum.set_xxh64(handed->second);
+          continue;
+        }
         auto [known, fresh] =
             hashed.try_emplace({role, end.rank(), end.view(), t.tensor(), offset, extent}, 0);
         if (fresh) {

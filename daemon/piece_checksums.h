@@ -12,6 +12,7 @@
 #define REFIT_DAEMON_PIECE_CHECKSUMS_H_
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -22,9 +23,12 @@
 namespace refit::daemon {
 
 // This daemon's (`self`) ends of the view-to-view transfers of `slice` in host memory.
+// The destination end of a piece into a bucketed rank is the hash taken as it was handed
+// to the bucket (`bucketed`, by transfer sequence; left out when absent).
 absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
     const v1::Plan& slice, const transport::RankPlacement& placement, int32_t self,
-    const transport::BufferMap& buffers);
+    const transport::BufferMap& buffers,
+    const std::map<int64_t, uint64_t>* bucketed = nullptr);
 
 // Compares both ends of every transfer of `plan` that has them. Returns how many transfers
 // were compared, or DATA_LOSS naming the first piece whose ends differ.

@@ -79,7 +79,7 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
       planner::CompileLayout(single, request.role() == v1::ROLE_SOURCE ? "source" : "destination");
   if (!compiled.ok()) return compiled.status();
   for (const v1::ShardView& view : layout.views()) {
-    if (view.buffer().empty()) {
+    if (view.buffer().empty() && !layout.bucketed()) {
       return absl::InvalidArgumentError(absl::StrCat(
           who, ": view of ", view.tensor(), " names no buffer (register the memory it lives in)"));
     }
@@ -127,7 +127,9 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
   }
   spdlog::info(
       "refitd {}: {} registered (session {}){}", node_, who, session,
-      layout.staged() ? ", staged: the data plane writes a shadow copied in at commit" : "");
+      layout.staged()     ? ", staged: the data plane writes a shadow copied in at commit"
+      : layout.bucketed() ? ", bucketed: its process copies in each bucket the data plane fills"
+                          : "");
   Notify(Event{Event::kRegistered, registration}, sequence);
   return session;
 }
@@ -162,6 +164,21 @@ std::map<std::pair<int, int64_t>, RankRegistry::Entry>::iterator RankRegistry::F
     if (it->second.session == session) return it;
   }
   return ranks_.end();
+}
+
+absl::StatusOr<int64_t> RankRegistry::BucketedRankOf(const std::string& session) {
+  absl::MutexLock lock(&mu_);
+  auto it = FindSession(session);
+  if (it == ranks_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("registration session ", session, " is not registered on ", node_));
+  }
+  if (!it->second.registration.layout().bucketed()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(RankName(static_cast<v1::Role>(it->first.first), it->first.second),
+                     " is not bucketed: refitd writes its buffers itself"));
+  }
+  return it->first.second;
 }
 
 void RankRegistry::DeregisterSession(const std::string& session, bool reclaim_shared_memory) {

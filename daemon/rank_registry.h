@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/bucket_streams.h"
 #include "proto/refit.pb.h"
 #include "transport/buffer_map.h"
 
@@ -49,6 +50,9 @@ class RankRegistry {
   // `reclaim_shared_memory` (the rank's process is gone) the names of its shared-memory
   // segments are removed too, so a killed rank leaves nothing behind in /dev/shm.
   void DeregisterSession(const std::string& session, bool reclaim_shared_memory = false);
+  // The rank registered under `session` when it is a bucketed destination (NOT_FOUND: no
+  // such session; FAILED_PRECONDITION: the rank is not bucketed).
+  absl::StatusOr<int64_t> BucketedRankOf(const std::string& session) ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until the rank of `session` is deregistered (true) or `deadline` passes (false).
   // NOT_FOUND for a session that never existed here.
   absl::StatusOr<bool> AwaitSessionEnd(const std::string& session, absl::Time deadline);
@@ -100,6 +104,9 @@ class RankRegistry {
   // and EndEpoch.
   const transport::BufferMap& buffers() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return buffers_; }
 
+  // The streams of the bucketed destination ranks registered here.
+  BucketStreams& bucket_streams() { return bucket_streams_; }
+
  private:
   struct Entry {
     v1::RankRegistration registration;
@@ -125,6 +132,7 @@ class RankRegistry {
   void Notify(const Event& event, uint64_t sequence) ABSL_LOCKS_EXCLUDED(mu_);
 
   const std::string node_;
+  BucketStreams bucket_streams_;
   absl::Mutex delivery_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   uint64_t delivered_ ABSL_GUARDED_BY(delivery_mu_) = 0;  // changes delivered so far
   mutable absl::Mutex mu_;

@@ -86,6 +86,17 @@ absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout,
 absl::Status BufferMap::MapRank(v1::Role role, const v1::RankLayout& layout) {
   const std::string who = RankName(role, layout.rank());
   RankMemory memory;
+  memory.bucketed = layout.bucketed();
+  if (layout.bucketed()) {
+    if (role != v1::ROLE_DESTINATION || layout.staged()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": only destination ranks, not staged, can be bucketed"));
+    }
+    if (layout.buffers_size() != 1 || layout.buffers(0).shm_name().empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          who, ": a bucketed rank registers one buffer, its staging bucket, in shared memory"));
+    }
+  }
   absl::flat_hash_map<std::string, int> segment_of;
   for (const v1::BufferSpec& buffer : layout.buffers()) {
     if (buffer.shm_name().empty() == buffer.cuda_ipc_handle().empty()) {
@@ -142,7 +153,12 @@ absl::Status BufferMap::MapRank(v1::Role role, const v1::RankLayout& layout) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": needs ", dims, " dims"));
     }
     auto segment = segment_of.find(v.buffer());
-    if (segment == segment_of.end()) {
+    if (layout.bucketed()) {
+      if (!v.buffer().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": names buffer \"", v.buffer(), "\" but the rank is bucketed"));
+      }
+    } else if (segment == segment_of.end()) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, ": buffer \"", v.buffer(), "\" is not registered"));
     }
@@ -158,6 +174,10 @@ absl::Status BufferMap::MapRank(v1::Role role, const v1::RankLayout& layout) {
           view.offset[d] > tensor->second.shape[d] - view.extent[d]) {
         return absl::InvalidArgumentError(absl::StrCat(where, ": bad box or strides"));
       }
+    }
+    if (layout.bucketed()) {  // its bytes pass through the bucket: no memory to map
+      memory.views.push_back(std::move(view));
+      continue;
     }
     const MappedBuffer& mapped = *memory.segments[segment->second];
     // A view with no elements (a trailing torch.chunk shard) spans no bytes: plans never
@@ -275,15 +295,47 @@ absl::StatusOr<StridedRef> BufferMap::Locate(v1::Role role, int64_t rank, int32_
     return absl::InvalidArgumentError(
         absl::StrCat(RankName(role, rank), ": view ", view, " holds ", v.tensor, ", not ", tensor));
   }
-  int64_t element = 0;
   for (size_t d = 0; d < offset.size(); ++d) {
     if (offset[d] < v.offset[d] || offset[d] + extent[d] > v.offset[d] + v.extent[d]) {
       return absl::OutOfRangeError(
           absl::StrCat(RankName(role, rank), ": ", tensor, " box leaves view ", view));
     }
-    element += (offset[d] - v.offset[d]) * v.strides[d];
   }
+  if (it->second.bucketed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(RankName(role, rank), " receives its weights in buckets: view ", view, " (",
+                     tensor, ") has no memory here to read or write"));
+  }
+  int64_t element = 0;
+  for (size_t d = 0; d < offset.size(); ++d) element += (offset[d] - v.offset[d]) * v.strides[d];
   return StridedRef{v.base + element * v.element_bytes, v.strides, v.device};
+}
+
+absl::Status BufferMap::CheckBucketedBox(int64_t rank, int32_t view, const std::string& tensor,
+                                         const Dims& offset, const Dims& extent) const {
+  absl::StatusOr<StridedRef> located =
+      Locate(v1::ROLE_DESTINATION, rank, view, tensor, offset, extent);
+  if (located.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(RankName(v1::ROLE_DESTINATION, rank), " is not bucketed"));
+  }
+  return IsBucketed(rank) && located.status().code() == absl::StatusCode::kFailedPrecondition
+             ? absl::OkStatus()
+             : located.status();
+}
+
+bool BufferMap::IsBucketed(int64_t rank) const {
+  auto it = ranks_.find({v1::ROLE_DESTINATION, rank});
+  return it != ranks_.end() && it->second.bucketed;
+}
+
+absl::StatusOr<MappedBuffer*> BufferMap::BucketOf(int64_t rank) const {
+  auto it = ranks_.find({v1::ROLE_DESTINATION, rank});
+  if (it == ranks_.end() || !it->second.bucketed) {
+    return absl::NotFoundError(
+        absl::StrCat(RankName(v1::ROLE_DESTINATION, rank), " is not a bucketed rank here"));
+  }
+  return it->second.segments.front().get();
 }
 
 }  // namespace refit::transport

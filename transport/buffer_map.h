@@ -66,6 +66,14 @@ class BufferMap {
 
   const TensorTable& tensors() const { return tensors_; }
 
+  // Bucketed destination ranks (RankLayout.bucketed): their views have no memory here
+  // (Locate says FAILED_PRECONDITION), and their one buffer is the staging bucket.
+  bool IsBucketed(int64_t rank) const;
+  absl::StatusOr<MappedBuffer*> BucketOf(int64_t rank) const;
+  // OK when the box is inside view `view` of bucketed destination rank `rank`.
+  absl::Status CheckBucketedBox(int64_t rank, int32_t view, const std::string& tensor,
+                                const Dims& offset, const Dims& extent) const;
+
   // OK while every mapped buffer is still fully backed; else FAILED_PRECONDITION naming
   // the rank, the buffer and what changed (a segment truncated by its owner). Checked at
   // the start of each epoch, before the data plane touches anything.
@@ -99,6 +107,7 @@ class BufferMap {
     std::vector<std::unique_ptr<MappedBuffer>> shadows;
     std::vector<uint8_t*> committed_bases;
     bool written_by_epoch = false;
+    bool bucketed = false;  // segments[0] is the staging bucket; views have no memory
     std::vector<std::string> declared_tensors;  // counted in tensor_users_
   };
 

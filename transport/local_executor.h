@@ -32,6 +32,9 @@ struct ExecutionStats {
   int64_t relay_buffer_peak_bytes = 0;
   int64_t relay_buffers_left = 0;
   int64_t relay_buffer_block_bytes = 0;
+  // Pieces handed to the destination sink (bucketed ranks), by transfer sequence: the
+  // XXH3-64 of each box as handed over (host memory only; PlanExecutor only).
+  std::map<int64_t, uint64_t> bucketed_piece_hashes;
 };
 
 // Executes `plan`. Fails, naming the transfer, when an endpoint is not registered here or

@@ -80,13 +80,30 @@ absl::Status PlanExecutor::CopyLocal(const v1::Transfer& t, RunMemory* run_memor
                                      ExecutionStats* stats) {
   absl::StatusOr<StridedRef> from = Locate(t.src(), t, run_memory);
   if (!from.ok()) return from.status();
+  return WriteDestination(t, *from, run_memory, stats);
+}
+
+absl::Status PlanExecutor::WriteDestination(const v1::Transfer& t, const StridedRef& from,
+                                            RunMemory* run_memory, ExecutionStats* stats) {
+  const Dims extent = ExtentOf(t);
+  const int element_bytes = buffers_.tensors().at(t.tensor()).element_bytes;
+  if (sink_ != nullptr && t.dst().kind() == v1::ENDPOINT_DESTINATION_VIEW &&
+      sink_->Takes(t.dst().rank())) {
+    const Dims offset = OffsetOf(t);
+    absl::Status inside =
+        buffers_.CheckBucketedBox(t.dst().rank(), t.dst().view(), t.tensor(), offset, extent);
+    if (!inside.ok()) return InTransfer(inside, t);
+    if (hash_sink_pieces_ && from.device < 0) {
+      stats->bucketed_piece_hashes[t.sequence()] = HashBox(extent, element_bytes, from);
+    }
+    return InTransfer(
+        sink_->Write(t.dst().rank(), t.tensor(), offset, extent, element_bytes, from), t);
+  }
   absl::StatusOr<StridedRef> to = Locate(t.dst(), t, run_memory);
   if (!to.ok()) return to.status();
-  const Dims extent = ExtentOf(t);
-  absl::Status copied = InTransfer(
-      gpu::CopyAnyBox(extent, buffers_.tensors().at(t.tensor()).element_bytes, *from, *to), t);
+  absl::Status copied = InTransfer(gpu::CopyAnyBox(extent, element_bytes, from, *to), t);
   if (!copied.ok()) return copied;
-  stats->runs += CountRuns(extent, from->strides, to->strides);
+  stats->runs += CountRuns(extent, from.strides, to->strides);
   return absl::OkStatus();
 }
 
@@ -194,14 +211,18 @@ absl::Status PlanExecutor::CopyPieces(const std::vector<const v1::Transfer*>& li
                                       RunMemory* run_memory, ExecutionStats* stats) {
   uint8_t* cursor = staging;
   for (const v1::Transfer* t : list) {
-    absl::StatusOr<StridedRef> side = Locate(pack ? t->src() : t->dst(), *t, run_memory);
-    if (!side.ok()) return side.status();
     const Dims extent = ExtentOf(*t);
     const int element_bytes = buffers_.tensors().at(t->tensor()).element_bytes;
     const StridedRef dense{cursor, RowMajorStrides(extent), staging_device};
-    absl::Status copied = InTransfer(pack ? gpu::CopyAnyBox(extent, element_bytes, *side, dense)
-                                          : gpu::CopyAnyBox(extent, element_bytes, dense, *side),
-                                     *t);
+    if (!pack) {
+      absl::Status unpacked = WriteDestination(*t, dense, run_memory, stats);
+      if (!unpacked.ok()) return unpacked;
+      cursor += Volume(extent) * element_bytes;
+      continue;
+    }
+    absl::StatusOr<StridedRef> side = Locate(t->src(), *t, run_memory);
+    if (!side.ok()) return side.status();
+    absl::Status copied = InTransfer(gpu::CopyAnyBox(extent, element_bytes, *side, dense), *t);
     if (!copied.ok()) return copied;
     stats->runs += CountRuns(extent, side->strides, dense.strides);
     cursor += Volume(extent) * element_bytes;
@@ -344,9 +365,7 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
           worker_->Receive(MessageTag(epoch, true, ordinal, r.src_daemon), &staging, deadline);
       if (!got.ok()) return got.status();
       stats->bytes_received_from[r.src_daemon] += *got;
-      absl::StatusOr<StridedRef> to = Locate(t.dst(), t, run_memory);
-      if (!to.ok()) return to.status();
-      absl::Status unpacked = InTransfer(gpu::CopyAnyBox(extent, element_bytes, dense, *to), t);
+      absl::Status unpacked = WriteDestination(t, dense, run_memory, stats);
       if (!unpacked.ok()) return unpacked;
     }
   }
@@ -425,6 +444,12 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
     const double elapsed = absl::ToDoubleSeconds(absl::Now() - start);
     for (int64_t rank : receivers) stats.destination_finish_seconds[rank] = elapsed;
     if (progress_ && batch_delivered > 0) progress_(stats.delivered_bytes);
+  }
+  if (sink_ != nullptr) {
+    absl::Status finished = sink_->Finish();
+    if (!finished.ok()) {
+      return absl::Status(finished.code(), absl::StrCat("epoch ", epoch, ": ", finished.message()));
+    }
   }
   return stats;
 }

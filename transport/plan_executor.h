@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "proto/refit.pb.h"
 #include "transport/buffer_map.h"
+#include "transport/destination_sink.h"
 #include "transport/gpu/nccl_group.h"
 #include "transport/local_executor.h"
 #include "transport/relay_buffers.h"
@@ -89,6 +90,14 @@ class PlanExecutor {
   // be busy with earlier pieces for a long time, so there only the deadline applies.
   void SetStallLimit(absl::Duration limit) { stall_limit_ = limit; }
 
+  // Pieces for bucketed destination ranks go to `sink` (kept by the caller), which is
+  // finished after the last batch. With `hash_pieces`, each such piece is hashed as it is
+  // handed over (ExecutionStats::bucketed_piece_hashes), for the piece checksums.
+  void UseSink(DestinationSink* sink, bool hash_pieces) {
+    sink_ = sink;
+    hash_sink_pieces_ = hash_pieces;
+  }
+
   // Sends pieces between GPU buffers of different daemons over NCCL instead of UCX.
   void UseNccl(const NcclRoute* route) { nccl_ = route; }
 
@@ -131,6 +140,10 @@ class PlanExecutor {
   absl::StatusOr<StridedRef> Locate(const v1::Endpoint& endpoint, const v1::Transfer& t,
                                     RunMemory* run_memory) const;
   absl::Status CopyLocal(const v1::Transfer& t, RunMemory* run_memory, ExecutionStats* stats);
+  // Writes transfer `t`'s box, read from `from`, where its destination endpoint is: its
+  // memory, or the sink for a bucketed rank.
+  absl::Status WriteDestination(const v1::Transfer& t, const StridedRef& from,
+                                RunMemory* run_memory, ExecutionStats* stats);
   UcxEndpoint* PeerOf(int32_t daemon) const;
 
   const BufferMap& buffers_;
@@ -143,6 +156,8 @@ class PlanExecutor {
   absl::Duration stall_limit_ = absl::InfiniteDuration();
   const NcclRoute* nccl_ = nullptr;
   StagingPool* device_staging_ = nullptr;
+  DestinationSink* sink_ = nullptr;
+  bool hash_sink_pieces_ = false;
 };
 
 // Device memory for a StagingPool (cudaMalloc); UNIMPLEMENTED without CUDA in the build.

@@ -1,0 +1,187 @@
+#include "daemon/bucket_streams.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace refit::daemon {
+namespace {
+
+std::string Who(int64_t rank) { return absl::StrCat("destination rank ", rank); }
+
+class BucketSink final : public transport::DestinationSink {
+ public:
+  BucketSink(BucketStreams* streams, BucketStreams::EpochContext epoch)
+      : streams_(streams), epoch_(std::move(epoch)) {}
+
+  void Add(int64_t rank, transport::MappedBuffer* bucket) {
+    fillers_.emplace(
+        rank, std::make_unique<transport::BucketFiller>(
+                  bucket->data(), bucket->bytes(),
+                  [this, rank](const std::vector<transport::BucketPart>& parts, bool last) {
+                    return streams_->Deliver(rank, parts, last, epoch_);
+                  }));
+  }
+
+  bool Takes(int64_t rank) const override { return fillers_.count(rank) > 0; }
+
+  absl::Status Write(int64_t rank, const std::string& tensor, const transport::Dims& offset,
+                     const transport::Dims& extent, int element_bytes,
+                     const transport::StridedRef& from) override {
+    return fillers_.at(rank)->Write(tensor, offset, extent, element_bytes, from);
+  }
+
+  absl::Status Finish() override {
+    for (auto& [rank, filler] : fillers_) {
+      absl::Status finished = filler->Finish();
+      if (!finished.ok()) return finished;
+      spdlog::debug("refitd: epoch {}: {} took {} bytes in {} buckets", epoch_.epoch_id, Who(rank),
+                    filler->bytes_written(), filler->buckets_delivered());
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  BucketStreams* const streams_;
+  const BucketStreams::EpochContext epoch_;
+  std::map<int64_t, std::unique_ptr<transport::BucketFiller>> fillers_;
+};
+
+}  // namespace
+
+std::unique_ptr<transport::DestinationSink> BucketStreams::SinkFor(
+    const transport::BufferMap& buffers, const std::set<int64_t>& planned,
+    const EpochContext& epoch) {
+  auto sink = std::make_unique<BucketSink>(this, epoch);
+  for (int64_t rank : planned) {
+    absl::StatusOr<transport::MappedBuffer*> bucket = buffers.BucketOf(rank);
+    if (bucket.ok()) sink->Add(rank, *bucket);
+  }
+  return sink;
+}
+
+void BucketStreams::Serve(int64_t rank, const std::string& session,
+                          const std::function<bool(const v1::Bucket&)>& send,
+                          const std::function<bool()>& ended) {
+  uint64_t attachment = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    attachment = ++next_attachment_;
+    Channel& channel = channels_[rank];
+    channel = Channel();
+    channel.session = session;
+    channel.attachment = attachment;
+  }
+  v1::Bucket attached;  // sequence 0, no pieces: the stream is in place
+  bool sent_ok = send(attached);
+  while (sent_ok && !ended()) {
+    std::optional<v1::Bucket> bucket;
+    {
+      absl::MutexLock lock(&mu_);
+      auto owns = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        auto it = channels_.find(rank);
+        return it != channels_.end() && it->second.attachment == attachment;
+      };
+      auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !owns() || channels_.at(rank).outgoing.has_value();
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
+      if (!owns()) return;  // replaced by a newer attachment
+      bucket.swap(channels_.at(rank).outgoing);
+    }
+    if (bucket.has_value()) sent_ok = send(*bucket);
+  }
+  absl::MutexLock lock(&mu_);
+  auto it = channels_.find(rank);
+  if (it != channels_.end() && it->second.attachment == attachment) channels_.erase(it);
+}
+
+absl::Status BucketStreams::Done(int64_t rank, const std::string& session,
+                                 const std::string& epoch_id, int64_t sequence,
+                                 const std::string& error) {
+  absl::MutexLock lock(&mu_);
+  auto it = channels_.find(rank);
+  if (it == channels_.end() || it->second.session != session) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(Who(rank), ": no bucket stream is open for session ", session));
+  }
+  Channel& channel = it->second;
+  if (epoch_id != channel.epoch_id || sequence != channel.sent) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        Who(rank), ": bucket ", sequence, " of epoch ", epoch_id, " is not the one outstanding (",
+        channel.sent, " of epoch ", channel.epoch_id, ")"));
+  }
+  channel.taken = sequence;
+  channel.error = error;
+  return absl::OkStatus();
+}
+
+absl::Status BucketStreams::Deliver(int64_t rank, const std::vector<transport::BucketPart>& parts,
+                                    bool last, const EpochContext& epoch) {
+  absl::MutexLock lock(&mu_);
+  auto it = channels_.find(rank);
+  if (it == channels_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Who(rank), " receives its weights in buckets, but its process holds no bucket stream "
+                   "open (LocalDaemon.ReceiveBuckets)"));
+  }
+  const uint64_t attachment = it->second.attachment;
+  Channel& channel = it->second;
+  if (channel.epoch_id != epoch.epoch_id) {
+    channel.epoch_id = epoch.epoch_id;
+    channel.sent = 0;
+    channel.taken = 0;
+    channel.error.clear();
+  }
+  v1::Bucket bucket;
+  bucket.set_epoch_id(epoch.epoch_id);
+  bucket.set_version(epoch.version);
+  bucket.set_sequence(++channel.sent);
+  bucket.set_last(last);
+  for (const transport::BucketPart& part : parts) {
+    v1::BucketPiece* piece = bucket.add_pieces();
+    piece->set_tensor(part.tensor);
+    piece->mutable_offset()->Add(part.offset.begin(), part.offset.end());
+    piece->mutable_extent()->Add(part.extent.begin(), part.extent.end());
+    piece->set_byte_offset(part.byte_offset);
+  }
+  const int64_t sequence = bucket.sequence();
+  channel.outgoing = std::move(bucket);
+  // Waits for the process to take it, a slice at a time so an interrupt is seen.
+  while (true) {
+    auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      auto c = channels_.find(rank);
+      return c == channels_.end() || c->second.attachment != attachment ||
+             c->second.taken >= sequence;
+    };
+    const absl::Time slice = std::min(epoch.deadline, absl::Now() + absl::Milliseconds(50));
+    mu_.AwaitWithDeadline(absl::Condition(&settled), slice);
+    auto c = channels_.find(rank);
+    if (c == channels_.end() || c->second.attachment != attachment) {
+      return absl::UnavailableError(absl::StrCat(
+          Who(rank), ": its process closed the bucket stream before taking bucket ", sequence));
+    }
+    if (c->second.taken >= sequence) {
+      if (!c->second.error.empty()) {
+        return absl::AbortedError(absl::StrCat(Who(rank), ": its process could not take bucket ",
+                                               sequence, ": ", c->second.error));
+      }
+      return absl::OkStatus();
+    }
+    if (epoch.interrupt != nullptr && epoch.interrupt->load()) {
+      c->second.outgoing.reset();
+      return absl::CancelledError(
+          absl::StrCat(Who(rank), ": interrupted while its process held bucket ", sequence));
+    }
+    if (absl::Now() >= epoch.deadline) {
+      c->second.outgoing.reset();
+      return absl::DeadlineExceededError(absl::StrCat(
+          Who(rank), ": its process did not take bucket ", sequence, " before the deadline"));
+    }
+  }
+}
+
+}  // namespace refit::daemon
