@@ -4,12 +4,15 @@
     LocalDaemon(socket).register_source(rank, tensors=..., boxes=...)   # trainer ranks
     LocalDaemon(socket).register_destination(rank, tensors=..., boxes=...)
     daemon.publish(version); daemon.wait_for_version(version, timeout)
+    LocalDaemon(socket).register_destination(rank, boxes=..., dtypes=..., bucket_bytes=...,
+                                             on_bucket=refit.copy_into(weights))  # bucketed
 
 A rank registers its own tensors in place (refitd reads or writes them where they are),
 each with the box of the global tensor it holds (refit.Box). Boxes come from a device mesh
 and DTensor-style placements (refit.DeviceMesh, refit.Shard, refit.Replicate), from
 refit.chunk / refit.split / refit.replicated, or from refit.conventions (Megatron and vLLM).
 """
+from .buckets import Bucket, BucketPiece, copy_into
 from .coordinator import RefitClient
 from .daemon import LocalDaemon, RegisteredRank
 from .errors import (RefitAborted, RefitError, RefitPermissionDenied, RefitRejected,
@@ -19,7 +22,7 @@ from .placements import DeviceMesh, Replicate, Shard
 from .shards import Box, chunk, replicated, split
 from . import torch_layout
 
-__all__ = ["Box", "DeviceMesh", "LocalDaemon", "RefitAborted", "RefitClient", "RefitError",
-           "RefitPermissionDenied", "RefitRejected", "RefitTimeout", "RefitUnavailable",
-           "RegisteredRank", "Replicate", "Shard", "chunk", "refit_dtype", "replicated",
-           "split"]
+__all__ = ["Box", "Bucket", "BucketPiece", "DeviceMesh", "LocalDaemon", "RefitAborted",
+           "RefitClient", "RefitError", "RefitPermissionDenied", "RefitRejected",
+           "RefitTimeout", "RefitUnavailable", "RegisteredRank", "Replicate", "Shard", "chunk",
+           "copy_into", "refit_dtype", "replicated", "split"]

@@ -2,12 +2,13 @@
 process holds, publish a version (sources), wait for one (destinations)."""
 from socket import gethostname
 import threading
-from typing import Any, Mapping, Optional, Tuple
+from typing import Any, Callable, Mapping, Optional, Tuple
 
 import grpc
 
 from ._channel import local_channel
 from ._proto import refit_pb2, refit_pb2_grpc
+from .buckets import Bucket, BucketMemory, BucketReceiver
 from .errors import RefitError, error_for, from_rpc_error
 from .in_place import InPlaceMemory
 from .memory import RankMemory, refit_dtype
@@ -25,6 +26,7 @@ class RegisteredRank:
         self.shards = shards
         self.memory = memory
         self.session = session
+        self.buckets = None  # the BucketReceiver of a bucketed rank
         self._stub = stub
         self._hold = stub.HoldRegistration(refit_pb2.HoldRegistrationRequest(session=session))
         self._held = threading.Event()
@@ -54,9 +56,9 @@ class RegisteredRank:
         """Copies new weights into refit's memory (ranks registered with shards): each
         tensor either of the global shape (its box is cut out of it) or the rank's local
         shard (copied as it is). Ranks registered in place need no load."""
-        if isinstance(self.memory, InPlaceMemory):
-            raise ValueError(f"rank {self.rank}: registered in place, refit reads the "
-                             f"tensors themselves: there is nothing to load")
+        if not isinstance(self.memory, RankMemory):
+            raise ValueError(f"rank {self.rank}: refit did not allocate this rank's memory "
+                             f"(registered in place or bucketed): there is nothing to load")
         for name, box in self.shards.items():
             if name not in new_tensors:
                 raise KeyError(f"rank {self.rank}: no tensor {name} to load its shard from")
@@ -82,6 +84,8 @@ class RegisteredRank:
             if e.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE):
                 raise from_rpc_error(e) from None
         finally:
+            if self.buckets is not None:
+                self.buckets.close()
             self._hold.cancel()
             self._watcher.join(timeout=5)
             self.memory.close()
@@ -117,39 +121,50 @@ class LocalDaemon:
         `shards` (name -> (refit.Box, torch dtype)), for which refit allocates memory that
         the trainer fills (RegisteredRank.load). `host` defaults to this node's name."""
         return self._register(refit_pb2.ROLE_SOURCE, rank, shards, tensors, boxes, device,
-                              host, False, timeout)
+                              host, False, timeout, None)
 
     def register_destination(self, rank: int,
                              shards: Optional[Mapping[str, Tuple[Box, Any]]] = None,
                              device: Optional[str] = None, host: Optional[str] = None,
                              staged: bool = False, timeout: float = 60.0, *,
                              tensors: Optional[Mapping[str, Any]] = None,
-                             boxes: Optional[Mapping[str, Box]] = None) -> "RegisteredRank":
+                             boxes: Optional[Mapping[str, Box]] = None,
+                             dtypes: Optional[Mapping[str, Any]] = None,
+                             bucket_bytes: Optional[int] = None,
+                             on_bucket: Optional[Callable[[Bucket], None]] = None
+                             ) -> "RegisteredRank":
         """Registers inference rank `rank`; refitd writes its tensors: the engine's own
         (`tensors` and `boxes`, written in place, fused parameters as views of one tensor)
         or refit's (`shards`). With `staged`, a failed epoch leaves them untouched (refitd
-        writes a shadow, copied in at commit)."""
-        return self._register(refit_pb2.ROLE_DESTINATION, rank, shards, tensors, boxes, device,
-                              host, staged, timeout)
+        writes a shadow, copied in at commit).
 
-    def _register(self, role, rank, shards, tensors, boxes, device, host, staged, timeout):
-        if (shards is None) == (tensors is None):
-            raise ValueError(f"rank {rank}: give either shards (refit allocates the memory) or "
-                             f"tensors and boxes (registered in place)")
-        if tensors is not None:
-            if device is not None:
-                raise ValueError(f"rank {rank}: tensors registered in place stay where they "
-                                 f"are; device is for shards refit allocates")
-            if not tensors:
-                raise ValueError(f"rank {rank}: no tensors to register")
-            memory = InPlaceMemory(rank, tensors, boxes if boxes is not None else {})
-        else:
-            if not shards:
-                raise ValueError(f"rank {rank}: no shards to register")
-            memory = RankMemory(rank, shards, device)
+        Bucketed (weights refitd cannot hold on to): `boxes` and `dtypes` (name -> torch
+        dtype), `bucket_bytes` and `on_bucket`, called on a thread of this process with
+        each refit.Bucket refitd fills during an epoch (refit.copy_into(weights) copies
+        the pieces into wherever the weights are then)."""
+        bucket = None
+        if bucket_bytes is not None or on_bucket is not None:
+            if bucket_bytes is None or on_bucket is None or boxes is None or dtypes is None:
+                raise ValueError(f"rank {rank}: a bucketed rank gives boxes, dtypes, "
+                                 f"bucket_bytes and on_bucket")
+            if shards is not None or tensors is not None or staged:
+                raise ValueError(f"rank {rank}: a bucketed rank registers no tensors or "
+                                 f"shards and cannot be staged (each bucket is copied in as it "
+                                 f"arrives)")
+            bucket = (bucket_bytes, on_bucket)
+        elif dtypes is not None:
+            raise ValueError(f"rank {rank}: dtypes are for bucketed ranks (with bucket_bytes "
+                             f"and on_bucket)")
+        return self._register(refit_pb2.ROLE_DESTINATION, rank, shards, tensors, boxes, device,
+                              host, staged, timeout, bucket, dtypes)
+
+    def _register(self, role, rank, shards, tensors, boxes, device, host, staged, timeout,
+                  bucket, dtypes=None):
+        memory = _rank_memory(rank, shards, tensors, boxes, dtypes, device, bucket)
         layout = refit_pb2.RankLayout(rank=int(rank),
                                       host=gethostname() if host is None else host,
-                                      views=memory.views, buffers=memory.buffers, staged=staged)
+                                      views=memory.views, buffers=memory.buffers, staged=staged,
+                                      bucketed=bucket is not None)
         if memory.device.type == "cuda":
             layout.device = memory.device_index
         specs = [refit_pb2.TensorSpec(name=name, dtype=refit_dtype(memory.dtypes[name]),
@@ -164,6 +179,9 @@ class LocalDaemon:
         registered = RegisteredRank(self._stub, role, rank, dict(memory.boxes), memory, session)
         try:
             registered.await_hold()
+            if bucket is not None:  # in place before the first epoch can need it
+                registered.buckets = BucketReceiver(self._stub, session, memory, bucket[1])
+                registered.buckets.await_attached()
         except BaseException:
             try:  # take the registration back and free the memory before saying so
                 registered.close()
@@ -201,3 +219,26 @@ class LocalDaemon:
                 raise from_rpc_error(e) from None
             held = got if held is None else min(held, got)
         return held
+
+
+def _rank_memory(rank, shards, tensors, boxes, dtypes, device, bucket):
+    """The memory a rank registers: a bucket (bucketed), its own tensors (in place) or
+    memory refit allocates (shards)."""
+    if bucket is not None:
+        if device is not None:
+            raise ValueError(f"rank {rank}: a bucketed rank's bucket is host memory; device is "
+                             f"for shards refit allocates")
+        return BucketMemory(rank, boxes, dtypes, bucket[0])
+    if (shards is None) == (tensors is None):
+        raise ValueError(f"rank {rank}: give either shards (refit allocates the memory) or "
+                         f"tensors and boxes (registered in place)")
+    if tensors is not None:
+        if device is not None:
+            raise ValueError(f"rank {rank}: tensors registered in place stay where they are; "
+                             f"device is for shards refit allocates")
+        if not tensors:
+            raise ValueError(f"rank {rank}: no tensors to register")
+        return InPlaceMemory(rank, tensors, boxes if boxes is not None else {})
+    if not shards:
+        raise ValueError(f"rank {rank}: no shards to register")
+    return RankMemory(rank, shards, device)
