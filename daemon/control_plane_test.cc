@@ -431,6 +431,166 @@ TEST_F(ControlPlaneTest, AStagedDestinationKeepsItsBuffersThroughAFailedEpoch) {
   }
 }
 
+// The inference ranks of the fixture, registered again bucketed: their views keep their
+// boxes and lose their memory, and each rank's one buffer is a `bucket_bytes` bucket. The
+// processes are stood for by threads serving each rank's bucket stream: `take` sees every
+// bucket and returns what BucketDone says (empty: taken).
+class BucketedRanks {
+ public:
+  using Take = std::function<std::string(int64_t rank, const v1::Bucket& bucket,
+                                         const uint8_t* memory)>;
+
+  BucketedRanks(RankRegistry* registry, const v1::LayoutSpec& destinations,
+                int64_t bucket_bytes)
+      : registry_(registry) {
+    for (v1::RankLayout r : destinations.ranks()) {
+      EXPECT_TRUE(registry->Deregister(v1::ROLE_DESTINATION, r.rank()).ok());
+      r.set_bucketed(true);
+      r.clear_buffers();
+      for (v1::ShardView& v : *r.mutable_views()) {
+        v.clear_buffer();
+        v.clear_byte_offset();
+        v.clear_strides();
+      }
+      const std::string name = transport::testing::UniqueShmName("bucket");
+      auto bucket = transport::SharedMemorySegment::Create(name, bucket_bytes);
+      EXPECT_TRUE(bucket.ok()) << bucket.status();
+      v1::BufferSpec* spec = r.add_buffers();
+      spec->set_name("bucket");
+      spec->set_bytes(bucket_bytes);
+      spec->set_shm_name(name);
+      memory_[r.rank()] = (*bucket)->data();
+      buckets_.push_back(std::move(*bucket));
+      v1::RegisterRankRequest request;
+      request.set_role(v1::ROLE_DESTINATION);
+      *request.mutable_layout() = r;
+      *request.mutable_tensors() = destinations.tensors();
+      absl::StatusOr<std::string> session = registry->Register(request);
+      EXPECT_TRUE(session.ok()) << session.status();
+      sessions_[r.rank()] = session.ok() ? *session : "";
+      layouts_.push_back(r);
+    }
+  }
+
+  // Opens every rank's stream (returns once each is attached).
+  void Attach(Take take) {
+    take_ = std::move(take);
+    for (const auto& [rank, session] : sessions_) {
+      auto attached = std::make_shared<std::atomic<bool>>(false);
+      threads_.emplace_back([this, rank = rank, session = session, attached] {
+        registry_->bucket_streams().Serve(
+            rank, session,
+            [&](const v1::Bucket& bucket) {
+              if (bucket.sequence() == 0) {
+                *attached = true;
+                return true;
+              }
+              const std::string error = take_(rank, bucket, memory_.at(rank));
+              return registry_->bucket_streams()
+                  .Done(rank, session, bucket.epoch_id(), bucket.sequence(), error)
+                  .ok();
+            },
+            [this] { return stop_.load(); });
+      });
+      for (int i = 0; i < 500 && !*attached; ++i) absl::SleepFor(absl::Milliseconds(2));
+      EXPECT_TRUE(*attached) << "destination rank " << rank;
+    }
+  }
+
+  ~BucketedRanks() {
+    stop_ = true;
+    for (std::thread& t : threads_) t.join();
+  }
+
+  const std::vector<v1::RankLayout>& layouts() const { return layouts_; }
+
+ private:
+  RankRegistry* registry_;
+  std::vector<std::unique_ptr<transport::SharedMemorySegment>> buckets_;
+  std::map<int64_t, uint8_t*> memory_;
+  std::map<int64_t, std::string> sessions_;
+  std::vector<v1::RankLayout> layouts_;
+  Take take_;
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+// Buckets of 64 bytes, each view 384 or 48 bytes: every view arrives in parts, each part
+// holds the weights' values, every byte of every view arrives once, each rank's last bucket
+// comes once per epoch, and the pieces are checksummed on the way.
+TEST_F(ControlPlaneTest, BucketedDestinationsTakeTheirWeightsBucketByBucket) {
+  BucketedRanks ranks(&inference_, destinations_, 64);
+  absl::Mutex mu;
+  std::map<int64_t, int64_t> bytes, wrong, lasts, buckets;
+  const transport::TensorTable shapes = transport::testing::TensorsOf(destinations_);
+  ranks.Attach([&](int64_t rank, const v1::Bucket& bucket, const uint8_t* memory) {
+    absl::MutexLock lock(&mu);
+    ++buckets[rank];
+    lasts[rank] += bucket.last();
+    for (const v1::BucketPiece& piece : bucket.pieces()) {
+      const transport::Dims offset(piece.offset().begin(), piece.offset().end());
+      const transport::Dims extent(piece.extent().begin(), piece.extent().end());
+      const transport::TensorShape& shape = shapes.at(piece.tensor());
+      int64_t volume = 1;
+      for (int64_t e : extent) volume *= e;
+      EXPECT_LE(piece.byte_offset() + volume * shape.element_bytes, 64);
+      const transport::StridedRef at{const_cast<uint8_t*>(memory) + piece.byte_offset(),
+                                     transport::RowMajorStrides(extent)};
+      wrong[rank] += client::WrongBytesInBox(piece.tensor(), shape.shape, shape.element_bytes,
+                                             offset, extent, at, 0);
+      bytes[rank] += volume * shape.element_bytes;
+    }
+    return std::string();
+  });
+  ASSERT_TRUE(GroupSeen(2, 2));
+  PublishAll(&trainer_, sources_, 1);
+  v1::RefitReport report;
+  const grpc::Status committed = Refit(1, &report);
+  ASSERT_TRUE(committed.ok()) << committed.error_message();
+  EXPECT_GT(report.pieces_checksummed(), 0);
+  absl::MutexLock lock(&mu);
+  for (const v1::RankLayout& r : ranks.layouts()) {
+    int64_t held = 0;
+    for (const v1::ShardView& v : r.views()) {
+      int64_t volume = shapes.at(v.tensor()).element_bytes;
+      for (int64_t e : v.extent()) volume *= e;
+      held += volume;
+    }
+    EXPECT_EQ(bytes[r.rank()], held) << "destination rank " << r.rank();
+    EXPECT_EQ(wrong[r.rank()], 0) << "destination rank " << r.rank();
+    EXPECT_EQ(lasts[r.rank()], 1) << "destination rank " << r.rank();
+    EXPECT_GE(buckets[r.rank()], held / 64) << "destination rank " << r.rank();
+  }
+}
+
+TEST_F(ControlPlaneTest, ABucketedRankThatCannotTakeABucketFailsTheEpochSayingWhy) {
+  BucketedRanks ranks(&inference_, destinations_, 64);
+  ranks.Attach([](int64_t rank, const v1::Bucket& bucket, const uint8_t*) {
+    return rank == 1 && bucket.sequence() == 2 ? std::string("the engine is asleep")
+                                               : std::string();
+  });
+  ASSERT_TRUE(GroupSeen(2, 2));
+  PublishAll(&trainer_, sources_, 1);
+  v1::RefitReport report;
+  const grpc::Status failed = Refit(1, &report);
+  EXPECT_FALSE(failed.ok());
+  EXPECT_THAT(failed.error_message(),
+              ::testing::HasSubstr(
+                  "destination rank 1: its process could not take bucket 2: the engine is asleep"));
+}
+
+TEST_F(ControlPlaneTest, ABucketedRankWithNoStreamOpenFailsTheEpochNamingIt) {
+  BucketedRanks ranks(&inference_, destinations_, 64);  // never attached
+  ASSERT_TRUE(GroupSeen(2, 2));
+  PublishAll(&trainer_, sources_, 1);
+  v1::RefitReport report;
+  const grpc::Status failed = Refit(1, &report);
+  EXPECT_FALSE(failed.ok());
+  EXPECT_THAT(failed.error_message(),
+              ::testing::HasSubstr("receives its weights in buckets, but its process holds no "
+                                   "bucket stream open"));
+}
+
 TEST_F(ControlPlaneTest, ARestartedCoordinatorRecoversTheVersionFromTheDaemons) {
   ASSERT_TRUE(GroupSeen(2, 2));
   PublishAll(&trainer_, sources_, 1);

@@ -170,6 +170,9 @@ class BucketReceiver:
         except grpc.RpcError:
             pass  # cancelled at close, or refitd went away (the epoch sees it)
         finally:
+            # However it ended, refitd must see the stream go, or an epoch would wait for a
+            # BucketDone that never comes until its deadline.
+            self._stream.cancel()
             self._attached.set()
 
     def close(self):
