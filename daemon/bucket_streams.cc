@@ -1,6 +1,7 @@
 #include "daemon/bucket_streams.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -22,7 +23,10 @@ class BucketSink final : public transport::DestinationSink {
         rank, std::make_unique<transport::BucketFiller>(
                   bucket->data(), bucket->bytes(),
                   [this, rank](const std::vector<transport::BucketPart>& parts, bool last) {
-                    return streams_->Deliver(rank, parts, last, epoch_);
+                    return streams_->Send(rank, parts, last, epoch_);
+                  },
+                  [this, rank](int64_t sequence) {
+                    return streams_->AwaitTaken(rank, sequence, epoch_);
                   }));
   }
 
@@ -86,11 +90,15 @@ void BucketStreams::Serve(int64_t rank, const std::string& session,
         return it != channels_.end() && it->second.attachment == attachment;
       };
       auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !owns() || channels_.at(rank).outgoing.has_value();
+        return !owns() || !channels_.at(rank).outgoing.empty();
       };
       mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
       if (!owns()) return;  // replaced by a newer attachment
-      bucket.swap(channels_.at(rank).outgoing);
+      std::deque<v1::Bucket>& queue = channels_.at(rank).outgoing;
+      if (!queue.empty()) {
+        bucket = std::move(queue.front());
+        queue.pop_front();
+      }
     }
     if (bucket.has_value()) sent_ok = send(*bucket);
   }
@@ -109,18 +117,22 @@ absl::Status BucketStreams::Done(int64_t rank, const std::string& session,
         absl::StrCat(Who(rank), ": no bucket stream is open for session ", session));
   }
   Channel& channel = it->second;
-  if (epoch_id != channel.epoch_id || sequence != channel.sent) {
+  if (epoch_id != channel.epoch_id || sequence != channel.taken + 1 || sequence > channel.sent) {
     return absl::InvalidArgumentError(absl::StrCat(
-        Who(rank), ": bucket ", sequence, " of epoch ", epoch_id, " is not the one outstanding (",
-        channel.sent, " of epoch ", channel.epoch_id, ")"));
+        Who(rank), ": bucket ", sequence, " of epoch ", epoch_id, " is not the next one to take (",
+        channel.taken + 1, " of epoch ", channel.epoch_id, ", ", channel.sent, " sent)"));
   }
   channel.taken = sequence;
-  channel.error = error;
+  if (!error.empty() && channel.failed == 0) {
+    channel.failed = sequence;
+    channel.error = error;
+  }
   return absl::OkStatus();
 }
 
-absl::Status BucketStreams::Deliver(int64_t rank, const std::vector<transport::BucketPart>& parts,
-                                    bool last, const EpochContext& epoch) {
+absl::StatusOr<int64_t> BucketStreams::Send(int64_t rank,
+                                            const std::vector<transport::BucketPart>& parts,
+                                            bool last, const EpochContext& epoch) {
   absl::MutexLock lock(&mu_);
   auto it = channels_.find(rank);
   if (it == channels_.end()) {
@@ -128,15 +140,20 @@ absl::Status BucketStreams::Deliver(int64_t rank, const std::vector<transport::B
         Who(rank), " receives its weights in buckets, but its process holds no bucket stream "
                    "open (LocalDaemon.ReceiveBuckets)"));
   }
-  const uint64_t attachment = it->second.attachment;
   Channel& channel = it->second;
-  if (channel.epoch_id != epoch.epoch_id) {
+  if (channel.epoch_id != epoch.epoch_id) {  // the epoch's first hand-over
     channel.epoch_id = epoch.epoch_id;
+    channel.outgoing.clear();
     channel.sent = 0;
     channel.taken = 0;
+    channel.failed = 0;
     channel.error.clear();
   }
-  v1::Bucket bucket;
+  if (channel.failed > 0) {  // the process already said it could not take one
+    return absl::AbortedError(absl::StrCat(Who(rank), ": its process could not take bucket ",
+                                           channel.failed, ": ", channel.error));
+  }
+  v1::Bucket& bucket = channel.outgoing.emplace_back();
   bucket.set_epoch_id(epoch.epoch_id);
   bucket.set_version(epoch.version);
   bucket.set_sequence(++channel.sent);
@@ -148,39 +165,44 @@ absl::Status BucketStreams::Deliver(int64_t rank, const std::vector<transport::B
     piece->mutable_extent()->Add(part.extent.begin(), part.extent.end());
     piece->set_byte_offset(part.byte_offset);
   }
-  const int64_t sequence = bucket.sequence();
-  channel.outgoing = std::move(bucket);
-  // Waits for the process to take it, a slice at a time so an interrupt is seen.
+  return channel.sent;
+}
+
+absl::Status BucketStreams::AwaitTaken(int64_t rank, int64_t sequence, const EpochContext& epoch) {
+  absl::MutexLock lock(&mu_);
+  auto it = channels_.find(rank);
+  const uint64_t attachment = it == channels_.end() ? 0 : it->second.attachment;
+  // A slice at a time, so that an interrupt is seen.
   while (true) {
-    auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      auto c = channels_.find(rank);
-      return c == channels_.end() || c->second.attachment != attachment ||
-             c->second.taken >= sequence;
-    };
-    const absl::Time slice = std::min(epoch.deadline, absl::Now() + absl::Milliseconds(50));
-    mu_.AwaitWithDeadline(absl::Condition(&settled), slice);
     auto c = channels_.find(rank);
-    if (c == channels_.end() || c->second.attachment != attachment) {
+    if (c == channels_.end() || c->second.attachment != attachment ||
+        c->second.epoch_id != epoch.epoch_id) {
       return absl::UnavailableError(absl::StrCat(
           Who(rank), ": its process closed the bucket stream before taking bucket ", sequence));
     }
-    if (c->second.taken >= sequence) {
-      if (!c->second.error.empty()) {
-        return absl::AbortedError(absl::StrCat(Who(rank), ": its process could not take bucket ",
-                                               sequence, ": ", c->second.error));
-      }
-      return absl::OkStatus();
+    Channel& channel = c->second;
+    if (channel.failed > 0 && channel.failed <= sequence) {
+      return absl::AbortedError(absl::StrCat(Who(rank), ": its process could not take bucket ",
+                                             channel.failed, ": ", channel.error));
     }
+    if (channel.taken >= sequence) return absl::OkStatus();
     if (epoch.interrupt != nullptr && epoch.interrupt->load()) {
-      c->second.outgoing.reset();
+      channel.outgoing.clear();
       return absl::CancelledError(
-          absl::StrCat(Who(rank), ": interrupted while its process held bucket ", sequence));
+          absl::StrCat(Who(rank), ": interrupted while its process held bucket ", channel.taken + 1));
     }
     if (absl::Now() >= epoch.deadline) {
-      c->second.outgoing.reset();
+      channel.outgoing.clear();
       return absl::DeadlineExceededError(absl::StrCat(
-          Who(rank), ": its process did not take bucket ", sequence, " before the deadline"));
+          Who(rank), ": its process did not take bucket ", channel.taken + 1, " before the deadline"));
     }
+    auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      auto now = channels_.find(rank);
+      return now == channels_.end() || now->second.attachment != attachment ||
+             now->second.taken >= sequence || now->second.failed > 0;
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&settled),
+                          std::min(epoch.deadline, absl::Now() + absl::Milliseconds(50)));
   }
 }
 

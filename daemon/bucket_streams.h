@@ -10,10 +10,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -58,21 +58,24 @@ class BucketStreams {
   absl::Status Done(int64_t rank, const std::string& session, const std::string& epoch_id,
                     int64_t sequence, const std::string& error) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // Hands `parts` (in the rank's bucket) to the process of `rank` and waits until it has
-  // taken them. Used by the sink.
-  absl::Status Deliver(int64_t rank, const std::vector<transport::BucketPart>& parts, bool last,
-                       const EpochContext& epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  // Queues `parts` (in the rank's bucket) for the process of `rank` and returns the
+  // hand-over's sequence; AwaitTaken returns once the process has taken every hand-over
+  // up to `sequence` (the sink's two halves: one is filled while the other is copied out).
+  absl::StatusOr<int64_t> Send(int64_t rank, const std::vector<transport::BucketPart>& parts,
+                               bool last, const EpochContext& epoch) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status AwaitTaken(int64_t rank, int64_t sequence, const EpochContext& epoch)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Channel {
     std::string session;
-    uint64_t attachment = 0;  // which Serve call owns it
-    std::optional<v1::Bucket> outgoing;  // handed over, not yet sent
+    uint64_t attachment = 0;          // which Serve call owns it
+    std::deque<v1::Bucket> outgoing;  // handed over, not yet sent
     std::string epoch_id;
     int64_t sent = 0;   // the last sequence handed over in this epoch
-    int64_t taken = 0;  // the last sequence the process said it took
+    int64_t taken = 0;  // the last sequence the process said it took (they come in order)
     std::string error;  // what the process said it could not do
-    bool broken = false;  // the stream failed while a bucket was outstanding
+    int64_t failed = 0;  // the sequence it said that of (0: none)
   };
 
   absl::Mutex mu_;

@@ -515,11 +515,12 @@ class BucketedRanks {
   std::vector<std::thread> threads_;
 };
 
-// Buckets of 64 bytes, each view 384 or 48 bytes: every view arrives in parts, each part
+// Buckets of 256 bytes (halves of 128), views of 384 or 48 bytes: every view arrives in
+// parts, each part
 // holds the weights' values, every byte of every view arrives once, each rank's last bucket
 // comes once per epoch, and the pieces are checksummed on the way.
 TEST_F(ControlPlaneTest, BucketedDestinationsTakeTheirWeightsBucketByBucket) {
-  BucketedRanks ranks(&inference_, destinations_, 64);
+  BucketedRanks ranks(&inference_, destinations_, 256);
   absl::Mutex mu;
   std::map<int64_t, int64_t> bytes, wrong, lasts, buckets;
   const transport::TensorTable shapes = transport::testing::TensorsOf(destinations_);
@@ -533,7 +534,7 @@ TEST_F(ControlPlaneTest, BucketedDestinationsTakeTheirWeightsBucketByBucket) {
       const transport::TensorShape& shape = shapes.at(piece.tensor());
       int64_t volume = 1;
       for (int64_t e : extent) volume *= e;
-      EXPECT_LE(piece.byte_offset() + volume * shape.element_bytes, 64);
+      EXPECT_LE(piece.byte_offset() + volume * shape.element_bytes, 256);
       const transport::StridedRef at{const_cast<uint8_t*>(memory) + piece.byte_offset(),
                                      transport::RowMajorStrides(extent)};
       wrong[rank] += client::WrongBytesInBox(piece.tensor(), shape.shape, shape.element_bytes,
@@ -559,12 +560,12 @@ TEST_F(ControlPlaneTest, BucketedDestinationsTakeTheirWeightsBucketByBucket) {
     EXPECT_EQ(bytes[r.rank()], held) << "destination rank " << r.rank();
     EXPECT_EQ(wrong[r.rank()], 0) << "destination rank " << r.rank();
     EXPECT_EQ(lasts[r.rank()], 1) << "destination rank " << r.rank();
-    EXPECT_GE(buckets[r.rank()], held / 64) << "destination rank " << r.rank();
+    EXPECT_GE(buckets[r.rank()], held / 128) << "destination rank " << r.rank();
   }
 }
 
 TEST_F(ControlPlaneTest, ABucketedRankThatCannotTakeABucketFailsTheEpochSayingWhy) {
-  BucketedRanks ranks(&inference_, destinations_, 64);
+  BucketedRanks ranks(&inference_, destinations_, 256);
   ranks.Attach([](int64_t rank, const v1::Bucket& bucket, const uint8_t*) {
     return rank == 1 && bucket.sequence() == 2 ? std::string("the engine is asleep")
                                                : std::string();
@@ -580,7 +581,7 @@ TEST_F(ControlPlaneTest, ABucketedRankThatCannotTakeABucketFailsTheEpochSayingWh
 }
 
 TEST_F(ControlPlaneTest, ABucketedRankWithNoStreamOpenFailsTheEpochNamingIt) {
-  BucketedRanks ranks(&inference_, destinations_, 64);  // never attached
+  BucketedRanks ranks(&inference_, destinations_, 256);  // never attached
   ASSERT_TRUE(GroupSeen(2, 2));
   PublishAll(&trainer_, sources_, 1);
   v1::RefitReport report;

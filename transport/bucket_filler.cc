@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include <utility>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "transport/gpu/device_copy.h"
@@ -59,21 +61,28 @@ absl::StatusOr<std::vector<std::pair<Dims, Dims>>> SplitRowMajor(const Dims& ext
   return parts;
 }
 
+BucketFiller::BucketFiller(uint8_t* bucket, int64_t capacity, SendFn send,
+                           AwaitTakenFn await_taken)
+    : bucket_(bucket),
+      half_bytes_(capacity / 2 / kPartAlignment * kPartAlignment),
+      send_(std::move(send)),
+      await_taken_(std::move(await_taken)) {}
+
 absl::Status BucketFiller::Write(const std::string& tensor, const Dims& offset, const Dims& extent,
                                  int element_bytes, const StridedRef& from) {
   absl::StatusOr<std::vector<std::pair<Dims, Dims>>> parts =
-      SplitRowMajor(extent, element_bytes, capacity_);
+      SplitRowMajor(extent, element_bytes, half_bytes_);
   if (!parts.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("\"", tensor, "\": ", parts.status().message(),
-                                                   " (the bucket's size)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"", tensor, "\": ", parts.status().message(), " (half of the rank's bucket)"));
   }
   for (const auto& [relative, part] : *parts) {
     const int64_t bytes = Volume(part) * element_bytes;
-    if (Aligned(used_) + bytes > capacity_) {
-      absl::Status delivered = Deliver(/*last=*/false);
-      if (!delivered.ok()) return delivered;
+    if (Aligned(used_) + bytes > half_bytes_) {
+      absl::Status switched = SwitchHalves();
+      if (!switched.ok()) return switched;
     }
-    const int64_t at = Aligned(used_);
+    const int64_t at = half_ * half_bytes_ + Aligned(used_);
     StridedRef source = from;
     int64_t element_offset = 0;
     for (size_t d = 0; d < relative.size(); ++d) element_offset += relative[d] * from.strides[d];
@@ -87,20 +96,34 @@ absl::Status BucketFiller::Write(const std::string& tensor, const Dims& offset, 
     placed.offset = offset;
     for (size_t d = 0; d < offset.size(); ++d) placed.offset[d] += relative[d];
     placed.byte_offset = at;
-    used_ = at + bytes;
+    used_ = Aligned(used_) + bytes;
     bytes_written_ += bytes;
   }
   return absl::OkStatus();
 }
 
-absl::Status BucketFiller::Finish() { return Deliver(/*last=*/true); }
-
-absl::Status BucketFiller::Deliver(bool last) {
-  absl::Status delivered = deliver_(parts_, last);
+absl::Status BucketFiller::SwitchHalves() {
+  absl::StatusOr<int64_t> sent = send_(parts_, /*last=*/false);
+  if (!sent.ok()) return sent.status();
+  ++buckets_delivered_;
+  outstanding_[half_] = *sent;
   parts_.clear();
   used_ = 0;
+  half_ ^= 1;
+  if (outstanding_[half_] == 0) return absl::OkStatus();
+  absl::Status taken = await_taken_(outstanding_[half_]);
+  outstanding_[half_] = 0;
+  return taken;
+}
+
+absl::Status BucketFiller::Finish() {
+  absl::StatusOr<int64_t> sent = send_(parts_, /*last=*/true);
+  if (!sent.ok()) return sent.status();
   ++buckets_delivered_;
-  return delivered;
+  parts_.clear();
+  used_ = 0;
+  outstanding_[0] = outstanding_[1] = 0;
+  return await_taken_(*sent);  // hand-overs are taken in order: this covers both halves
 }
 
 }  // namespace refit::transport

@@ -1,10 +1,9 @@
 // The bucketed path's data-plane half: a destination rank whose weights refitd cannot
 // reach (RankLayout.bucketed) receives them through one bounded staging bucket. The
 // filler copies each piece the plan delivers into the bucket, densely (row-major, each
-// part 64-byte aligned), and hands the full bucket over (`deliver`, which returns once
-// the rank's process has copied it out) before it writes more. A piece larger than the
-// bucket goes in consecutive row-major parts, so peak memory is the bucket, whatever the
-// model.
+// part 64-byte aligned), and hands each full half of it over to the rank's process. A
+// piece larger than a half goes in consecutive row-major parts, so peak memory is the
+// bucket, whatever the model.
 #ifndef REFIT_TRANSPORT_BUCKET_FILLER_H_
 #define REFIT_TRANSPORT_BUCKET_FILLER_H_
 
@@ -35,33 +34,44 @@ absl::StatusOr<std::vector<std::pair<Dims, Dims>>> SplitRowMajor(const Dims& ext
                                                                  int element_bytes,
                                                                  int64_t max_bytes);
 
+// The bucket is two halves, filled in turn: while the rank's process copies one half out,
+// the data plane fills the other, and it waits for a half to be taken only before it
+// refills it.
 class BucketFiller {
  public:
-  // Hands the bucket's parts (in the order written) to the rank's process and returns
-  // once it has taken them; `last` on the epoch's final call.
-  using DeliverFn = std::function<absl::Status(const std::vector<BucketPart>& parts, bool last)>;
+  // Hands `parts` (in one half of the bucket, in the order written) to the rank's process
+  // without waiting; returns the hand-over's sequence (1, 2, ...). `last` on the epoch's
+  // final hand-over.
+  using SendFn =
+      std::function<absl::StatusOr<int64_t>(const std::vector<BucketPart>& parts, bool last)>;
+  // Returns once the process has taken every hand-over up to `sequence`.
+  using AwaitTakenFn = std::function<absl::Status(int64_t sequence)>;
 
-  BucketFiller(uint8_t* bucket, int64_t capacity, DeliverFn deliver)
-      : bucket_(bucket), capacity_(capacity), deliver_(std::move(deliver)) {}
+  BucketFiller(uint8_t* bucket, int64_t capacity, SendFn send, AwaitTakenFn await_taken);
 
   // Copies the box (global `offset`, `extent`) of `tensor` from `from` into the bucket,
-  // delivering the bucket first whenever the next part does not fit.
+  // handing a half over whenever the next part does not fit in it.
   absl::Status Write(const std::string& tensor, const Dims& offset, const Dims& extent,
                      int element_bytes, const StridedRef& from);
-  // Delivers what is left, as the epoch's last bucket (also when empty).
+  // Hands over what is left, as the epoch's last bucket (also when empty), and waits until
+  // the process has taken everything.
   absl::Status Finish();
 
   int64_t buckets_delivered() const { return buckets_delivered_; }
   int64_t bytes_written() const { return bytes_written_; }
 
  private:
-  absl::Status Deliver(bool last);
+  // Hands the current half over and moves to the other, once the process has taken it.
+  absl::Status SwitchHalves();
 
   uint8_t* const bucket_;
-  const int64_t capacity_;
-  const DeliverFn deliver_;
+  const int64_t half_bytes_;
+  const SendFn send_;
+  const AwaitTakenFn await_taken_;
+  int half_ = 0;
+  int64_t outstanding_[2] = {0, 0};  // the sequence each half was handed over as (0: none)
   std::vector<BucketPart> parts_;
-  int64_t used_ = 0;
+  int64_t used_ = 0;  // bytes of the current half
   int64_t buckets_delivered_ = 0;
   int64_t bytes_written_ = 0;
 };

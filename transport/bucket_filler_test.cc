@@ -1,5 +1,6 @@
 #include "transport/bucket_filler.h"
 
+#include <algorithm>
 #include <cstring>
 #include <numeric>
 #include <vector>
@@ -41,9 +42,10 @@ TEST(SplitRowMajorTest, PartsFitAndFollowEachOtherInRowMajorOrder) {
   EXPECT_TRUE(SplitRowMajor({0, 4}, 4, 4)->empty());
 }
 
-// A strided [4, 6, 10] box of a larger tensor, through a bucket that holds 100 floats:
-// the parts delivered rebuild the box exactly, the bucket is never overfilled, and the
-// epoch's last delivery comes once, at Finish.
+// A strided [4, 6, 10] box of a larger tensor, through a bucket of 2 x 50 floats: the
+// parts handed over rebuild the box exactly, each hand-over lies in one half, a half is
+// refilled only after the process took what it held, and the last hand-over comes once,
+// at Finish, which waits for everything to be taken.
 TEST(BucketFillerTest, PiecesLargerThanTheBucketArriveWholeInParts) {
   const Dims global{8, 6, 16};
   std::vector<float> tensor(Volume(global));
@@ -52,36 +54,46 @@ TEST(BucketFillerTest, PiecesLargerThanTheBucketArriveWholeInParts) {
   const Dims strides{6 * 16, 16, 1};
   const StridedRef from{reinterpret_cast<uint8_t*>(tensor.data() + 2 * 96 + 3), strides, -1};
 
-  const int64_t capacity = 100 * 4;
+  const int64_t capacity = 2 * 256;  // halves of 64 floats
   std::vector<uint8_t> bucket(capacity);
   std::vector<float> rebuilt(Volume(global), 0.0f);
-  int deliveries = 0, lasts = 0;
-  BucketFiller filler(bucket.data(), capacity,
-                      [&](const std::vector<BucketPart>& parts, bool last) {
-                        ++deliveries;
-                        lasts += last;
-                        for (const BucketPart& part : parts) {
-                          EXPECT_EQ(part.tensor, "w");
-                          EXPECT_EQ(part.byte_offset % 64, 0);
-                          EXPECT_LE(part.byte_offset + Volume(part.extent) * 4, capacity);
-                          const float* data =
-                              reinterpret_cast<const float*>(bucket.data() + part.byte_offset);
-                          int64_t i = 0;
-                          for (int64_t a = 0; a < part.extent[0]; ++a)
-                            for (int64_t b = 0; b < part.extent[1]; ++b)
-                              for (int64_t c = 0; c < part.extent[2]; ++c) {
-                                const Dims at{part.offset[0] + a, part.offset[1] + b,
-                                              part.offset[2] + c};
-                                rebuilt[Linear(at, global)] = data[i++];
-                              }
-                        }
-                        return absl::OkStatus();
-                      });
+  int64_t sent = 0, lasts = 0, taken = 0;
+  std::vector<int64_t> awaited;
+  auto send = [&](const std::vector<BucketPart>& parts, bool last) -> absl::StatusOr<int64_t> {
+    ++sent;
+    lasts += last;
+    const int64_t half = parts.empty() ? 0 : parts.front().byte_offset / 256;
+    for (const BucketPart& part : parts) {
+      EXPECT_EQ(part.tensor, "w");
+      EXPECT_EQ(part.byte_offset % 64, 0);
+      EXPECT_GE(part.byte_offset, half * 256);
+      EXPECT_LE(part.byte_offset + Volume(part.extent) * 4, (half + 1) * 256);
+      const float* data = reinterpret_cast<const float*>(bucket.data() + part.byte_offset);
+      int64_t i = 0;
+      for (int64_t a = 0; a < part.extent[0]; ++a)
+        for (int64_t b = 0; b < part.extent[1]; ++b)
+          for (int64_t c = 0; c < part.extent[2]; ++c) {
+            const Dims at{part.offset[0] + a, part.offset[1] + b, part.offset[2] + c};
+            rebuilt[Linear(at, global)] = data[i++];
+          }
+    }
+    return sent;
+  };
+  auto await_taken = [&](int64_t sequence) {
+    awaited.push_back(sequence);
+    taken = std::max(taken, sequence);
+    return absl::OkStatus();
+  };
+  BucketFiller filler(bucket.data(), capacity, send, await_taken);
   ASSERT_TRUE(filler.Write("w", offset, extent, 4, from).ok());
   EXPECT_EQ(lasts, 0);
+  // Each refill of a half waited for the hand-over before the one just made.
+  for (size_t i = 0; i < awaited.size(); ++i) EXPECT_EQ(awaited[i], static_cast<int64_t>(i) + 1);
+  EXPECT_EQ(static_cast<int64_t>(awaited.size()), sent - 1);
   ASSERT_TRUE(filler.Finish().ok());
   EXPECT_EQ(lasts, 1);
-  EXPECT_GE(deliveries, 3);  // 240 floats through a bucket of 100
+  EXPECT_EQ(taken, sent);
+  EXPECT_GE(sent, 4);  // 240 floats through halves of 64
   EXPECT_EQ(filler.bytes_written(), Volume(extent) * 4);
   for (int64_t a = 0; a < global[0]; ++a)
     for (int64_t b = 0; b < global[1]; ++b)
@@ -92,16 +104,19 @@ TEST(BucketFillerTest, PiecesLargerThanTheBucketArriveWholeInParts) {
       }
 }
 
-TEST(BucketFillerTest, AFailedDeliveryStopsTheWrite) {
+TEST(BucketFillerTest, AHalfTheProcessCouldNotTakeStopsTheWrite) {
   std::vector<float> data(64, 1.0f);
-  std::vector<uint8_t> bucket(64);
-  BucketFiller filler(bucket.data(), 64, [](const std::vector<BucketPart>&, bool) {
-    return absl::AbortedError("the engine could not take it");
-  });
+  std::vector<uint8_t> bucket(128);
+  int64_t sent = 0;
+  BucketFiller filler(
+      bucket.data(), 128,
+      [&](const std::vector<BucketPart>&, bool) -> absl::StatusOr<int64_t> { return ++sent; },
+      [](int64_t) { return absl::AbortedError("the engine could not take it"); });
   const StridedRef from{reinterpret_cast<uint8_t*>(data.data()), {1}, -1};
   const absl::Status status = filler.Write("w", {0}, {64}, 4, from);
   EXPECT_EQ(status.code(), absl::StatusCode::kAborted);
   EXPECT_NE(status.message().find("could not take it"), std::string::npos);
+  EXPECT_EQ(sent, 2);  // both halves handed over; refilling the first needed it back
 }
 
 }  // namespace

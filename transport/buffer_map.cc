@@ -96,6 +96,11 @@ absl::Status BufferMap::MapRank(v1::Role role, const v1::RankLayout& layout) {
       return absl::InvalidArgumentError(absl::StrCat(
           who, ": a bucketed rank registers one buffer, its staging bucket, in shared memory"));
     }
+    if (layout.buffers(0).bytes() < kMinBucketBytes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(who, ": its bucket of ", layout.buffers(0).bytes(),
+                       " bytes is too small (at least ", kMinBucketBytes, ")"));
+    }
   }
   absl::flat_hash_map<std::string, int> segment_of;
   for (const v1::BufferSpec& buffer : layout.buffers()) {

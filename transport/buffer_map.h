@@ -68,6 +68,8 @@ class BufferMap {
 
   // Bucketed destination ranks (RankLayout.bucketed): their views have no memory here
   // (Locate says FAILED_PRECONDITION), and their one buffer is the staging bucket.
+  // A bucket is two halves of whole 64-byte-aligned parts: at least this large.
+  static constexpr int64_t kMinBucketBytes = 256;
   bool IsBucketed(int64_t rank) const;
   absl::StatusOr<MappedBuffer*> BucketOf(int64_t rank) const;
   // OK when the box is inside view `view` of bucketed destination rank `rank`.

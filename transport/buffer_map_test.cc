@@ -159,5 +159,53 @@ TEST(BufferMapTest, ARefusedRankDeclaresNothing) {
   EXPECT_TRUE(map.tensors().empty());
 }
 
+// A bucketed destination rank: one shared-memory bucket, views with boxes and no memory.
+// Locate refuses its views (nothing may read or write them in place); CheckBucketedBox
+// still checks a box against them. Anything else is refused, naming the rank.
+TEST_F(StagedBufferMapTest, ABucketedRankMapsItsBucketAndGivesItsViewsNoMemory) {
+  v1::RankLayout rank = destinations_.ranks(0);
+  const v1::BufferSpec bucket = rank.buffers(0);
+  rank.set_bucketed(true);
+  rank.clear_buffers();
+  for (v1::ShardView& v : *rank.mutable_views()) {
+    v.clear_buffer();
+    v.clear_byte_offset();
+    v.clear_strides();
+  }
+  auto expect_refused = [&](const v1::RankLayout& layout, v1::Role role, const std::string& why) {
+    const absl::Status status = map_.AddRank(role, layout);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_NE(status.message().find(why), std::string::npos) << status;
+  };
+  expect_refused(rank, v1::ROLE_DESTINATION, "registers one buffer, its staging bucket");
+  v1::RankLayout tiny = rank;
+  *tiny.add_buffers() = bucket;
+  tiny.mutable_buffers(0)->set_bytes(128);
+  expect_refused(tiny, v1::ROLE_DESTINATION, "bucket of 128 bytes is too small");
+  *rank.add_buffers() = bucket;
+  ASSERT_GE(bucket.bytes(), BufferMap::kMinBucketBytes);
+  expect_refused(rank, v1::ROLE_SOURCE, "only destination ranks, not staged, can be bucketed");
+  v1::RankLayout named = rank;
+  named.mutable_views(0)->set_buffer(bucket.name());
+  expect_refused(named, v1::ROLE_DESTINATION, "but the rank is bucketed");
+
+  ASSERT_TRUE(map_.AddRank(v1::ROLE_DESTINATION, rank).ok());
+  EXPECT_TRUE(map_.IsBucketed(rank.rank()));
+  ASSERT_TRUE(map_.BucketOf(rank.rank()).ok());
+  EXPECT_EQ((*map_.BucketOf(rank.rank()))->bytes(), bucket.bytes());
+  const v1::ShardView& view = rank.views(0);
+  const Dims offset(view.offset().begin(), view.offset().end());
+  const Dims extent(view.extent().begin(), view.extent().end());
+  EXPECT_EQ(map_.Locate(v1::ROLE_DESTINATION, rank.rank(), 0, view.tensor(), offset, extent)
+                .status()
+                .code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(map_.CheckBucketedBox(rank.rank(), 0, view.tensor(), offset, extent).ok());
+  Dims outside = extent;
+  outside[0] += 1;
+  EXPECT_EQ(map_.CheckBucketedBox(rank.rank(), 0, view.tensor(), offset, outside).code(),
+            absl::StatusCode::kOutOfRange);
+}
+
 }  // namespace
 }  // namespace refit::transport

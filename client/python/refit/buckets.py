@@ -76,9 +76,9 @@ class BucketMemory:
     def __init__(self, rank, boxes, dtypes, bucket_bytes):
         import torch
 
-        if bucket_bytes < 4096:
+        if bucket_bytes < 256:  # refitd fills it in two halves of 64-byte-aligned parts
             raise ValueError(f"rank {rank}: a bucket of {bucket_bytes} bytes is too small "
-                             f"(at least 4096)")
+                             f"(at least 256)")
         missing = sorted(set(boxes) ^ set(dtypes))
         if missing:
             raise KeyError(f"rank {rank}: tensors {missing} need both a box and a dtype")
