@@ -16,15 +16,22 @@ then its up rows; `mlp.experts.w2_weight` [experts, hidden, intermediate]: its d
 projection), the intermediate dimension split by TP, or with expert parallelism whole
 experts, rank r holding the r-th contiguous range (vLLM's linear expert placement).
 `vllm_views` maps the engine's parameters to the model's tensors as views into them, so
-refitd writes the fused parameters in place. Supported here: KV heads divisible by the TP
-size (no KV-head replication) and a vocabulary that the TP size divides (no vocabulary
-padding)."""
+refitd writes the fused parameters in place. Also as vLLM does it: KV heads replicated when
+the TP size exceeds them (`kv_heads`: rank r holds KV head r // (tp / kv_heads), vLLM's
+`num_kv_head_replicas`), q/k/v biases fused like their weights (Qwen2), and the vocabulary
+padded to a multiple of 64 (vLLM's `pad_vocab_size`, DEFAULT_VOCAB_PADDING_SIZE) before it
+is split: rank r's embedding and head hold rows [r * P, (r + 1) * P) of the padded
+vocabulary, P = padded / tp, and only the real rows among them are the model's (refit
+writes those; vLLM's weight loader zeroes the rest once, and they stay so). DeepSeek's MLA
+attention as vLLM's DeepseekV2 holds it: `fused_qkv_a_proj.weight` = q_a_proj rows, then
+kv_a_proj_with_mqa rows, whole on every TP rank; q_b_proj and kv_b_proj split by rows,
+o_proj by columns. Not covered: vocabularies with added (LoRA) tokens."""
 import re
 
 from .shards import Box, chunk, replicated
 
-_COLUMN = re.compile(r"\.(q_proj|q_b_proj|kv_b_proj|gate_proj|up_proj)\.weight$")
-_KV_COLUMN = re.compile(r"\.(k_proj|v_proj)\.weight$")
+_COLUMN = re.compile(r"\.(q_proj|q_b_proj|kv_b_proj|gate_proj|up_proj)\.(weight|bias)$")
+_KV_COLUMN = re.compile(r"\.(k_proj|v_proj)\.(weight|bias)$")
 _ROW = re.compile(r"\.(o_proj|down_proj)\.weight$")
 _STACKED_UP = re.compile(r"\.mlp\.experts\.(w_gate|w_up)$")  # [E, mi, h]
 _STACKED_DOWN = re.compile(r"\.mlp\.experts\.w_down$")       # [E, h, mi]
@@ -35,7 +42,13 @@ _VOCAB = ("model.embed_tokens.weight", "lm_head.weight")
 # (the same suffixes under any module: `mlp.` and `mlp.shared_experts.` alike; routed
 # experts are fused by the rules below instead)
 _FUSED = {".qkv_proj.weight": (".q_proj.weight", ".k_proj.weight", ".v_proj.weight"),
-          ".gate_up_proj.weight": (".gate_proj.weight", ".up_proj.weight")}
+          ".qkv_proj.bias": (".q_proj.bias", ".k_proj.bias", ".v_proj.bias"),
+          ".gate_up_proj.weight": (".gate_proj.weight", ".up_proj.weight"),
+          ".fused_qkv_a_proj.weight": (".q_a_proj.weight", ".kv_a_proj_with_mqa.weight")}
+# Fused parameters every TP rank holds whole (DeepSeek MLA's latent projections: vLLM's
+# MergedColumnParallelLinear with disable_tp).
+_REPLICATED_FUSED = (".fused_qkv_a_proj.weight",)
+_VOCAB_PADDING = 64  # vLLM's DEFAULT_VOCAB_PADDING_SIZE
 
 
 # vLLM's stacked experts: engine suffix -> the HF projections it holds, per expert.
@@ -131,8 +144,9 @@ def vllm_rank_boxes(global_shapes, rank, tp=1, dp=1, ep=1, kv_heads=None):
 
 def _even(name, size, tp_size):
     if size % tp_size:
-        raise ValueError(f"{name}: {size} rows do not split evenly over TP {tp_size} (vLLM "
-                         f"would replicate KV heads or pad the vocabulary; not supported)")
+        raise ValueError(f"{name}: {size} rows do not split evenly over TP {tp_size} (KV "
+                         f"heads fewer than the TP size: give kv_heads=, and vLLM replicates "
+                         f"them)")
 
 
 def _expert_views(engine_name, param, global_shapes, tp_rank, tp_size, ep_rank, tensors,
@@ -165,12 +179,39 @@ def _expert_views(engine_name, param, global_shapes, tp_rank, tp_size, ep_rank, 
                              f"up take {row}")
 
 
-def vllm_views(engine_params, global_shapes, tp_rank, tp_size, ep_rank=None):
+def vllm_vocab_box(name, global_shape, tp_rank, tp_size, padding=_VOCAB_PADDING):
+    """The box of the embedding or output head that vLLM's TP rank `tp_rank` holds, and
+    the rows of its parameter: the vocabulary padded to a multiple of `padding`, split
+    evenly; the box is the real rows among this rank's (maybe none). Returns (box, rows)."""
+    shape = tuple(global_shape)
+    padded = -(-shape[0] // padding) * padding
+    if padded % tp_size:
+        raise ValueError(f"{name}: the padded vocabulary of {padded} rows does not split "
+                         f"over TP {tp_size}")
+    rows = padded // tp_size
+    start = min(tp_rank * rows, shape[0])
+    real = min(rows, shape[0] - start)
+    return Box(shape, (start,) + (0,) * (len(shape) - 1), (real,) + shape[1:]), rows
+
+
+def _vllm_box(name, shape, tp_rank, tp_size, kv_heads):
+    """The box of one of the parts of a fused parameter (q, k, v, gate, up) on a TP rank."""
+    if _KV_COLUMN.search(name) and kv_heads is not None and tp_size > kv_heads:
+        if tp_size % kv_heads:
+            raise ValueError(f"{name}: TP {tp_size} is not a multiple of its {kv_heads} KV "
+                             f"heads (vLLM replicates each head over tp / kv_heads ranks)")
+        return megatron_box(name, shape, tp_rank, tp_size, kv_heads=kv_heads)
+    _even(name, shape[0], tp_size)
+    return chunk(shape, 0, tp_rank, tp_size)
+
+
+def vllm_views(engine_params, global_shapes, tp_rank, tp_size, ep_rank=None, kv_heads=None):
     """The engine's parameters (`engine_params`: vLLM's names -> this TP rank's tensors)
     as the model's tensors: returns (tensors, boxes), HF name -> a view into the engine's
     parameter and its box of the global tensor (`global_shapes`: HF name -> shape). With
     `ep_rank`, experts are expert parallel (this rank holds whole experts ep_rank * E_local
-    onward) instead of split by TP."""
+    onward) instead of split by TP. `kv_heads`: the model's KV heads, needed when the TP
+    size exceeds them (vLLM replicates them)."""
     tensors, boxes = {}, {}
     for engine_name, param in engine_params.items():
         if engine_name.endswith((_W13, _W2)):
@@ -185,9 +226,15 @@ def vllm_views(engine_params, global_shapes, tp_rank, tp_size, ep_rank=None):
             if engine_name not in global_shapes:
                 raise KeyError(f"{engine_name}: the model has no tensor of that name")
             shape = tuple(global_shapes[engine_name])
-            box = megatron_box(engine_name, shape, tp_rank, tp_size)
             if engine_name in _VOCAB:
-                _even(engine_name, shape[0], tp_size)
+                box, rows = vllm_vocab_box(engine_name, shape, tp_rank, tp_size)
+                if param.shape[0] != rows:
+                    raise ValueError(f"{engine_name}: {param.shape[0]} rows on TP rank "
+                                     f"{tp_rank}, but vLLM pads the vocabulary of {shape[0]} "
+                                     f"to {rows} rows per rank")
+                tensors[engine_name], boxes[engine_name] = param[:box.extent[0]], box
+                continue
+            box = megatron_box(engine_name, shape, tp_rank, tp_size)
             tensors[engine_name], boxes[engine_name] = param, box
             continue
         row = 0
@@ -196,8 +243,8 @@ def vllm_views(engine_params, global_shapes, tp_rank, tp_size, ep_rank=None):
             if name not in global_shapes:
                 raise KeyError(f"{engine_name}: holds {name}, which the model does not have")
             shape = tuple(global_shapes[name])
-            _even(name, shape[0], tp_size)
-            box = chunk(shape, 0, tp_rank, tp_size)
+            box = (replicated(shape) if engine_name.endswith(_REPLICATED_FUSED)
+                   else _vllm_box(name, shape, tp_rank, tp_size, kv_heads))
             tensors[name], boxes[name] = param[row:row + box.extent[0]], box
             row += box.extent[0]
         if row != param.shape[0]:
@@ -209,11 +256,12 @@ def vllm_views(engine_params, global_shapes, tp_rank, tp_size, ep_rank=None):
 _EXPERT = re.compile(r"^(.*)mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 
 
-def fuse_like_vllm(full, tp_rank, tp_size, ep_rank=None, ep_size=1):
+def fuse_like_vllm(full, tp_rank, tp_size, ep_rank=None, ep_size=1, kv_heads=None):
     """What vLLM holds on TP rank `tp_rank` for the full HF tensors `full` (name -> torch
     tensor): engine name -> tensor, fused the engine's way (with `ep_rank`, experts split
-    whole over `ep_size` ranks). The reference the tests compare the engine's parameters
-    with, written from the conventions above, not from refit."""
+    whole over `ep_size` ranks; KV heads replicated past `kv_heads`; the vocabulary padded,
+    its padding rows zero). The reference the tests compare the engine's parameters with,
+    written from the conventions above, not from refit."""
     import torch
 
     engine = {}
@@ -239,13 +287,23 @@ def fuse_like_vllm(full, tp_rank, tp_size, ep_rank=None, ep_size=1):
                    if _EXPERT.match(n) or
                    any(n.endswith(p) for parts in _FUSED.values() for p in parts)}
     for name, tensor in full.items():
-        if name not in fused_parts:
+        if name in _VOCAB:
+            box, rows = vllm_vocab_box(name, tensor.shape, tp_rank, tp_size)
+            padded = torch.zeros((rows,) + tuple(tensor.shape[1:]), dtype=tensor.dtype)
+            padded[:box.extent[0]] = tensor[box.slices()]
+            engine[name] = padded
+        elif name not in fused_parts:
             engine[name] = tensor[megatron_box(name, tensor.shape, tp_rank, tp_size).slices()]
     for suffix, parts in _FUSED.items():
         prefixes = sorted({n[:-len(parts[0])] for n in full
                            if n.endswith(parts[0]) and not _EXPERT.match(n)})
         for prefix in prefixes:
-            engine[prefix + suffix] = torch.cat(
-                [full[prefix + p][chunk(full[prefix + p].shape, 0, tp_rank, tp_size).slices()]
-                 for p in parts], dim=0)
+            pieces = []
+            for p in parts:
+                tensor = full[prefix + p]
+                box = (replicated(tensor.shape) if suffix in _REPLICATED_FUSED else
+                       megatron_box(prefix + p, tensor.shape, tp_rank, tp_size,
+                                    kv_heads=kv_heads))
+                pieces.append(tensor[box.slices()])
+            engine[prefix + suffix] = torch.cat(pieces, dim=0)
     return engine

@@ -179,11 +179,90 @@ class ConventionsTest(unittest.TestCase):
                                          else view.storage().data_ptr(),
                                          base.storage().data_ptr())
 
+    def test_vllm_pads_the_vocabulary_and_refit_writes_only_its_real_rows(self):
+        # A vocabulary of 100 pads to 128: 32 rows per rank over TP 4, the last rank holding
+        # rows 96..100 and 28 of padding; over TP 8 (16 rows each) rank 7 holds only padding.
+        full = self.full_model()
+        full["model.embed_tokens.weight"] = torch.randn(100, 8)
+        full["lm_head.weight"] = torch.randn(100, 8)
+        shapes = {name: tuple(t.shape) for name, t in full.items()}
+        for tp, rank, rows, real in ((4, 3, 32, 4), (4, 0, 32, 32), (8, 7, 16, 0)):
+            box, padded_rows = conventions.vllm_vocab_box("lm_head.weight", (100, 8), rank, tp)
+            self.assertEqual((padded_rows, box.extent[0]), (rows, real), (tp, rank))
+        for tp_rank in range(4):
+            engine = conventions.fuse_like_vllm(full, tp_rank, 4, kv_heads=None)
+            head = engine["lm_head.weight"]
+            self.assertEqual(tuple(head.shape), (32, 8))
+            # What refit writes through the views: only the real rows.
+            tensors, boxes = conventions.vllm_views(engine, shapes, tp_rank, 4)
+            box = boxes["lm_head.weight"]
+            self.assertEqual(box.offset[0], 32 * tp_rank)
+            self.assertEqual(tensors["lm_head.weight"].data_ptr(), head.data_ptr())
+            self.assertTrue(torch.equal(tensors["lm_head.weight"], full["lm_head.weight"][box.slices()]))
+            self.assertTrue(torch.equal(head[box.extent[0]:], torch.zeros(32 - box.extent[0], 8)))
+        unpadded = conventions.fuse_like_vllm(full, 0, 4)
+        unpadded["lm_head.weight"] = unpadded["lm_head.weight"][:25]
+        with self.assertRaisesRegex(ValueError, "pads the vocabulary of 100 to 32 rows per rank"):
+            conventions.vllm_views(unpadded, shapes, 0, 4)
+
+    def test_vllm_replicates_kv_heads_past_the_tp_size_and_fuses_biases(self):
+        # 2 KV heads of 2 rows over TP 4: ranks 0 and 1 hold head 0, ranks 2 and 3 head 1.
+        full = self.full_model()
+        for part, rows in (("q", 8), ("k", 4), ("v", 4)):
+            full[f"model.layers.0.self_attn.{part}_proj.bias"] = torch.randn(rows)
+        shapes = {name: tuple(t.shape) for name, t in full.items()}
+        with self.assertRaisesRegex(ValueError, "give kv_heads="):
+            conventions.vllm_views(conventions.fuse_like_vllm(full, 0, 8), shapes, 0, 8)
+        for tp_rank in range(4):
+            engine = conventions.fuse_like_vllm(full, tp_rank, 4, kv_heads=2)
+            qkv = engine["model.layers.0.self_attn.qkv_proj.weight"]
+            self.assertEqual(tuple(qkv.shape), (2 + 2 + 2, 8))  # 2 q rows, one k and v head
+            self.assertEqual(tuple(engine["model.layers.0.self_attn.qkv_proj.bias"].shape), (6,))
+            tensors, boxes = conventions.vllm_views(engine, shapes, tp_rank, 4, kv_heads=2)
+            k = boxes["model.layers.0.self_attn.k_proj.weight"]
+            self.assertEqual((k.offset[0], k.extent[0]), (2 * (tp_rank // 2), 2))
+            for name, view in tensors.items():
+                self.assertTrue(torch.equal(view, full[name][boxes[name].slices()]), name)
+            bias = tensors["model.layers.0.self_attn.v_proj.bias"]
+            self.assertEqual(bias.data_ptr(),
+                             engine["model.layers.0.self_attn.qkv_proj.bias"][4:].data_ptr())
+        with self.assertRaisesRegex(ValueError, "not a multiple of its 3 KV heads"):
+            full3 = dict(full)
+            full3["model.layers.0.self_attn.k_proj.weight"] = torch.randn(6, 8)
+            full3["model.layers.0.self_attn.v_proj.weight"] = torch.randn(6, 8)
+            shapes3 = {name: tuple(t.shape) for name, t in full3.items()}
+            engine = {"model.layers.0.self_attn.qkv_proj.weight": torch.zeros(4, 8)}
+            conventions.vllm_views(engine, shapes3, 0, 4, kv_heads=3)
+
+    def test_deepseek_mla_latent_projections_fuse_whole_on_every_rank(self):
+        torch.manual_seed(3)
+        p = "model.layers.0.self_attn."
+        full = {p + "q_a_proj.weight": torch.randn(6, 8),
+                p + "kv_a_proj_with_mqa.weight": torch.randn(5, 8),
+                p + "q_a_layernorm.weight": torch.randn(6),
+                p + "q_b_proj.weight": torch.randn(12, 6),
+                p + "kv_b_proj.weight": torch.randn(16, 4),
+                p + "o_proj.weight": torch.randn(8, 12)}
+        shapes = {name: tuple(t.shape) for name, t in full.items()}
+        for tp_rank in range(2):
+            engine = conventions.fuse_like_vllm(full, tp_rank, 2)
+            fused = engine[p + "fused_qkv_a_proj.weight"]
+            self.assertEqual(tuple(fused.shape), (11, 8))  # whole, on both ranks
+            self.assertEqual(tuple(engine[p + "q_b_proj.weight"].shape), (6, 6))
+            tensors, boxes = conventions.vllm_views(engine, shapes, tp_rank, 2)
+            self.assertEqual(set(tensors), set(full))
+            self.assertEqual(boxes[p + "kv_a_proj_with_mqa.weight"].extent, (5, 8))
+            self.assertEqual(tensors[p + "kv_a_proj_with_mqa.weight"].data_ptr(),
+                             fused[6:].data_ptr())
+            for name, view in tensors.items():
+                self.assertTrue(torch.equal(view, full[name][boxes[name].slices()]), name)
+
     def test_unsupported_vllm_shapes_are_refused(self):
         full = self.full_model()
         shapes = {name: tuple(t.shape) for name, t in full.items()}
         engine = conventions.fuse_like_vllm(full, 0, 2)
         with self.assertRaisesRegex(ValueError, "do not split evenly over TP 8"):
+            del engine["lm_head.weight"], engine["model.embed_tokens.weight"]
             conventions.vllm_views(engine, shapes, 0, 8)
 
 
