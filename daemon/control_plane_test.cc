@@ -118,6 +118,10 @@ class ControlPlaneTest : public ::testing::Test {
     return stub_->Refit(&context, request, report);
   }
 
+  // Publishes version 1 once the group is complete and returns why its refit failed
+  // (empty, with a test failure, when it did not).
+  std::string FailedRefitOfVersionOne();
+
   CoordinatorMetrics metrics_{std::make_shared<prometheus::Registry>()};
   DaemonMetrics inference_metrics_{std::make_shared<prometheus::Registry>(), "inference"};
   v1::JobSpec coordinator_job_;
@@ -515,6 +519,15 @@ class BucketedRanks {
   std::vector<std::thread> threads_;
 };
 
+std::string ControlPlaneTest::FailedRefitOfVersionOne() {
+  EXPECT_TRUE(GroupSeen(2, 2));
+  PublishAll(&trainer_, sources_, 1);
+  v1::RefitReport report;
+  const grpc::Status failed = Refit(1, &report);
+  EXPECT_FALSE(failed.ok());
+  return failed.error_message();
+}
+
 // Buckets of 256 bytes (halves of 128), views of 384 or 48 bytes: every view arrives in
 // parts, each part
 // holds the weights' values, every byte of every view arrives once, each rank's last bucket
@@ -570,24 +583,14 @@ TEST_F(ControlPlaneTest, ABucketedRankThatCannotTakeABucketFailsTheEpochSayingWh
     return rank == 1 && bucket.sequence() == 2 ? std::string("the engine is asleep")
                                                : std::string();
   });
-  ASSERT_TRUE(GroupSeen(2, 2));
-  PublishAll(&trainer_, sources_, 1);
-  v1::RefitReport report;
-  const grpc::Status failed = Refit(1, &report);
-  EXPECT_FALSE(failed.ok());
-  EXPECT_THAT(failed.error_message(),
+  EXPECT_THAT(FailedRefitOfVersionOne(),
               ::testing::HasSubstr(
                   "destination rank 1: its process could not take bucket 2: the engine is asleep"));
 }
 
 TEST_F(ControlPlaneTest, ABucketedRankWithNoStreamOpenFailsTheEpochNamingIt) {
   BucketedRanks ranks(&inference_, destinations_, 256);  // never attached
-  ASSERT_TRUE(GroupSeen(2, 2));
-  PublishAll(&trainer_, sources_, 1);
-  v1::RefitReport report;
-  const grpc::Status failed = Refit(1, &report);
-  EXPECT_FALSE(failed.ok());
-  EXPECT_THAT(failed.error_message(),
+  EXPECT_THAT(FailedRefitOfVersionOne(),
               ::testing::HasSubstr("receives its weights in buckets, but its process holds no "
                                    "bucket stream open"));
 }

@@ -174,6 +174,42 @@ use_python_client() {
   export PYTHONDONTWRITEBYTECODE=1
 }
 
+# run_dense_example ENGINE_SCRIPT [ARGS...] [-- ENGINE_ARGS...]: the dense example of the
+# Python client on a started coordinator and the daemons trainer-node and inference-node:
+# the engine process (client/python/examples/ENGINE_SCRIPT, inference.log), then TP trainer
+# 1 and TP trainer 0, which asks for the refits (dense-trainer-R.log). ARGS go to all three
+# (--steps=N), ENGINE_ARGS to the engine alone. Returns once all three have ended well;
+# shows their logs and fails otherwise.
+run_dense_example() {
+  local engine=$1 inference trainer_1 pid
+  local -a common=() engine_only=()
+  shift
+  while (($#)) && [[ $1 != -- ]]; do common+=("$1"); shift; done
+  (($#)) && shift && engine_only=("$@")
+  set -- "${common[@]}"
+  "$python" "$client/examples/$engine" --socket="$work/inference-node.sock" --out="$work" "$@" \
+    "${engine_only[@]}" > "$work/inference.log" 2>&1 &
+  inference=$!
+  pids+=($inference)
+  for _ in $(seq 300); do destinations_seen 2 && break; sleep 0.1; done
+  destinations_seen 2 || { cat "$work/inference.log" >&2; return 1; }
+  "$python" "$client/examples/dense_trainer.py" --socket="$work/trainer-node.sock" --tp-rank=1 \
+    --out="$work" "$@" > "$work/dense-trainer-1.log" 2>&1 &
+  trainer_1=$!
+  pids+=($trainer_1)
+  # The rank that asks for the refit starts once the other one is registered: a refit of
+  # an incomplete group is refused, not waited for.
+  for _ in $(seq 300); do sources_seen 1 && break; sleep 0.1; done
+  sources_seen 1 || { cat "$work/dense-trainer-1.log" >&2; return 1; }
+  "$python" "$client/examples/dense_trainer.py" --socket="$work/trainer-node.sock" --tp-rank=0 \
+    --coordinator="$coordinator" --out="$work" "$@" > "$work/dense-trainer-0.log" 2>&1 ||
+    { cat "$work"/dense-trainer-*.log "$work/inference.log" >&2; return 1; }
+  for pid in "$trainer_1" "$inference"; do
+    await_exit "$pid" 60
+    wait "$pid" || { cat "$work"/dense-trainer-*.log "$work/inference.log" >&2; return 1; }
+  done
+}
+
 # expect_in FILE TEXT [SECONDS]: TEXT shows up in FILE within SECONDS (default 10).
 expect_in() {
   for _ in $(seq $((${3:-10} * 10))); do grep -qF "$2" "$1" && return 0; sleep 0.1; done

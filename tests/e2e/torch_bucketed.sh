@@ -18,25 +18,7 @@ JSON
 start_coordinator "$work/job.json"
 start_daemons trainer-node inference-node
 
-"$python" "$client/examples/dense_bucketed_inference.py" --socket="$work/inference-node.sock" \
-  --out="$work" --bucket-bytes=1048576 > "$work/inference.log" 2>&1 &
-inference=$!
-pids+=($inference)
-for _ in $(seq 300); do destinations_seen 2 && break; sleep 0.1; done
-destinations_seen 2 || { cat "$work/inference.log" >&2; exit 1; }
-"$python" "$client/examples/dense_trainer.py" --socket="$work/trainer-node.sock" --tp-rank=1 \
-  --out="$work" > "$work/dense-trainer-1.log" 2>&1 &
-trainer_1=$!
-pids+=($trainer_1)
-for _ in $(seq 300); do sources_seen 1 && break; sleep 0.1; done
-sources_seen 1 || { cat "$work/dense-trainer-1.log" >&2; exit 1; }
-"$python" "$client/examples/dense_trainer.py" --socket="$work/trainer-node.sock" --tp-rank=0 \
-  --coordinator="$coordinator" --out="$work" > "$work/dense-trainer-0.log" 2>&1 ||
-  { cat "$work"/dense-trainer-*.log "$work/inference.log" >&2; false; }
-for pid in "$trainer_1" "$inference"; do
-  await_exit "$pid" 60
-  wait "$pid" || { cat "$work"/dense-trainer-*.log "$work/inference.log" >&2; false; }
-done
+run_dense_example dense_bucketed_inference.py -- --bucket-bytes=1048576
 cat "$work"/dense-trainer-*.log "$work/inference.log"
 weights=$(sed -nE 's/^inference: ([0-9]+) bytes of weights.*/\1/p' "$work/inference.log")
 for version in 1 2 3; do

@@ -18,27 +18,7 @@ JSON
 start_coordinator "$work/job.json"
 start_daemons trainer-node inference-node
 
-"$python" "$client/examples/dense_inference.py" --socket="$work/inference-node.sock" \
-  --out="$work" > "$work/inference.log" 2>&1 &
-inference=$!
-pids+=($inference)
-for _ in $(seq 300); do destinations_seen 2 && break; sleep 0.1; done
-destinations_seen 2 || { cat "$work/inference.log" >&2; exit 1; }
-"$python" "$client/examples/dense_trainer.py" --socket="$work/trainer-node.sock" --tp-rank=1 \
-  --out="$work" > "$work/dense-trainer-1.log" 2>&1 &
-trainer_1=$!
-pids+=($trainer_1)
-# The rank that asks for the refit starts once the other one is registered: a refit of an
-# incomplete group is refused, not waited for.
-for _ in $(seq 300); do sources_seen 1 && break; sleep 0.1; done
-sources_seen 1 || { cat "$work/dense-trainer-1.log" >&2; exit 1; }
-"$python" "$client/examples/dense_trainer.py" --socket="$work/trainer-node.sock" --tp-rank=0 \
-  --coordinator="$coordinator" --out="$work" > "$work/dense-trainer-0.log" 2>&1 ||
-  { cat "$work"/dense-trainer-*.log "$work/inference.log" >&2; false; }
-for pid in "$trainer_1" "$inference"; do
-  await_exit "$pid" 60
-  wait "$pid" || { cat "$work"/dense-trainer-*.log "$work/inference.log" >&2; false; }
-done
+run_dense_example dense_inference.py
 cat "$work"/dense-trainer-*.log "$work/inference.log"
 for version in 1 2 3; do
   grep -q "^version $version: 54 engine parameters equal to the trainers' weights" \

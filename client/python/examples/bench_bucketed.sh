@@ -12,7 +12,7 @@ steps=${2:-8}
 here=$(cd "$(dirname "$0")/../../.." && pwd)
 source "$here/tests/e2e/cluster.sh"
 
-# run_mode ENGINE_SCRIPT [ARGS...]: prints the median refit seconds of versions 2..STEPS.
+# run_mode ENGINE_SCRIPT [ENGINE_ARGS...]: prints the median refit seconds of versions 2..STEPS.
 run_mode() {
   open_work bench-bucketed
   use_python_client
@@ -21,18 +21,8 @@ run_mode() {
 JSON
   start_coordinator "$work/job.json"
   start_daemons trainer-node inference-node
-  "$python" "$client/examples/$1" --socket="$work/inference-node.sock" --out="$work" \
-    --steps="$steps" "${@:2}" > "$work/inference.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 300); do destinations_seen 2 && break; sleep 0.1; done
-  "$python" "$client/examples/dense_trainer.py" --socket="$work/trainer-node.sock" --tp-rank=1 \
-    --out="$work" --steps="$steps" > "$work/trainer-1.log" 2>&1 &
-  pids+=($!)
-  for _ in $(seq 300); do sources_seen 1 && break; sleep 0.1; done
-  "$python" "$client/examples/dense_trainer.py" --socket="$work/trainer-node.sock" --tp-rank=0 \
-    --coordinator="$coordinator" --out="$work" --steps="$steps" > "$work/trainer-0.log" 2>&1 ||
-    { cat "$work"/*.log >&2; exit 1; }
-  sed -nE 's/^version ([0-9]+): [0-9]+ bytes in ([0-9.]+) s$/\1 \2/p' "$work/trainer-0.log" |
+  run_dense_example "$1" --steps="$steps" -- "${@:2}" || exit 1
+  sed -nE 's/^version ([0-9]+): [0-9]+ bytes in ([0-9.]+) s$/\1 \2/p' "$work/dense-trainer-0.log" |
     awk '$1 > 1 { print $2 }' | sort -n |
     awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'
   stop_all

@@ -11,11 +11,9 @@ trainers' shards fused the engine's way.
 import os
 import threading
 
-import torch
-
 import refit
 from dense import arguments, engine_parameters, global_shapes, resident_bytes
-from dense_inference import trainer_weights
+from dense_inference import trainer_weights, wrong_parameters
 from refit import conventions
 
 
@@ -66,13 +64,8 @@ def main():
               flush=True)
         for version in range(args.first_version, args.first_version + args.steps):
             daemon.wait_for_version(version, timeout=60)
-            full = trainer_weights(args.out, version, args.tp)
-            wrong = []
-            for tp_rank, engine in enumerate(state["engines"]):
-                expected = conventions.fuse_like_vllm(full, tp_rank, args.tp)
-                for name, param in engine.items():
-                    if not torch.equal(param, expected[name]):
-                        wrong.append(f"rank {tp_rank} {name}")
+            wrong = wrong_parameters(state["engines"],
+                                     trainer_weights(args.out, version, args.tp), args.tp)
             if wrong:
                 raise SystemExit(f"version {version}: wrong parameters: {', '.join(wrong)}")
             with lock:

@@ -24,6 +24,18 @@ def trainer_weights(out, version, tp):
     return full
 
 
+def wrong_parameters(engines, full, tp):
+    """The engine parameters (of every TP rank's `engines`) that differ from the full
+    tensors `full` fused the engine's way: "rank R name" each."""
+    wrong = []
+    for tp_rank, engine in enumerate(engines):
+        expected = conventions.fuse_like_vllm(full, tp_rank, tp)
+        for name, param in engine.items():
+            if not torch.equal(param, expected[name]):
+                wrong.append(f"rank {tp_rank} {name}")
+    return wrong
+
+
 def main():
     args = arguments(__doc__).parse_args()
     engines = [engine_parameters(r, args.tp) for r in range(args.tp)]
@@ -38,13 +50,8 @@ def main():
               f"bytes", flush=True)
         for version in range(args.first_version, args.first_version + args.steps):
             daemon.wait_for_version(version, timeout=60)
-            full = trainer_weights(args.out, version, args.tp)
-            wrong = []
-            for tp_rank, engine in enumerate(engines):
-                expected = conventions.fuse_like_vllm(full, tp_rank, args.tp)
-                for name, param in engine.items():
-                    if not torch.equal(param, expected[name]):
-                        wrong.append(f"rank {tp_rank} {name}")
+            wrong = wrong_parameters(engines, trainer_weights(args.out, version, args.tp),
+                                     args.tp)
             if wrong:
                 raise SystemExit(f"version {version}: wrong parameters: {', '.join(wrong)}")
             count = sum(len(e) for e in engines)
