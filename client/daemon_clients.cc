@@ -160,12 +160,13 @@ absl::StatusOr<v1::LayoutsResponse> CoordinatorClient::Layouts(absl::Duration ti
   return response;
 }
 
-absl::Status CoordinatorClient::WatchNextEpoch(
-    const std::function<void(const v1::EpochProgress&)>& on_progress, absl::Duration timeout,
-    grpc::ClientContext* context) {
+absl::Status CoordinatorClient::WatchEpochOf(
+    int64_t version, const std::function<void(const v1::EpochProgress&)>& on_progress,
+    absl::Duration timeout, grpc::ClientContext* context) {
   if (absl::Status ready = Prepare(context, timeout + absl::Seconds(5)); !ready.ok()) return ready;
   v1::WatchEpochRequest request;
   request.set_timeout_ms(absl::ToInt64Milliseconds(timeout));
+  request.set_version(version);
   auto reader = stub_->WatchEpoch(context, request);
   v1::EpochProgress progress;
   while (reader->Read(&progress)) on_progress(progress);

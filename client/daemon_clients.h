@@ -62,10 +62,12 @@ class CoordinatorClient {
   absl::StatusOr<v1::StatusResponse> Status(absl::Duration timeout = absl::Seconds(10));
   absl::StatusOr<v1::LayoutsResponse> Layouts(absl::Duration timeout = absl::Seconds(30));
 
-  // Streams the progress of the running (or next) epoch to `on_progress` until it
-  // finishes, `timeout` passes, or `context` is cancelled from another thread.
-  absl::Status WatchNextEpoch(const std::function<void(const v1::EpochProgress&)>& on_progress,
-                              absl::Duration timeout, grpc::ClientContext* context);
+  // Streams the progress of the epoch that moves `version` (the running one, the next, or
+  // one that already ended) to `on_progress` until it finishes, `timeout` passes, or
+  // `context` is cancelled from another thread.
+  absl::Status WatchEpochOf(int64_t version,
+                            const std::function<void(const v1::EpochProgress&)>& on_progress,
+                            absl::Duration timeout, grpc::ClientContext* context);
 
  private:
   // Sets the deadline and the token; the setup error, if any.

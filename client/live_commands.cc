@@ -114,7 +114,8 @@ int RunRefitCommand(const std::vector<std::string>& args, std::ostream& out, std
   std::atomic<bool> watching{false}, watch_done{false};
   std::thread watcher([&]() {
     coordinator
-        .WatchNextEpoch(
+        .WatchEpochOf(
+            version,
             [&](const v1::EpochProgress& p) {
               watching = true;
               const double fraction =

@@ -528,6 +528,36 @@ std::string ControlPlaneTest::FailedRefitOfVersionOne() {
   return failed.error_message();
 }
 
+// A watch named by version cannot miss its epoch: opened after the epoch ended, it hears
+// at once how it ended; a version no epoch moved is not found.
+TEST_F(ControlPlaneTest, AWatchByVersionOpenedAfterItsEpochEndedHearsHowItEnded) {
+  ASSERT_TRUE(GroupSeen(2, 2));
+  PublishAll(&trainer_, sources_, 1);
+  v1::RefitReport report;
+  ASSERT_TRUE(Refit(1, &report).ok());
+  auto watch = [&](int64_t version, std::vector<v1::EpochProgress>* seen) {
+    grpc::ClientContext context;
+    v1::WatchEpochRequest request;
+    request.set_version(version);
+    request.set_timeout_ms(300);
+    auto reader = stub_->WatchEpoch(&context, request);
+    v1::EpochProgress progress;
+    while (reader->Read(&progress)) seen->push_back(progress);
+    return reader->Finish();
+  };
+  std::vector<v1::EpochProgress> seen;
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(watch(1, &seen).ok());
+  EXPECT_LT(absl::Now() - start, absl::Milliseconds(250));  // at once, not at the timeout
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].epoch_id(), report.epoch_id());
+  EXPECT_TRUE(seen[0].finished() && seen[0].committed());
+  EXPECT_EQ(seen[0].bytes_done(), seen[0].bytes_total());
+  seen.clear();
+  EXPECT_EQ(watch(2, &seen).error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_TRUE(seen.empty());
+}
+
 // Buckets of 256 bytes (halves of 128), views of 384 or 48 bytes: every view arrives in
 // parts, each part
 // holds the weights' values, every byte of every view arrives once, each rank's last bucket

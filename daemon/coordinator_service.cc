@@ -259,7 +259,7 @@ grpc::Status CoordinatorService::WatchEpoch(grpc::ServerContext* context,
       [&](const v1::EpochProgress& progress) {
         return !context->IsCancelled() && writer->Write(progress);
       },
-      [&]() { return context->IsCancelled(); });
+      [&]() { return context->IsCancelled(); }, request->version());
   if (!found) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND, request->epoch_id().empty()
                                                          ? "no epoch started in time"

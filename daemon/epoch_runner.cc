@@ -306,6 +306,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
     next_epoch_ = std::max(next_epoch_, last_epoch_run + 1);
     epoch_id = absl::StrCat(job_.name().empty() ? "refit" : job_.name(), "-", next_epoch_);
     running_epoch_ = epoch_id;
+    running_version_ = version;
     failure_.clear();
     delivered_.clear();
     checksums_.clear();
@@ -386,6 +387,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
     running_epoch_.clear();
     DecidedLocked(epoch_id, outcome.ok());
     last_epoch_ = epoch_id;
+    last_version_ = version;
     last_committed_ = outcome.ok();
     ++progress_events_;
   }
@@ -468,12 +470,20 @@ void EpochRunner::OnProgress(int32_t daemon, const v1::EpochProgress& progress) 
 
 bool EpochRunner::Watch(const std::string& epoch_id, absl::Time deadline,
                         const std::function<bool(const v1::EpochProgress&)>& emit,
-                        const std::function<bool()>& cancelled) {
+                        const std::function<bool()>& cancelled, int64_t version) {
   absl::MutexLock lock(&mu_);
   std::string watched = epoch_id;
   int64_t seen = -1;
+  // With a version, an epoch that moved it and already ended counts: a watch opened late
+  // hears how it ended instead of waiting for another.
+  if (watched.empty() && version > 0 && running_epoch_.empty() && last_version_ == version) {
+    watched = last_epoch_;
+  }
   while (true) {
-    if (watched.empty() && !running_epoch_.empty()) watched = running_epoch_;
+    if (watched.empty() && !running_epoch_.empty() &&
+        (version <= 0 || running_version_ == version)) {
+      watched = running_epoch_;
+    }
     if (!watched.empty() && watched != running_epoch_ && watched != last_epoch_) return false;
     if (!watched.empty() && seen != progress_events_) {
       seen = progress_events_;

@@ -49,12 +49,14 @@ class EpochRunner {
   void OnDone(int32_t daemon, const v1::EpochDone& done);
   void OnProgress(int32_t daemon, const v1::EpochProgress& progress);
 
-  // Calls `emit` with the progress of `epoch_id` (empty: the running or next epoch) each
-  // time it changes, until the epoch finishes, `deadline` passes or `cancelled()` says so
-  // (checked every 100 ms); false if no such epoch started.
+  // Calls `emit` with the progress of `epoch_id` (empty: the running or next epoch; with
+  // `version` > 0, the epoch moving that version: the running one, the next to start, or
+  // the last one, which is then reported finished at once) each time it changes, until the
+  // epoch finishes, `deadline` passes or `cancelled()` says so (checked every 100 ms);
+  // false if no such epoch started.
   bool Watch(const std::string& epoch_id, absl::Time deadline,
              const std::function<bool(const v1::EpochProgress&)>& emit,
-             const std::function<bool()>& cancelled);
+             const std::function<bool()>& cancelled, int64_t version = 0);
   // The daemon's session ended (`how`: what happened, for the error). An epoch it takes
   // part in fails, even when it has already reported: its ranks would miss the commit.
   void OnDaemonLost(int32_t daemon, const std::string& how);
@@ -115,6 +117,7 @@ class EpochRunner {
   mutable absl::Mutex mu_;
   uint32_t next_epoch_ ABSL_GUARDED_BY(mu_) = 1;
   std::string running_epoch_ ABSL_GUARDED_BY(mu_);
+  int64_t running_version_ ABSL_GUARDED_BY(mu_) = -1;  // what the running epoch moves
   std::set<int32_t> waiting_for_ ABSL_GUARDED_BY(mu_);
   std::set<int32_t> epoch_daemons_ ABSL_GUARDED_BY(mu_);  // every daemon of the running epoch
   std::string failure_ ABSL_GUARDED_BY(mu_);
@@ -126,6 +129,7 @@ class EpochRunner {
   std::map<int64_t, double> rank_finish_seconds_ ABSL_GUARDED_BY(mu_);
   int64_t bytes_total_ ABSL_GUARDED_BY(mu_) = 0;
   std::string last_epoch_ ABSL_GUARDED_BY(mu_);
+  int64_t last_version_ ABSL_GUARDED_BY(mu_) = -1;
   bool last_committed_ ABSL_GUARDED_BY(mu_) = false;
   int64_t progress_events_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t current_version_ ABSL_GUARDED_BY(mu_) = -1;

@@ -8,7 +8,6 @@ full weights of each version are saved so the inference side can check them.
 """
 import os
 import threading
-import time
 
 import torch
 
@@ -49,9 +48,10 @@ def main():
             # A watcher sees the epoch through to its commit, as a dashboard or an
             # orchestrator's progress bar would.
             seen = []
-            watcher = threading.Thread(target=lambda: seen.extend(client.watch(timeout=60)))
+            # Named by version: a watch that opens after the epoch ended still hears it.
+            watcher = threading.Thread(
+                target=lambda: seen.extend(client.watch(timeout=60, version=version)))
             watcher.start()
-            time.sleep(0.2)  # the watch is open before the epoch starts
             daemon.publish(version)
             report = client.refit(version, timeout=60)
             watcher.join(timeout=60)

@@ -45,10 +45,13 @@ class RefitClient:
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
 
-    def watch(self, epoch: str = "", timeout: float = 60.0) -> Iterator["refit_pb2.EpochProgress"]:
+    def watch(self, epoch: str = "", timeout: float = 60.0,
+              version: int = 0) -> Iterator["refit_pb2.EpochProgress"]:
         """Yields refit_pb2.EpochProgress of `epoch` (default: the running one, or the next
-        to start) until it commits or aborts."""
-        request = refit_pb2.WatchEpochRequest(epoch_id=epoch, timeout_ms=int(timeout * 1000))
+        to start; with `version`, the epoch that moves it, even one that already ended)
+        until it commits or aborts."""
+        request = refit_pb2.WatchEpochRequest(epoch_id=epoch, timeout_ms=int(timeout * 1000),
+                                              version=int(version))
         try:
             for progress in self._stub.WatchEpoch(request, timeout=timeout + 5,
                                                   metadata=self._metadata):
