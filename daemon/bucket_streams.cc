@@ -17,6 +17,9 @@ class BucketSink final : public transport::DestinationSink {
  public:
   BucketSink(BucketStreams* streams, BucketStreams::EpochContext epoch)
       : streams_(streams), epoch_(std::move(epoch)) {}
+  ~BucketSink() override {
+    for (const auto& [rank, filler] : fillers_) streams_->EndEpoch(rank, epoch_.epoch_id);
+  }
 
   void Add(int64_t rank, transport::MappedBuffer* bucket) {
     fillers_.emplace(
@@ -107,6 +110,12 @@ void BucketStreams::Serve(int64_t rank, const std::string& session,
   if (it != channels_.end() && it->second.attachment == attachment) channels_.erase(it);
 }
 
+void BucketStreams::EndEpoch(int64_t rank, const std::string& epoch_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = channels_.find(rank);
+  if (it != channels_.end() && it->second.epoch_id == epoch_id) it->second.outgoing.clear();
+}
+
 absl::Status BucketStreams::Done(int64_t rank, const std::string& session,
                                  const std::string& epoch_id, int64_t sequence,
                                  const std::string& error) {
@@ -117,7 +126,12 @@ absl::Status BucketStreams::Done(int64_t rank, const std::string& session,
         absl::StrCat(Who(rank), ": no bucket stream is open for session ", session));
   }
   Channel& channel = it->second;
-  if (epoch_id != channel.epoch_id || sequence != channel.taken + 1 || sequence > channel.sent) {
+  if (epoch_id != channel.epoch_id) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Who(rank), ": bucket ", sequence, " of epoch ", epoch_id, " is from an epoch that ended ("
+        "epoch ", channel.epoch_id, " runs now)"));
+  }
+  if (sequence != channel.taken + 1 || sequence > channel.sent) {
     return absl::InvalidArgumentError(absl::StrCat(
         Who(rank), ": bucket ", sequence, " of epoch ", epoch_id, " is not the next one to take (",
         channel.taken + 1, " of epoch ", channel.epoch_id, ", ", channel.sent, " sent)"));

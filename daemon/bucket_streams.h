@@ -65,6 +65,9 @@ class BucketStreams {
                                bool last, const EpochContext& epoch) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status AwaitTaken(int64_t rank, int64_t sequence, const EpochContext& epoch)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The epoch's run is over (done or failed): hand-overs of it not yet sent are dropped,
+  // so a failed epoch sends the process nothing more.
+  void EndEpoch(int64_t rank, const std::string& epoch_id) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct Channel {

@@ -164,9 +164,15 @@ class BucketReceiver:
                     self.failure = e
                     error = f"{type(e).__name__}: {e}"
                     traceback.print_exc()
-                self._stub.BucketDone(refit_pb2.BucketDoneRequest(
-                    session=self._session, epoch_id=message.epoch_id,
-                    sequence=message.sequence, error=error), timeout=30)
+                try:
+                    self._stub.BucketDone(refit_pb2.BucketDoneRequest(
+                        session=self._session, epoch_id=message.epoch_id,
+                        sequence=message.sequence, error=error), timeout=30)
+                except grpc.RpcError as e:
+                    # A bucket of an epoch that failed while it was copied in: refitd has
+                    # moved on, and the stream stays for the next epoch.
+                    if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                        raise
         except grpc.RpcError:
             pass  # cancelled at close, or refitd went away (the epoch sees it)
         finally:
