@@ -193,13 +193,19 @@ void RankRegistry::DeregisterSession(const std::string& session, bool reclaim_sh
       if (!buffer.shm_name().empty()) segments.push_back(buffer.shm_name());
     }
   }
-  // A concurrent Deregister of the same rank makes this one NOT_FOUND, which is fine.
-  if (!Deregister(static_cast<v1::Role>(key.first), key.second).ok()) return;
-  if (!reclaim_shared_memory) return;
-  for (const std::string& name : segments) {
-    absl::Status unlinked = transport::UnlinkSharedMemory(name);
-    if (!unlinked.ok()) spdlog::warn("refitd {}: {}", node_, std::string(unlinked.message()));
+  // The names go before the rank does: once anyone can see the rank gone, its process's
+  // segments are gone too (the mappings stay valid; only the names are removed, and no
+  // other registration uses them: they are unique to this one).
+  if (reclaim_shared_memory) {
+    for (const std::string& name : segments) {
+      absl::Status unlinked = transport::UnlinkSharedMemory(name);
+      if (!unlinked.ok()) {
+        spdlog::warn("refitd {}: {}", node_, std::string(unlinked.message()));
+      }
+    }
   }
+  // A concurrent Deregister of the same rank makes this one NOT_FOUND, which is fine.
+  Deregister(static_cast<v1::Role>(key.first), key.second).IgnoreError();
 }
 
 std::string RankRegistry::NewSessionId() {
