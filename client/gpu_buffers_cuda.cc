@@ -2,17 +2,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/gpu_buffers.h"
+#include "transport/gpu/cuda_checks.h"
 
 namespace refit::client {
-namespace {
 
-absl::Status CudaStatus(cudaError_t status, const std::string& call) {
-  if (status == cudaSuccess) return absl::OkStatus();
-  cudaGetLastError();
-  return absl::InternalError(absl::StrCat(call, ": ", cudaGetErrorString(status)));
-}
-
-}  // namespace
+using transport::gpu::CudaStatus;
 
 absl::StatusOr<v1::BufferSpec> CudaBufferRegistration(const std::string& name,
                                                       const void* device_pointer, int64_t bytes) {

@@ -77,14 +77,15 @@ absl::StatusOr<StridedRef> PlanExecutor::Locate(const v1::Endpoint& endpoint, co
 }
 
 absl::Status PlanExecutor::CopyLocal(const v1::Transfer& t, RunMemory* run_memory,
-                                     ExecutionStats* stats) {
+                                     ExecutionStats* stats, gpu::DeviceCopyChain* copies) {
   absl::StatusOr<StridedRef> from = Locate(t.src(), t, run_memory);
   if (!from.ok()) return from.status();
-  return WriteDestination(t, *from, run_memory, stats);
+  return WriteDestination(t, *from, run_memory, stats, copies);
 }
 
 absl::Status PlanExecutor::WriteDestination(const v1::Transfer& t, const StridedRef& from,
-                                            RunMemory* run_memory, ExecutionStats* stats) {
+                                            RunMemory* run_memory, ExecutionStats* stats,
+                                            gpu::DeviceCopyChain* copies) {
   const Dims extent = ExtentOf(t);
   const int element_bytes = buffers_.tensors().at(t.tensor()).element_bytes;
   if (sink_ != nullptr && t.dst().kind() == v1::ENDPOINT_DESTINATION_VIEW &&
@@ -93,15 +94,17 @@ absl::Status PlanExecutor::WriteDestination(const v1::Transfer& t, const Strided
     absl::Status inside =
         buffers_.CheckBucketedBox(t.dst().rank(), t.dst().view(), t.tensor(), offset, extent);
     if (!inside.ok()) return InTransfer(inside, t);
+    // The sink reads `from` now, which a pending copy may still be writing.
+    if (absl::Status waited = copies->Wait(); !waited.ok()) return InTransfer(waited, t);
     if (hash_sink_pieces_ && from.device < 0) {
       stats->bucketed_piece_hashes[t.sequence()] = HashBox(extent, element_bytes, from);
     }
-    return InTransfer(
-        sink_->Write(t.dst().rank(), t.tensor(), offset, extent, element_bytes, from), t);
+    return InTransfer(sink_->Write(t.dst().rank(), t.tensor(), offset, extent, element_bytes, from),
+                      t);
   }
   absl::StatusOr<StridedRef> to = Locate(t.dst(), t, run_memory);
   if (!to.ok()) return to.status();
-  absl::Status copied = InTransfer(gpu::CopyAnyBox(extent, element_bytes, from, *to), t);
+  absl::Status copied = InTransfer(copies->Copy(extent, element_bytes, from, *to), t);
   if (!copied.ok()) return copied;
   stats->runs += CountRuns(extent, from.strides, to->strides);
   return absl::OkStatus();
@@ -166,9 +169,17 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
     operations.back().what = absl::StrCat("the ", staging.size(), " bytes to daemon ", peer);
     stats->bytes_sent_to[peer] += staging.size();
   }
-  for (const v1::Transfer* t : local) {
-    absl::Status copied = CopyLocal(*t, run_memory, stats);
-    if (!copied.ok()) return fail(copied);
+  {
+    // Issued back to back and waited for once (the NCCL step below may read what they wrote).
+    gpu::DeviceCopyChain copies;
+    for (const v1::Transfer* t : local) {
+      absl::Status copied = CopyLocal(*t, run_memory, stats, &copies);
+      if (!copied.ok()) return fail(copied);
+    }
+    if (absl::Status waited = copies.Wait(); !waited.ok()) {
+      return fail(absl::Status(
+          waited.code(), absl::StrCat("batch ", batch, "'s local copies: ", waited.message())));
+    }
   }
   if (!nccl_outgoing.empty() || !nccl_incoming.empty()) {
     absl::Status sent =
@@ -209,25 +220,27 @@ int64_t PlanExecutor::PackedBytes(const std::vector<const v1::Transfer*>& list) 
 absl::Status PlanExecutor::CopyPieces(const std::vector<const v1::Transfer*>& list,
                                       uint8_t* staging, int32_t staging_device, bool pack,
                                       RunMemory* run_memory, ExecutionStats* stats) {
+  // Waited for once, at the end: the staging is sent, or reused, only after.
+  gpu::DeviceCopyChain copies;
   uint8_t* cursor = staging;
   for (const v1::Transfer* t : list) {
     const Dims extent = ExtentOf(*t);
     const int element_bytes = buffers_.tensors().at(t->tensor()).element_bytes;
     const StridedRef dense{cursor, RowMajorStrides(extent), staging_device};
     if (!pack) {
-      absl::Status unpacked = WriteDestination(*t, dense, run_memory, stats);
+      absl::Status unpacked = WriteDestination(*t, dense, run_memory, stats, &copies);
       if (!unpacked.ok()) return unpacked;
       cursor += Volume(extent) * element_bytes;
       continue;
     }
     absl::StatusOr<StridedRef> side = Locate(t->src(), *t, run_memory);
     if (!side.ok()) return side.status();
-    absl::Status copied = InTransfer(gpu::CopyAnyBox(extent, element_bytes, *side, dense), *t);
+    absl::Status copied = InTransfer(copies.Copy(extent, element_bytes, *side, dense), *t);
     if (!copied.ok()) return copied;
     stats->runs += CountRuns(extent, side->strides, dense.strides);
     cursor += Volume(extent) * element_bytes;
   }
-  return absl::OkStatus();
+  return copies.Wait();
 }
 
 bool PlanExecutor::ViaNccl(const Resolved& r, std::pair<int32_t, int32_t>* pair) const {
@@ -330,7 +343,9 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
     const v1::Transfer& t = *r.transfer;
     const int64_t ordinal = t.sequence();
     if (r.src_daemon == self_ && r.dst_daemon == self_) {
-      absl::Status copied = CopyLocal(t, run_memory, stats);
+      gpu::DeviceCopyChain copies;  // in plan order: waited for before the next transfer
+      absl::Status copied = CopyLocal(t, run_memory, stats, &copies);
+      if (copied.ok()) copied = copies.Wait();
       if (!copied.ok()) return copied;
       continue;
     }
@@ -365,7 +380,9 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
           worker_->Receive(MessageTag(epoch, true, ordinal, r.src_daemon), &staging, deadline);
       if (!got.ok()) return got.status();
       stats->bytes_received_from[r.src_daemon] += *got;
-      absl::Status unpacked = WriteDestination(t, dense, run_memory, stats);
+      gpu::DeviceCopyChain copies;  // the staging is reused for the next transfer
+      absl::Status unpacked = WriteDestination(t, dense, run_memory, stats, &copies);
+      if (unpacked.ok()) unpacked = copies.Wait();
       if (!unpacked.ok()) return unpacked;
     }
   }

@@ -18,6 +18,7 @@
 #include "proto/refit.pb.h"
 #include "transport/buffer_map.h"
 #include "transport/destination_sink.h"
+#include "transport/gpu/device_copy.h"
 #include "transport/gpu/nccl_group.h"
 #include "transport/local_executor.h"
 #include "transport/relay_buffers.h"
@@ -139,11 +140,15 @@ class PlanExecutor {
                           absl::Time deadline, RunMemory* run_memory, ExecutionStats* stats);
   absl::StatusOr<StridedRef> Locate(const v1::Endpoint& endpoint, const v1::Transfer& t,
                                     RunMemory* run_memory) const;
-  absl::Status CopyLocal(const v1::Transfer& t, RunMemory* run_memory, ExecutionStats* stats);
+  // Issues the copy of local transfer `t` on `copies` (waited for by the caller).
+  absl::Status CopyLocal(const v1::Transfer& t, RunMemory* run_memory, ExecutionStats* stats,
+                         gpu::DeviceCopyChain* copies);
   // Writes transfer `t`'s box, read from `from`, where its destination endpoint is: its
-  // memory, or the sink for a bucketed rank.
+  // memory (a copy issued on `copies`), or the sink for a bucketed rank (at once, after
+  // waiting for `copies`).
   absl::Status WriteDestination(const v1::Transfer& t, const StridedRef& from,
-                                RunMemory* run_memory, ExecutionStats* stats);
+                                RunMemory* run_memory, ExecutionStats* stats,
+                                gpu::DeviceCopyChain* copies);
   UcxEndpoint* PeerOf(int32_t daemon) const;
 
   const BufferMap& buffers_;

@@ -9,6 +9,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "transport/gpu/cuda_checks.h"
 #include "transport/gpu/cuda_ipc_buffer.h"
 
 namespace refit::transport::gpu {
@@ -80,20 +81,21 @@ absl::StatusOr<std::unique_ptr<MappedBuffer>> OpenCudaIpcBuffer(const std::strin
   }
   cudaIpcMemHandle_t ipc;
   std::memcpy(&ipc, handle.data(), sizeof(ipc));
-  if (cudaError_t status = cudaSetDevice(device); status != cudaSuccess) {
-    return absl::InternalError(
-        absl::StrCat("cudaSetDevice(", device, "): ", cudaGetErrorString(status)));
+  if (absl::Status set =
+          CudaStatus(cudaSetDevice(device), absl::StrCat("cudaSetDevice(", device, ")"));
+      !set.ok()) {
+    return set;
   }
   const std::string key = absl::StrCat(device, "/", handle);
   absl::MutexLock lock(&opened_mu);
   std::shared_ptr<OpenedHandle> opened = OpenedHandles()[key].lock();
   if (opened == nullptr) {
     void* pointer = nullptr;
-    if (cudaError_t status = cudaIpcOpenMemHandle(&pointer, ipc, cudaIpcMemLazyEnablePeerAccess);
-        status != cudaSuccess) {
-      cudaGetLastError();
-      return absl::InvalidArgumentError(absl::StrCat("cudaIpcOpenMemHandle on device ", device,
-                                                     ": ", cudaGetErrorString(status)));
+    if (absl::Status open =
+            CudaStatus(cudaIpcOpenMemHandle(&pointer, ipc, cudaIpcMemLazyEnablePeerAccess),
+                       absl::StrCat("cudaIpcOpenMemHandle on device ", device));
+        !open.ok()) {
+      return absl::InvalidArgumentError(open.message());
     }
     opened = std::make_shared<OpenedHandle>(key, static_cast<uint8_t*>(pointer), device);
     OpenedHandles()[key] = opened;

@@ -4,13 +4,21 @@
 
 namespace refit::transport::gpu {
 
-absl::Status CopyAnyBox(const Dims& extent, int element_bytes, const StridedRef& src,
-                        const StridedRef& dst) {
+absl::Status DeviceCopyChain::Copy(const Dims& extent, int element_bytes, const StridedRef& src,
+                                   const StridedRef& dst) {
   if (src.device >= 0 || dst.device >= 0) {
     return absl::UnimplementedError("a copy touches GPU memory but refit was built without CUDA");
   }
   return GuardMemoryAccess("a copy between host buffers",
                            [&] { CopyBox(extent, element_bytes, src, dst); });
+}
+
+absl::Status DeviceCopyChain::Wait() { return absl::OkStatus(); }
+
+absl::Status CopyAnyBox(const Dims& extent, int element_bytes, const StridedRef& src,
+                        const StridedRef& dst) {
+  DeviceCopyChain chain;
+  return chain.Copy(extent, element_bytes, src, dst);
 }
 
 }  // namespace refit::transport::gpu

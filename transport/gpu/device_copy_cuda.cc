@@ -6,43 +6,50 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "transport/gpu/copy_shape.h"
+#include "transport/gpu/cuda_checks.h"
 #include "transport/gpu/device_copy.h"
 #include "transport/memory_fault_guard.h"
 
 namespace refit::transport::gpu {
 namespace {
 
-absl::Status CudaStatus(cudaError_t status, const char* call) {
-  if (status == cudaSuccess) return absl::OkStatus();
-  cudaGetLastError();
-  return absl::InternalError(absl::StrCat(call, ": ", cudaGetErrorString(status)));
-}
-
-// One non-blocking stream per device for this thread, destroyed with the thread.
+// One non-blocking stream per device for this thread, with an event that marks the last
+// copy issued on it (what a copy on another device's stream waits for), destroyed with
+// the thread.
 class ThreadStreams {
  public:
+  struct Stream {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t last = nullptr;
+  };
   ~ThreadStreams() {
-    for (auto& [device, stream] : streams_) {
+    for (auto& [device, s] : streams_) {
       cudaSetDevice(device);
-      cudaStreamDestroy(stream);
+      cudaEventDestroy(s.last);
+      cudaStreamDestroy(s.stream);
     }
   }
-  absl::StatusOr<cudaStream_t> On(int32_t device) {
+  absl::StatusOr<Stream> On(int32_t device) {
     auto it = streams_.find(device);
     if (it != streams_.end()) return it->second;
-    cudaStream_t stream;
+    Stream s;
     absl::Status created = CudaStatus(cudaSetDevice(device), "cudaSetDevice");
     if (created.ok()) {
-      created = CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+      created = CudaStatus(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking),
                            "cudaStreamCreateWithFlags");
     }
+    if (created.ok()) {
+      created = CudaStatus(cudaEventCreateWithFlags(&s.last, cudaEventDisableTiming),
+                           "cudaEventCreateWithFlags");
+      if (!created.ok()) cudaStreamDestroy(s.stream);
+    }
     if (!created.ok()) return created;
-    streams_[device] = stream;
-    return stream;
+    streams_[device] = s;
+    return s;
   }
 
  private:
-  std::map<int32_t, cudaStream_t> streams_;
+  std::map<int32_t, Stream> streams_;
 };
 
 thread_local ThreadStreams thread_streams;
@@ -53,16 +60,35 @@ cudaMemcpyKind KindOf(const StridedRef& src, const StridedRef& dst) {
 
 }  // namespace
 
-absl::Status CopyAnyBox(const Dims& extent, int element_bytes, const StridedRef& src,
-                        const StridedRef& dst) {
+absl::Status DeviceCopyChain::Copy(const Dims& extent, int element_bytes, const StridedRef& src,
+                                   const StridedRef& dst) {
   if (src.device < 0 && dst.device < 0) {
+    // It may read what a pending GPU copy writes.
+    if (absl::Status waited = Wait(); !waited.ok()) return waited;
     return GuardMemoryAccess("a copy between host buffers",
                              [&] { CopyBox(extent, element_bytes, src, dst); });
   }
   // The copy runs on a stream of the device it writes to (else the one it reads from).
   const int32_t device = dst.device >= 0 ? dst.device : src.device;
-  absl::StatusOr<cudaStream_t> stream = thread_streams.On(device);
+  absl::StatusOr<ThreadStreams::Stream> stream = thread_streams.On(device);
   if (!stream.ok()) return stream.status();
+  if (last_device_ >= 0 && last_device_ != device) {
+    // In order with the copy before it, which ran on another device's stream.
+    absl::StatusOr<ThreadStreams::Stream> before = thread_streams.On(last_device_);
+    if (!before.ok()) return before.status();
+    absl::Status ordered =
+        CudaStatus(cudaEventRecord(before->last, before->stream), "cudaEventRecord");
+    if (ordered.ok()) {
+      ordered =
+          CudaStatus(cudaStreamWaitEvent(stream->stream, before->last, 0), "cudaStreamWaitEvent");
+    }
+    if (!ordered.ok()) {
+      Wait().IgnoreError();
+      return ordered;
+    }
+  }
+  last_device_ = device;
+  pending_devices_.insert(device);
   const cudaMemcpyKind kind = KindOf(src, dst);
   for (const CopyCall& call : PlanCopyCalls(extent, element_bytes, src.strides, dst.strides)) {
     uint8_t* from = src.base + call.src_offset;
@@ -70,11 +96,11 @@ absl::Status CopyAnyBox(const Dims& extent, int element_bytes, const StridedRef&
     cudaError_t status = cudaSuccess;
     switch (call.kind) {
       case CopyCallKind::k1D:
-        status = cudaMemcpyAsync(to, from, call.width, kind, *stream);
+        status = cudaMemcpyAsync(to, from, call.width, kind, stream->stream);
         break;
       case CopyCallKind::k2D:
         status = cudaMemcpy2DAsync(to, call.dst_pitch, from, call.src_pitch, call.width,
-                                   call.height, kind, *stream);
+                                   call.height, kind, stream->stream);
         break;
       case CopyCallKind::k3D: {
         cudaMemcpy3DParms parameters = {};
@@ -83,16 +109,38 @@ absl::Status CopyAnyBox(const Dims& extent, int element_bytes, const StridedRef&
         parameters.dstPtr = make_cudaPitchedPtr(to, call.dst_pitch, call.dst_pitch, call.dst_rows);
         parameters.extent = make_cudaExtent(call.width, call.height, call.depth);
         parameters.kind = kind;
-        status = cudaMemcpy3DAsync(&parameters, *stream);
+        status = cudaMemcpy3DAsync(&parameters, stream->stream);
         break;
       }
     }
     if (absl::Status issued = CudaStatus(status, "cudaMemcpy*Async"); !issued.ok()) {
-      cudaStreamSynchronize(*stream);
+      Wait().IgnoreError();
       return issued;
     }
   }
-  return CudaStatus(cudaStreamSynchronize(*stream), "cudaStreamSynchronize");
+  return absl::OkStatus();
+}
+
+absl::Status DeviceCopyChain::Wait() {
+  absl::Status first = absl::OkStatus();
+  for (int32_t device : pending_devices_) {
+    absl::StatusOr<ThreadStreams::Stream> stream = thread_streams.On(device);
+    absl::Status waited =
+        stream.ok() ? CudaStatus(cudaStreamSynchronize(stream->stream), "cudaStreamSynchronize")
+                    : stream.status();
+    if (first.ok()) first = waited;
+  }
+  pending_devices_.clear();
+  last_device_ = -1;
+  return first;
+}
+
+absl::Status CopyAnyBox(const Dims& extent, int element_bytes, const StridedRef& src,
+                        const StridedRef& dst) {
+  DeviceCopyChain chain;
+  absl::Status issued = chain.Copy(extent, element_bytes, src, dst);
+  absl::Status waited = chain.Wait();
+  return issued.ok() ? waited : issued;
 }
 
 }  // namespace refit::transport::gpu

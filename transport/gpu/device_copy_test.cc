@@ -62,5 +62,43 @@ TEST(DeviceCopyTest, StridedBoxesThroughTheGpuMatchTheReference) {
 #endif
 }
 
+// Many boxes issued on one chain and waited for once: each copy reads what the one before
+// it wrote (host -> device -> device -> host, 200 boxes deep), so a chain that let a copy
+// run before the one it follows would return stale bytes.
+TEST(DeviceCopyTest, AChainRunsItsCopiesInOrderAndWaitsOnce) {
+  const GpuSupport support = DetectGpu();
+  if (!support.available) GTEST_SKIP() << "needs a GPU: " << support.description;
+#ifdef REFIT_HAS_CUDA
+  std::mt19937 rng(11);
+  const Dims extent = {64, 48};
+  const int eb = 2;
+  const Dims dense = RowMajorStrides(extent);
+  const size_t bytes = Span(extent, dense) * eb;
+  constexpr int kBoxes = 200;
+  std::vector<std::vector<uint8_t>> sources(kBoxes, std::vector<uint8_t>(bytes));
+  std::vector<std::vector<uint8_t>> backs(kBoxes, std::vector<uint8_t>(bytes, 0));
+  void* memory = nullptr;
+  ASSERT_EQ(cudaMalloc(&memory, 2 * bytes * kBoxes), cudaSuccess);
+  auto* device = static_cast<uint8_t*>(memory);
+  DeviceCopyChain chain;
+  for (int b = 0; b < kBoxes; ++b) {
+    for (uint8_t& x : sources[b]) x = rng();
+    uint8_t* first = device + 2 * bytes * b;
+    uint8_t* second = first + bytes;
+    ASSERT_TRUE(
+        chain.Copy(extent, eb, StridedRef{sources[b].data(), dense}, StridedRef{first, dense, 0})
+            .ok());
+    ASSERT_TRUE(
+        chain.Copy(extent, eb, StridedRef{first, dense, 0}, StridedRef{second, dense, 0}).ok());
+    ASSERT_TRUE(
+        chain.Copy(extent, eb, StridedRef{second, dense, 0}, StridedRef{backs[b].data(), dense})
+            .ok());
+  }
+  ASSERT_TRUE(chain.Wait().ok());
+  for (int b = 0; b < kBoxes; ++b) EXPECT_EQ(backs[b], sources[b]) << "box " << b;
+  cudaFree(memory);
+#endif
+}
+
 }  // namespace
 }  // namespace refit::transport::gpu

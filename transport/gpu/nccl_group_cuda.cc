@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "transport/gpu/cuda_checks.h"
 #include "transport/gpu/nccl_group.h"
 
 namespace refit::transport::gpu {
@@ -13,12 +14,6 @@ namespace {
 absl::Status NcclStatus(ncclResult_t result, const char* call) {
   if (result == ncclSuccess || result == ncclInProgress) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(call, ": ", ncclGetErrorString(result)));
-}
-
-absl::Status CudaStatus(cudaError_t status, const char* call) {
-  if (status == cudaSuccess) return absl::OkStatus();
-  cudaGetLastError();
-  return absl::InternalError(absl::StrCat(call, ": ", cudaGetErrorString(status)));
 }
 
 }  // namespace
@@ -110,7 +105,8 @@ absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Join(const std::string& un
   absl::Status status = NcclStatus(ncclGroupStart(), "ncclGroupStart");
   for (Handles::Gpu& gpu : handles->gpus) {
     if (!status.ok()) break;
-    cudaSetDevice(gpu.member.device);
+    status = CudaStatus(cudaSetDevice(gpu.member.device), "cudaSetDevice");
+    if (!status.ok()) break;
     status = NcclStatus(ncclCommInitRankConfig(&gpu.comm, size, id, gpu.member.rank, &config),
                         "ncclCommInitRankConfig");
   }
@@ -150,7 +146,8 @@ absl::Status NcclGroup::RunStep(const std::vector<Message>& messages, absl::Time
       break;
     }
     const Handles::Gpu& gpu = handles_->gpus[m.member];
-    cudaSetDevice(gpu.member.device);
+    status = CudaStatus(cudaSetDevice(gpu.member.device), "cudaSetDevice");
+    if (!status.ok()) break;
     status = m.send
                  ? NcclStatus(
                        ncclSend(m.device_buffer, m.bytes, ncclUint8, m.peer, gpu.comm, gpu.stream),
@@ -166,7 +163,8 @@ absl::Status NcclGroup::RunStep(const std::vector<Message>& messages, absl::Time
   // deadline.
   for (const Handles::Gpu& gpu : handles_->gpus) {
     while (status.ok()) {
-      cudaSetDevice(gpu.member.device);
+      status = CudaStatus(cudaSetDevice(gpu.member.device), "cudaSetDevice");
+      if (!status.ok()) break;
       const cudaError_t done = cudaStreamQuery(gpu.stream);
       if (done == cudaSuccess) break;
       if (done != cudaErrorNotReady) {

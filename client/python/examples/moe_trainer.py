@@ -29,7 +29,7 @@ def main():
                           trainer_placement(r, args.ranks), args.allocated)
                  for r in range(args.ranks)]
         for version in range(args.first_version, args.first_version + args.steps):
-            tokens = torch.randint(0, 64, (16,))
+            tokens = torch.randint(0, 64, (16,), device=args.device)
             loss = torch.nn.functional.cross_entropy(model(tokens), torch.roll(tokens, 1))
             optimizer.zero_grad()
             loss.backward()

@@ -38,6 +38,33 @@ def _segment_header(name, shm_name, storage_bytes):
     return header
 
 
+CUDA_IPC_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
+
+
+def cuda_ipc_handle(name, shared_handle):
+    """The cudaIpcMemHandle_t in what torch's `_share_cuda_()` gives for a storage.
+
+    torch up to 1.x gives the 64-byte handle itself; torch 2.x gives its caching
+    allocator's versioned form: a version byte, a type byte, then the payload, which for a
+    block from cudaMalloc (type 'c') is the 64-byte handle. A block of an expandable
+    segment (type 'e', PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) is memory
+    refitd cannot open by a CUDA IPC handle, so it is refused, naming the tensor."""
+    handle = bytes(shared_handle)
+    if len(handle) == CUDA_IPC_HANDLE_BYTES:
+        return handle
+    if len(handle) == CUDA_IPC_HANDLE_BYTES + 2 and handle[1:2] == b"c":
+        return handle[2:]
+    if len(handle) >= 2 and handle[1:2] == b"e":
+        raise ValueError(
+            f"tensor {name}: its memory is an expandable segment of torch's CUDA caching "
+            f"allocator (expandable_segments:True), which refit cannot open by a CUDA IPC "
+            f"handle; allocate the weights with expandable_segments:False")
+    raise ValueError(
+        f"tensor {name}: torch shares its CUDA memory as a {len(handle)}-byte handle that "
+        f"refit does not know (a CUDA IPC handle has {CUDA_IPC_HANDLE_BYTES} bytes, torch "
+        f"2.x's form 2 more)")
+
+
 def _return_freed_memory():
     """Gives the memory the moved storages held back to the system: glibc keeps freed
     heap memory for reuse, so without this the process would stay as large as if it held
@@ -119,7 +146,7 @@ class InPlaceMemory:
         # CUDA: the caching allocator's block, named by its IPC handle, and the storage's
         # offset in it; a block holds many storages and is opened once.
         shared = storage._share_cuda_()
-        handle, block_offset = shared[1], shared[3]
+        handle, block_offset = cuda_ipc_handle(name, shared[1]), shared[3]
         end = block_offset + storage.nbytes()
         if handle not in buffer_of:
             buffer_of[handle] = len(self.buffers)
