@@ -32,7 +32,6 @@ const char kPlanUsage[] =
     "                     [--layouts-out PREFIX]  (the two layouts, as PREFIX.src.json and\n"
     "                      PREFIX.dst.json: what --model expands to, in --src/--dst form)\n"
     "                     [--svg PLAN.svg]  (transfer matrix and link loads, drawn)\n"
-    "                     [--debug-drop-transfer N]  (testing: corrupt the plan)\n"
     "  reference refits: dsv3-h100, dsv3-gb200, qwen3-235b, mini\n"
     "  builtin models: deepseek-v3, dsv3-mini, qwen3-235b-a22b\n"
     "exit status: 0 ok, 1 verification failed, 2 invalid input\n";
@@ -136,12 +135,12 @@ bool WriteJson(const google::protobuf::Message& message, const std::string& path
 }  // namespace
 
 int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  absl::StatusOr<CommandLine> line = CommandLine::Parse(
-      args,
-      {"src", "dst", "topology", "strategy", "verify", "model", "src-parallel", "dst-parallel",
-       "gpus-per-node", "refit", "staging-budget", "split-threshold", "verify-max-bytes",
-       "debug-drop-transfer", "plan-out", "layouts-out", "svg"},
-      {"json", "colocated", "flat", "help"});
+  absl::StatusOr<CommandLine> line =
+      CommandLine::Parse(args,
+                         {"src", "dst", "topology", "strategy", "verify", "model", "src-parallel",
+                          "dst-parallel", "gpus-per-node", "refit", "staging-budget",
+                          "split-threshold", "verify-max-bytes", "plan-out", "layouts-out", "svg"},
+                         {"json", "colocated", "flat", "help"});
   if (!line.ok()) {
     err << "refitctl plan: " << line.status().message() << "\n" << kPlanUsage;
     return kExitInvalidInput;
@@ -188,34 +187,8 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
     err << "refitctl plan: " << plan.status().message() << "\n";
     return kExitInvalidInput;
   }
-  if (line->Has("debug-drop-transfer")) {
-    // Testing aid: corrupt the plan so the verifiers can be seen to catch it.
-    int64_t index = 0;
-    if (!absl::SimpleAtoi(line->Get("debug-drop-transfer"), &index) || index < 0 ||
-        index >= static_cast<int64_t>((*plan)->transfers.size())) {
-      err << "refitctl plan: --debug-drop-transfer needs a transfer index below "
-          << (*plan)->transfers.size() << "\n";
-      return kExitInvalidInput;
-    }
-    auto corrupted = std::make_shared<planner::Plan>(**plan);
-    corrupted->transfers.erase(corrupted->transfers.begin() + index);
-    *plan = corrupted;
-  }
-  PlanSummary summary{plan->get(), &*sources, &*destinations, std::nullopt, verify};
-  absl::Status verdict;
-  if (verify == "bytes") {
-    verdict = check::CheckBytes(*sources, *destinations, **plan, verify_max_bytes);
-    if (absl::IsResourceExhausted(verdict)) {
-      err << "refitctl plan: " << verdict.message() << "\n";
-      return kExitInvalidInput;
-    }
-  } else if (verify == "coverage") {
-    verdict = check::CheckCoverage(*sources, *destinations, **plan);
-  }
-  if (!verify.empty()) summary.verified = verdict.ok();
-  if (line->Has("plan-out") &&
-      !WriteJson(planner::PlanToProto(**plan, *sources, *destinations), line->Get("plan-out"),
-                 err)) {
+  if (line->Has("plan-out") && !WriteJson(planner::PlanToProto(**plan, *sources, *destinations),
+                                          line->Get("plan-out"), err)) {
     return kExitInvalidInput;
   }
   if (line->Has("layouts-out")) {
@@ -225,15 +198,40 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
       return kExitInvalidInput;
     }
   }
-  if (line->Has("svg")) {
-    std::ofstream file(line->Get("svg"));
-    file << PlanSvg(summary, inputs->topology);
+  PlanReportOptions report;
+  report.verify = verify;
+  report.verify_max_bytes = verify_max_bytes;
+  report.json = line->Has("json");
+  report.svg_path = line->Get("svg");
+  report.topology = &inputs->topology;
+  return VerifyAndReport(**plan, *sources, *destinations, report, out, err);
+}
+
+int VerifyAndReport(const planner::Plan& plan, const planner::Layout& sources,
+                    const planner::Layout& destinations, const PlanReportOptions& options,
+                    std::ostream& out, std::ostream& err) {
+  PlanSummary summary{&plan, &sources, &destinations, std::nullopt, options.verify};
+  absl::Status verdict;
+  if (options.verify == "bytes") {
+    verdict = check::CheckBytes(sources, destinations, plan, options.verify_max_bytes);
+    if (absl::IsResourceExhausted(verdict)) {
+      err << "refitctl plan: " << verdict.message() << "\n";
+      return kExitInvalidInput;
+    }
+  } else if (options.verify == "coverage") {
+    verdict = check::CheckCoverage(sources, destinations, plan);
+  }
+  if (!options.verify.empty()) summary.verified = verdict.ok();
+  if (!options.svg_path.empty()) {
+    std::ofstream file(options.svg_path);
+    file << PlanSvg(summary,
+                    options.topology != nullptr ? *options.topology : planner::DgxH100Topology());
     if (!file) {
-      err << "refitctl plan: cannot write " << line->Get("svg") << "\n";
+      err << "refitctl plan: cannot write " << options.svg_path << "\n";
       return kExitInvalidInput;
     }
   }
-  out << (line->Has("json") ? PlanReportJson(summary) : PlanReportTable(summary));
+  out << (options.json ? PlanReportJson(summary) : PlanReportTable(summary));
   if (!verdict.ok()) {
     err << "refitctl plan: verification failed: " << verdict.message() << "\n";
     return kExitVerifyFailed;

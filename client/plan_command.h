@@ -3,9 +3,14 @@
 #ifndef REFIT_CLIENT_PLAN_COMMAND_H_
 #define REFIT_CLIENT_PLAN_COMMAND_H_
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <vector>
+
+#include "planner/layout.h"
+#include "planner/plan.h"
+#include "proto/refit.pb.h"
 
 namespace refit::client {
 
@@ -17,6 +22,21 @@ inline constexpr int kExitInvalidInput = 2;
 int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
 extern const char kPlanUsage[];
+
+struct PlanReportOptions {
+  std::string verify;                           // "bytes", "coverage", or empty for no check
+  int64_t verify_max_bytes = int64_t{4} << 30;  // the byte check's memory, at most
+  bool json = false;
+  std::string svg_path;                    // where to draw the plan; empty: nowhere
+  const v1::Topology* topology = nullptr;  // for the drawing (null: DGX H100)
+};
+
+// What `refitctl plan` does once it has a plan: checks it as `options.verify` says,
+// draws it, prints its report to `out` and a failed check to `err`. Returns the exit
+// status: kExitVerifyFailed when the plan is wrong.
+int VerifyAndReport(const planner::Plan& plan, const planner::Layout& sources,
+                    const planner::Layout& destinations, const PlanReportOptions& options,
+                    std::ostream& out, std::ostream& err);
 
 }  // namespace refit::client
 

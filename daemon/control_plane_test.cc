@@ -15,6 +15,7 @@
 #include "client/synthetic_weights.h"
 #include "daemon/coordinator_link.h"
 #include "daemon/coordinator_server.h"
+#include "daemon/testing/epoch_faults.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
@@ -155,9 +156,9 @@ TEST_F(ControlPlaneTest, ARepeatMovesTheVersionAgainToARankRegisteredSinceOrSays
   ASSERT_TRUE(repeated.ok()) << repeated.error_message();
   EXPECT_NE(again.epoch_id(), first.epoch_id());
   EXPECT_TRUE(inference_.WaitForVersion(1, 1, absl::Now() + absl::Seconds(5)).ok());
-  EXPECT_EQ(transport::testing::WrongBytes(inference_.buffers(), v1::ROLE_DESTINATION,
-                                           fresh.ranks(1)),
-            0);
+  EXPECT_EQ(
+      transport::testing::WrongBytes(inference_.buffers(), v1::ROLE_DESTINATION, fresh.ranks(1)),
+      0);
   // With the same membership a repeat is answered from the report, without an epoch.
   v1::RefitReport third;
   ASSERT_TRUE(Refit(1, &third).ok());
@@ -342,7 +343,7 @@ TEST_F(ControlPlaneTest, ACorruptedViewAbortsTheEpochAndTheWaitersLearnWhatTheBu
   // The inference daemon restarts with the corruption-injection flag for version 1.
   inference_link_.reset();
   inference_link_ = std::make_unique<CoordinatorLink>(address_, "inference", &inference_);
-  inference_link_->CorruptAfterEpoch(1);
+  faults::CorruptAfterEpoch("inference", 1);
   inference_link_->Start();
   ASSERT_TRUE(GroupSeen(2, 2));
   PublishAll(&trainer_, sources_, 1);
@@ -399,7 +400,7 @@ TEST_F(ControlPlaneTest, AStagedDestinationKeepsItsBuffersThroughAFailedEpoch) {
   }
   inference_link_.reset();
   inference_link_ = std::make_unique<CoordinatorLink>(address_, "inference", &inference_);
-  inference_link_->CorruptAfterEpoch(1);
+  faults::CorruptAfterEpoch("inference", 1);
   inference_link_->Start();
   for (v1::RankLayout& r : *destinations_.mutable_ranks()) {
     r.set_staged(true);
@@ -441,11 +442,10 @@ TEST_F(ControlPlaneTest, AStagedDestinationKeepsItsBuffersThroughAFailedEpoch) {
 // bucket and returns what BucketDone says (empty: taken).
 class BucketedRanks {
  public:
-  using Take = std::function<std::string(int64_t rank, const v1::Bucket& bucket,
-                                         const uint8_t* memory)>;
+  using Take =
+      std::function<std::string(int64_t rank, const v1::Bucket& bucket, const uint8_t* memory)>;
 
-  BucketedRanks(RankRegistry* registry, const v1::LayoutSpec& destinations,
-                int64_t bucket_bytes)
+  BucketedRanks(RankRegistry* registry, const v1::LayoutSpec& destinations, int64_t bucket_bytes)
       : registry_(registry) {
     for (v1::RankLayout r : destinations.ranks()) {
       EXPECT_TRUE(registry->Deregister(v1::ROLE_DESTINATION, r.rank()).ok());

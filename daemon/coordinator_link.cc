@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/epoch_faults.h"
 #include "daemon/piece_checksums.h"
 #include "daemon/view_checksums.h"
 #include "spdlog/spdlog.h"
@@ -233,8 +234,8 @@ void CoordinatorLink::Session() {
           // Still in doubt about an older epoch: the coordinator moved on without settling
           // it, and this epoch overwrites its bytes.
           if (!superseded.empty()) {
-            spdlog::warn("refitd {}: epoch {} supersedes epoch {}, whose outcome never came",
-                         node_, message.execute().epoch_id(), superseded);
+            spdlog::warn("refitd {}: epoch {} supersedes epoch {}, whose outcome never came", node_,
+                         message.execute().epoch_id(), superseded);
             registry_->Abort(superseded_version, superseded,
                              "a newer epoch began before its outcome was known");
           }
@@ -259,7 +260,7 @@ void CoordinatorLink::Session() {
           if (executed) executed_reported_ = false;
         }
         if (executed) {
-          FinishEpoch();            // no write into the buffers after they are marked
+          FinishEpoch();  // no write into the buffers after they are marked
           registry_->Abort(message.abort().version(), message.abort().epoch_id(),
                            message.abort().reason());
         }
@@ -274,9 +275,10 @@ void CoordinatorLink::Session() {
         {
           absl::MutexLock lock(&mu_);
           if (message.commit().epoch_id() != executed_epoch_ || !executed_reported_) {
-            spdlog::warn("refitd {}: ignored the commit of epoch {}, which it is not waiting "
-                         "to commit",
-                         node_, message.commit().epoch_id());
+            spdlog::warn(
+                "refitd {}: ignored the commit of epoch {}, which it is not waiting "
+                "to commit",
+                node_, message.commit().epoch_id());
             break;
           }
           executed_epoch_.clear();
@@ -301,9 +303,10 @@ void CoordinatorLink::Session() {
     if (executed_reported_ && !executed_epoch_.empty()) {
       // The coordinator may have committed it elsewhere: only a coordinator may say.
       if (in_doubt_said_ != executed_epoch_) {
-        spdlog::warn("refitd {}: lost the coordinator after finishing epoch {}; in doubt about "
-                     "its outcome until a coordinator says",
-                     node_, executed_epoch_);
+        spdlog::warn(
+            "refitd {}: lost the coordinator after finishing epoch {}; in doubt about "
+            "its outcome until a coordinator says",
+            node_, executed_epoch_);
         in_doubt_said_ = executed_epoch_;
       }
     } else {
@@ -386,6 +389,7 @@ void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSl
     *done.mutable_done() = Execute(execute, slice, worker_.get());
   } else {
     done.mutable_done()->set_epoch_id(execute.epoch_id());
+    done.mutable_done()->set_code(static_cast<int32_t>(absl::StatusCode::kUnavailable));
     done.mutable_done()->set_error(absl::StrCat(
         "refitd on ", node_, " has no data plane (its UCX worker could not be made again)"));
   }
@@ -480,6 +484,7 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
   const absl::Time start = absl::Now();
   auto fail = [&](const absl::Status& status) {
     done.set_ok(false);
+    done.set_code(static_cast<int32_t>(status.code()));
     done.set_error(absl::StrCat(
         stopping_ ? "refitd is shutting down; the epoch was interrupted: " : "", status.message()));
     spdlog::warn("refitd {}: epoch {} failed after {:.3f} s: {}", node_, execute.epoch_id(),
@@ -591,13 +596,8 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
     finish->set_rank(rank);
     finish->set_seconds(seconds);
   }
-  if (execute.version() == corrupt_version_) {
-    absl::StatusOr<std::string> corrupted =
-        CorruptFirstDestinationByte(registry_->Registrations(), registry_->buffers());
-    spdlog::warn("refitd {}: debug corruption after epoch {}: {}", node_, execute.epoch_id(),
-                 corrupted.ok() ? "flipped a byte of " + *corrupted
-                                : std::string(corrupted.status().message()));
-  }
+  AfterDataPlane(node_, execute.epoch_id(), execute.version(), registry_->Registrations(),
+                 registry_->buffers());
   if (execute.checksums()) {
     // Where every destination byte arrives by a view-to-view piece (unordered plans), the
     // piece checksums cover the destination views; their view checksums would hash the

@@ -52,9 +52,6 @@ class CoordinatorLink {
   bool connected() const { return connected_; }
   // New for every link: what fences this daemon's sessions from its earlier lives.
   const std::string& incarnation() const { return incarnation_; }
-  // Debug: after executing an epoch of `version`, flip a byte of a destination view before
-  // the checksums are taken, to prove the coordinator catches it.
-  void CorruptAfterEpoch(int64_t version) { corrupt_version_ = version; }
 
  private:
   using Stream = grpc::ClientReaderWriter<v1::DaemonMessage, v1::CoordinatorMessage>;
@@ -95,7 +92,6 @@ class CoordinatorLink {
   std::thread heartbeat_thread_;
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> lease_ms_{5000};  // from the coordinator's Welcome
-  std::atomic<int64_t> corrupt_version_{-1};
   std::atomic<bool> connected_{false};
   std::atomic<bool> welcomed_{false};
   // Set to stop the running epoch; the UCX worker and the executor both watch it.

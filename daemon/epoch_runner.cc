@@ -61,6 +61,20 @@ v1::CoordinatorMessage OutcomeMessage(const std::string& epoch_id, int64_t versi
   return message;
 }
 
+// A daemon's failed epoch as the client will see it: the daemon's own kind of failure
+// (DEADLINE_EXCEEDED for a stalled link, DATA_LOSS for a short message...), except that
+// an epoch the daemon saw interrupted (CANCELLED: the coordinator aborted it, or refitd is
+// stopping) was not cancelled by the caller, so it is ABORTED, as is a failure of unknown
+// kind.
+absl::Status DaemonFailure(const std::string& node, const v1::EpochDone& done) {
+  absl::StatusCode code = absl::StatusCode::kAborted;
+  if (done.code() > 0 && done.code() <= static_cast<int>(absl::StatusCode::kUnauthenticated) &&
+      done.code() != static_cast<int>(absl::StatusCode::kCancelled)) {
+    code = static_cast<absl::StatusCode>(done.code());
+  }
+  return absl::Status(code, absl::StrCat("refitd on ", node, " failed: ", done.error()));
+}
+
 }  // namespace
 
 absl::StatusOr<std::optional<v1::NcclSetup>> EpochRunner::NcclSetupFor(
@@ -126,8 +140,8 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
       if (nccl->has_value()) *slice->mutable_nccl() = **nccl;
       sent_to.reset();
       if (!channel->Send(slice_message)) {
-        return absl::UnavailableError(
-            absl::StrCat("refitd on ", cluster_->NodeOf(index), " is unreachable (its stream ended)"));
+        return absl::UnavailableError(absl::StrCat("refitd on ", cluster_->NodeOf(index),
+                                                   " is unreachable (its stream ended)"));
       }
       sent_to = channel;
       sent_key = slice_key;
@@ -142,8 +156,8 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
     execute->set_checksums(!job_.skip_checksums());
     execute->set_stall_ms(job_.data_plane_stall_ms());
     if (!channel->Send(execute_message)) {
-      return absl::UnavailableError(
-            absl::StrCat("refitd on ", cluster_->NodeOf(index), " is unreachable (its stream ended)"));
+      return absl::UnavailableError(absl::StrCat("refitd on ", cluster_->NodeOf(index),
+                                                 " is unreachable (its stream ended)"));
     }
     asked.insert(index);
   }
@@ -175,9 +189,8 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
       return absl::CancelledError(absl::StrCat("the refit of version ", version,
                                                " was cancelled while waiting for ", holder));
     }
-    return absl::DeadlineExceededError(absl::StrCat("the refit of version ", version,
-                                                    " waited for ", holder,
-                                                    " until its own deadline"));
+    return absl::DeadlineExceededError(absl::StrCat(
+        "the refit of version ", version, " waited for ", holder, " until its own deadline"));
   }
   {
     absl::MutexLock lock(&mu_);
@@ -212,8 +225,8 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
     if (version == current_version_) {
       // A repeat: the same answer only for the destination ranks the version went to.
       auto done = reports_.find(version);
-      if (done != reports_.end() && HeldByAll(done->second.destinations,
-                                              snapshot->destination_registrations)) {
+      if (done != reports_.end() &&
+          HeldByAll(done->second.destinations, snapshot->destination_registrations)) {
         return done->second.report;
       }
       const std::string why =
@@ -221,11 +234,11 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
               ? "the coordinator cannot tell which destination ranks hold it (it restarted)"
               : "destination ranks registered since do not hold it";
       if (snapshot->published_oldest != version || snapshot->published_newest != version) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "version ", version, " is committed, but ", why,
-            ", and the source ranks no longer all hold it (they published versions ",
-            snapshot->published_oldest, " to ", snapshot->published_newest,
-            "): refit a newer version"));
+        return absl::FailedPreconditionError(
+            absl::StrCat("version ", version, " is committed, but ", why,
+                         ", and the source ranks no longer all hold it (they published versions ",
+                         snapshot->published_oldest, " to ", snapshot->published_newest,
+                         "): refit a newer version"));
       }
       spdlog::info("version {}: committed before, but {}; moving it again", version, why);
     }
@@ -287,8 +300,9 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
         version, std::min(deadline, absl::Now() + absl::Milliseconds(100)));
   } while (!unpublished.empty() && absl::Now() < deadline && !gave_up());
   if (!unpublished.empty()) {
-    const std::string waiting = absl::StrCat("version ", version, " was not published by source ranks ",
-                                             absl::StrJoin(unpublished, ", "));
+    const std::string waiting =
+        absl::StrCat("version ", version, " was not published by source ranks ",
+                     absl::StrJoin(unpublished, ", "));
     if (gave_up()) return absl::CancelledError(absl::StrCat(waiting, " when the caller cancelled"));
     return absl::DeadlineExceededError(absl::StrCat(waiting, " before the deadline"));
   }
@@ -307,7 +321,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
     epoch_id = absl::StrCat(job_.name().empty() ? "refit" : job_.name(), "-", next_epoch_);
     running_epoch_ = epoch_id;
     running_version_ = version;
-    failure_.clear();
+    failure_ = absl::OkStatus();
     delivered_.clear();
     checksums_.clear();
     pieces_.clear();
@@ -343,13 +357,14 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
   if (outcome.ok()) {
     absl::MutexLock lock(&mu_);
     auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return waiting_for_.empty() || !failure_.empty();
+      return waiting_for_.empty() || !failure_.ok();
     };
     if (!AwaitCancellable(mu_, absl::Condition(&settled), deadline, cancelled) && gave_up()) {
-      failure_ = "the caller cancelled the refit";
-      outcome = absl::CancelledError(absl::StrCat("epoch ", epoch_id, ": ", failure_));
-    } else if (!failure_.empty()) {
-      outcome = absl::AbortedError(absl::StrCat("epoch ", epoch_id, ": ", failure_));
+      failure_ = absl::CancelledError("the caller cancelled the refit");
+    }
+    if (!failure_.ok()) {
+      outcome =
+          absl::Status(failure_.code(), absl::StrCat("epoch ", epoch_id, ": ", failure_.message()));
     } else if (!waiting_for_.empty()) {
       std::vector<std::string> late;
       for (int32_t d : waiting_for_) late.push_back(cluster_->NodeOf(d));
@@ -449,9 +464,7 @@ void EpochRunner::OnDone(int32_t daemon, const v1::EpochDone& done) {
   absl::MutexLock lock(&mu_);
   if (done.epoch_id() != running_epoch_) return;  // a stale report
   waiting_for_.erase(daemon);
-  if (!done.ok() && failure_.empty()) {
-    failure_ = absl::StrCat("refitd on ", node, " failed: ", done.error());
-  }
+  if (!done.ok() && failure_.ok()) failure_ = DaemonFailure(node, done);
   if (!done.ok()) return;
   checksums_.insert(checksums_.end(), done.checksums().begin(), done.checksums().end());
   pieces_.insert(pieces_.end(), done.pieces().begin(), done.pieces().end());
@@ -513,8 +526,8 @@ bool EpochRunner::Watch(const std::string& epoch_id, absl::Time deadline,
 void EpochRunner::OnDaemonLost(int32_t daemon, const std::string& how) {
   const std::string node = cluster_->NodeOf(daemon);
   absl::MutexLock lock(&mu_);
-  if (!running_epoch_.empty() && epoch_daemons_.count(daemon) && failure_.empty()) {
-    failure_ = absl::StrCat("refitd on ", node, " ", how);
+  if (!running_epoch_.empty() && epoch_daemons_.count(daemon) && failure_.ok()) {
+    failure_ = absl::UnavailableError(absl::StrCat("refitd on ", node, " ", how));
   }
 }
 

@@ -120,7 +120,8 @@ class EpochRunner {
   int64_t running_version_ ABSL_GUARDED_BY(mu_) = -1;  // what the running epoch moves
   std::set<int32_t> waiting_for_ ABSL_GUARDED_BY(mu_);
   std::set<int32_t> epoch_daemons_ ABSL_GUARDED_BY(mu_);  // every daemon of the running epoch
-  std::string failure_ ABSL_GUARDED_BY(mu_);
+  // The running epoch's first failure, with its kind (OK: none yet).
+  absl::Status failure_ ABSL_GUARDED_BY(mu_);
   std::map<int32_t, int64_t> delivered_ ABSL_GUARDED_BY(mu_);  // per daemon, running epoch
   // From the daemons' reports of the running epoch.
   std::vector<v1::ViewChecksum> checksums_ ABSL_GUARDED_BY(mu_);

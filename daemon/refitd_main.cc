@@ -23,9 +23,6 @@ ABSL_FLAG(std::string, node, "", "this node's name (defaults to the host name)")
 ABSL_FLAG(std::string, socket, "/run/refit/refitd.sock", "unix socket for the local API");
 ABSL_FLAG(int, metrics_port, -1,
           "HTTP port for /metrics, /healthz and /readyz (0: any free port; -1: none)");
-ABSL_FLAG(int64_t, debug_corrupt_version, -1,
-          "debug: flip a byte of a destination view after the epoch of this version, before "
-          "the checksums (the coordinator must fail the epoch)");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "address the HTTP endpoints listen on");
 
 int main(int argc, char** argv) {
@@ -33,8 +30,10 @@ int main(int argc, char** argv) {
   const sigset_t signals = refit::daemon::BlockShutdownSignals();
   const int64_t open_files = refit::daemon::RaiseOpenFileLimit();
   if (open_files < 4096) {
-    spdlog::warn("refitd: only {} open files allowed (ulimit -n); a large model or many clients "
-                 "need more (LimitNOFILE in the systemd unit)", open_files);
+    spdlog::warn(
+        "refitd: only {} open files allowed (ulimit -n); a large model or many clients "
+        "need more (LimitNOFILE in the systemd unit)",
+        open_files);
   }
   std::string node = absl::GetFlag(FLAGS_node);
   if (node.empty()) {
@@ -60,7 +59,6 @@ int main(int argc, char** argv) {
   }
   link.SetSecurity(*security);
   link.SetGpuDescription(gpu.description);
-  link.CorruptAfterEpoch(absl::GetFlag(FLAGS_debug_corrupt_version));
   link.Start();
   std::unique_ptr<refit::daemon::HttpEndpoints> http;
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {

@@ -17,6 +17,7 @@
 #include "client/daemon_clients.h"
 #include "daemon/coordinator_link.h"
 #include "daemon/coordinator_server.h"
+#include "daemon/testing/epoch_faults.h"
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
 #include "spdlog/spdlog.h"
@@ -114,7 +115,7 @@ TEST(SoakTest, AThousandEpochsWithFaultsLeakNothing) {
     }
     ASSERT_TRUE(trainer.Publish(0, version).ok());
     if (fault != 2) ASSERT_TRUE(trainer.Publish(1, version).ok());
-    if (fault == 1) inference_link->CorruptAfterEpoch(version);
+    if (fault == 1) faults::CorruptAfterEpoch("inference", version);
     if (fault == 3) {
       ASSERT_TRUE(inference.Deregister(v1::ROLE_DESTINATION, 1).ok());
       for (int i = 0; i < 500 && cluster.RankCount(v1::ROLE_DESTINATION) != 1; ++i) {

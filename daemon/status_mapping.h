@@ -1,4 +1,4 @@
-// absl::Status <-> grpc::Status at the edge of the daemons' gRPC services.
+// absl::Status -> grpc::Status at the edge of the daemons' gRPC services.
 #ifndef REFIT_DAEMON_STATUS_MAPPING_H_
 #define REFIT_DAEMON_STATUS_MAPPING_H_
 
@@ -11,11 +11,6 @@ namespace refit::daemon {
 inline grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
-
-inline absl::Status FromGrpc(const grpc::Status& status) {
-  if (status.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()), status.error_message());
 }
 
 }  // namespace refit::daemon

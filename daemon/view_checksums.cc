@@ -40,23 +40,6 @@ absl::StatusOr<transport::StridedRef> LocateView(const v1::RankRegistration& r, 
 
 }  // namespace
 
-absl::StatusOr<std::string> CorruptFirstDestinationByte(
-    const std::vector<v1::RankRegistration>& registrations, const transport::BufferMap& buffers) {
-  for (const v1::RankRegistration& r : registrations) {
-    if (r.role() != v1::ROLE_DESTINATION || r.layout().bucketed()) continue;
-    for (int v = 0; v < r.layout().views_size(); ++v) {
-      const v1::ShardView& view = r.layout().views(v);
-      transport::Dims extent;
-      absl::StatusOr<transport::StridedRef> memory = LocateView(r, v, buffers, &extent);
-      if (!memory.ok()) return memory.status();
-      if (memory->device >= 0 || transport::HoldsNothing(extent)) continue;
-      memory->base[0] ^= 0xFF;
-      return absl::StrCat(Describe({r.role(), r.layout().rank(), v}), " (", view.tensor(), ")");
-    }
-  }
-  return absl::NotFoundError("no destination view in host memory to corrupt");
-}
-
 absl::StatusOr<std::vector<v1::ViewChecksum>> ChecksumViews(
     const std::vector<v1::RankRegistration>& registrations, const transport::BufferMap& buffers) {
   std::vector<v1::ViewChecksum> out;

@@ -20,12 +20,6 @@ namespace refit::daemon {
 absl::StatusOr<std::vector<v1::ViewChecksum>> ChecksumViews(
     const std::vector<v1::RankRegistration>& registrations, const transport::BufferMap& buffers);
 
-// For the corruption-injection debug flag: flips the bits of the first byte of the first
-// host-memory destination view of `registrations`. Returns which view it changed
-// (NOT_FOUND when there is none).
-absl::StatusOr<std::string> CorruptFirstDestinationByte(
-    const std::vector<v1::RankRegistration>& registrations, const transport::BufferMap& buffers);
-
 // Compares the checksums of views with the same (tensor, offset, extent). Returns how
 // many views were compared with at least one other copy, or DATA_LOSS naming the views
 // that disagree with the source side (or with the majority when no source holds the box).
