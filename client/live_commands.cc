@@ -62,6 +62,13 @@ std::string RankRanges(std::vector<int64_t> ranks) {
   return text;
 }
 
+// A live command's failed call: its kind and message on stderr, and the exit status.
+int RequestFailed(const char* command, const absl::Status& status, std::ostream& err) {
+  err << "refitctl " << command << ": " << absl::StatusCodeToString(status.code()) << ": "
+      << status.message() << "\n";
+  return absl::IsDataLoss(status) ? kExitVerifyFailed : kExitRequestFailed;
+}
+
 }  // namespace
 
 int RunStatusCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
@@ -71,10 +78,7 @@ int RunStatusCommand(const std::vector<std::string>& args, std::ostream& out, st
     return kExitInvalidInput;
   }
   absl::StatusOr<v1::StatusResponse> status = CoordinatorClient(line->Get("coordinator")).Status();
-  if (!status.ok()) {
-    err << "refitctl status: " << status.status().message() << "\n";
-    return kExitVerifyFailed;
-  }
+  if (!status.ok()) return RequestFailed("status", status.status(), err);
   if (line->Has("json")) {
     out << Json(*status);
     return kExitOk;
@@ -141,10 +145,7 @@ int RunRefitCommand(const std::vector<std::string>& args, std::ostream& out, std
   }
   watch_context.TryCancel();
   watcher.join();
-  if (!report.ok()) {
-    err << "refitctl refit: " << report.status().message() << "\n";
-    return kExitVerifyFailed;
-  }
+  if (!report.ok()) return RequestFailed("refit", report.status(), err);
   out << (line->Has("json") ? Json(*report) : ReportLine(*report) + "\n");
   if (!line->Has("json") && !report->slowest_node().empty()) {
     out << absl::StrFormat(
@@ -169,10 +170,7 @@ int RunLayoutsCommand(const std::vector<std::string>& args, std::ostream& out, s
   }
   absl::StatusOr<v1::LayoutsResponse> layouts =
       CoordinatorClient(line->Get("coordinator")).Layouts();
-  if (!layouts.ok()) {
-    err << "refitctl layouts: " << layouts.status().message() << "\n";
-    return kExitVerifyFailed;
-  }
+  if (!layouts.ok()) return RequestFailed("layouts", layouts.status(), err);
   if (line->Has("json")) {
     out << Json(*layouts);
     return kExitOk;

@@ -17,6 +17,9 @@ namespace refit::client {
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitVerifyFailed = 1;
 inline constexpr int kExitInvalidInput = 2;
+// A live command's call failed: the coordinator was unreachable, refused it, or the refit
+// failed (a refit whose checks found wrong bytes, DATA_LOSS, exits kExitVerifyFailed).
+inline constexpr int kExitRequestFailed = 3;
 
 // Runs the command on `args` (after "plan"); returns the process exit code.
 int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);

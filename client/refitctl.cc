@@ -16,7 +16,10 @@ int main(int argc, char** argv) {
       "  status  the coordinator's view: daemons, current version, last epochs\n"
       "  refit   run a refit epoch for a version and print its report\n"
       "  layouts the layouts and placement the coordinator has registered\n"
-      "  doctor  check this node for what refit needs and say what to fix\n";
+      "  doctor  check this node for what refit needs and say what to fix\n"
+      "exit status of status, refit and layouts: 0 ok, 1 the refit's checksums found wrong\n"
+      "  bytes (DATA_LOSS), 2 bad flags, 3 the call failed (the coordinator unreachable, the\n"
+      "  request refused, the epoch failed): stderr names the gRPC code and the reason\n";
   if (argc < 2) {
     std::cerr << usage;
     return refit::client::kExitInvalidInput;

@@ -156,6 +156,18 @@ TEST(RefitctlTest, DoctorSaysWhatIsMissingAndWhatToDo) {
   EXPECT_EQ(Refitctl("doctor --shm-need lots").exit_code, 2);
 }
 
+TEST(RefitctlTest, ALiveCommandWhoseCallFailsExitsThreeNamingTheCode) {
+  // Nothing listens on port 1: the call fails, it is not a verification failure.
+  for (const std::string command : {"status", "layouts", "refit --version 1 --timeout-ms 300"}) {
+    const CommandResult run = Refitctl(command + " --coordinator 127.0.0.1:1 --json");
+    EXPECT_EQ(run.exit_code, 3) << command << ": " << run.err;
+    EXPECT_TRUE(absl::StrContains(run.err, ": UNAVAILABLE: ") ||
+                absl::StrContains(run.err, ": DEADLINE_EXCEEDED: "))
+        << command << ": " << run.err;
+    EXPECT_EQ(run.out, "") << command;
+  }
+}
+
 TEST(RefitctlTest, ReadableTableWithoutJson) {
   const CommandResult run = Refitctl("plan --refit mini --strategy gather_broadcast");
   EXPECT_EQ(run.exit_code, 0) << run.err;

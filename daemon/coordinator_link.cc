@@ -111,15 +111,9 @@ bool CoordinatorLink::Write(const v1::DaemonMessage& message) {
 }
 
 void CoordinatorLink::Run() {
-  absl::StatusOr<std::unique_ptr<transport::UcxWorker>> worker =
-      transport::UcxWorker::Create(node_);
-  if (!worker.ok()) return;  // no data plane: nothing this daemon could do
-  (*worker)->SetInterrupt(&interrupt_);
-  worker_ = std::move(*worker);
-  {
-    absl::MutexLock lock(&mu_);
-    data_plane_address_ = worker_->address();
-  }
+  // Without a data-plane worker the daemon still connects (its ranks register, the
+  // coordinator and refitctl see it), and the epoch thread keeps trying to make one.
+  TryMakeWorker();
   epoch_thread_ = std::thread(&CoordinatorLink::EpochLoop, this);
   // Reconnects with exponential backoff (0.1 s doubling to 5 s), from the start again
   // after a session that was welcomed.
@@ -440,10 +434,14 @@ void CoordinatorLink::TryMakeWorker() {
   worker_failing_ = false;
   (*worker)->SetInterrupt(&interrupt_);
   worker_ = std::move(*worker);
-  spdlog::info("refitd {}: new data-plane worker; reconnecting to say its address", node_);
   absl::MutexLock lock(&mu_);
   data_plane_address_ = worker_->address();
-  if (context_ != nullptr) context_->TryCancel();  // the next hello carries the new address
+  // A session already open said another address (or none) in its hello: end it, so that
+  // the next hello carries this one.
+  if (context_ != nullptr) {
+    spdlog::info("refitd {}: new data-plane worker; reconnecting to say its address", node_);
+    context_->TryCancel();
+  }
 }
 
 absl::Status CoordinatorLink::JoinNccl(const v1::PlanSlice& slice, absl::Time deadline,

@@ -97,7 +97,8 @@ class CoordinatorLink {
   // Set to stop the running epoch; the UCX worker and the executor both watch it.
   std::atomic<bool> interrupt_{false};
   std::thread epoch_thread_;  // started and joined by the link's thread
-  // The data plane's UCX worker: used by the epoch thread, replaced by it (ReplaceWorker).
+  // The data plane's UCX worker: made by the link's thread before the epoch thread starts,
+  // then used and remade only by the epoch thread (TryMakeWorker).
   std::unique_ptr<transport::UcxWorker> worker_;
   bool worker_failing_ = false;  // epoch thread: the last TryMakeWorker failed
 

@@ -68,7 +68,7 @@ class StreamChannel : public DaemonChannel {
   grpc::ServerContext* context_;
   bool cut_ ABSL_GUARDED_BY(state_mu_) = false;
   bool cut_while_writing_ ABSL_GUARDED_BY(state_mu_) = false;
-  bool writing_ ABSL_GUARDED_BY(state_mu_) = false;  // a Write is in flight
+  bool writing_ ABSL_GUARDED_BY(state_mu_) = false;          // a Write is in flight
   absl::Duration writing_since_ ABSL_GUARDED_BY(state_mu_);  // MonotonicNow()
   bool closed_ ABSL_GUARDED_BY(state_mu_) = false;
   grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::DaemonMessage>* stream_;
@@ -148,21 +148,27 @@ grpc::Status CoordinatorService::Control(
         break;
       }
       case v1::DaemonMessage::kDeregisterRank:
-        cluster_
-            ->RemoveRank(session, message.deregister_rank().role(),
-                         message.deregister_rank().rank())
-            .IgnoreError();
+        if (absl::Status removed = cluster_->RemoveRank(session, message.deregister_rank().role(),
+                                                        message.deregister_rank().rank());
+            !removed.ok()) {
+          spdlog::warn("refitd on {}: deregistration refused: {}", hello.node(),
+                       std::string(removed.message()));
+        }
         UpdateRankGauges();
         break;
       case v1::DaemonMessage::kPublished:
-        if (absl::Status version = CheckVersion(message.published().version(),
-                                                 "a published version");
+        if (absl::Status version =
+                CheckVersion(message.published().version(), "a published version");
             !version.ok()) {
           spdlog::warn("refitd on {}: {}", hello.node(), std::string(version.message()));
           break;
         }
-        cluster_->MarkPublished(session, message.published().rank(), message.published().version())
-            .IgnoreError();
+        if (absl::Status marked = cluster_->MarkPublished(session, message.published().rank(),
+                                                          message.published().version());
+            !marked.ok()) {
+          spdlog::warn("refitd on {}: publication refused: {}", hello.node(),
+                       std::string(marked.message()));
+        }
         break;
       case v1::DaemonMessage::kProgress:
         runner_->OnProgress(session.index, message.progress());
@@ -210,8 +216,8 @@ grpc::Status CoordinatorService::Refit(grpc::ServerContext* context,
   absl::Duration timeout =
       request->deadline_ms() > 0 ? absl::Milliseconds(request->deadline_ms()) : default_deadline_;
   timeout = std::min(timeout, absl::FromChrono(context->deadline()) - absl::Now());
-  absl::StatusOr<v1::RefitReport> report = runner_->Refit(
-      request->version(), timeout, [context]() { return context->IsCancelled(); });
+  absl::StatusOr<v1::RefitReport> report =
+      runner_->Refit(request->version(), timeout, [context]() { return context->IsCancelled(); });
   if (!report.ok()) return ToGrpc(report.status());
   *response = *report;
   return grpc::Status::OK;

@@ -9,9 +9,6 @@
 namespace refit::daemon {
 namespace {
 
-// Requests carry at most this many views and tensors; larger ones are refused at the edge.
-constexpr int kMaxViewsPerRank = 1 << 20;
-
 absl::Time DeadlineOf(const grpc::ServerContext& context, int64_t deadline_ms) {
   // The earlier of the client's gRPC deadline and the request's own.
   absl::Time deadline = absl::FromChrono(context.deadline());
@@ -24,10 +21,6 @@ absl::Time DeadlineOf(const grpc::ServerContext& context, int64_t deadline_ms) {
 grpc::Status LocalService::RegisterRank(grpc::ServerContext*,
                                         const v1::RegisterRankRequest* request,
                                         v1::RegisterRankResponse* response) {
-  if (request->layout().views_size() > kMaxViewsPerRank ||
-      request->tensors_size() > kMaxViewsPerRank) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "too many views or tensors");
-  }
   absl::StatusOr<std::string> session = registry_->Register(*request);
   if (!session.ok()) return ToGrpc(session.status());
   response->set_session(*session);
@@ -69,7 +62,8 @@ grpc::Status LocalService::ReceiveBuckets(grpc::ServerContext* context,
   absl::StatusOr<int64_t> rank = registry_->BucketedRankOf(request->session());
   if (!rank.ok()) return ToGrpc(rank.status());
   registry_->bucket_streams().Serve(
-      *rank, request->session(), [writer](const v1::Bucket& bucket) { return writer->Write(bucket); },
+      *rank, request->session(),
+      [writer](const v1::Bucket& bucket) { return writer->Write(bucket); },
       [&] {
         if (context->IsCancelled()) return true;
         absl::StatusOr<bool> ended = registry_->AwaitSessionEnd(request->session(), absl::Now());
@@ -107,10 +101,9 @@ grpc::Status LocalService::WaitForVersion(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "WaitForVersion needs a deadline (deadline_ms or a gRPC deadline)");
   }
-  absl::StatusOr<int64_t> version =
-      registry_->WaitForVersion(request->rank(), request->version(),
-                                DeadlineOf(*context, request->deadline_ms()),
-                                [context]() { return context->IsCancelled(); });
+  absl::StatusOr<int64_t> version = registry_->WaitForVersion(
+      request->rank(), request->version(), DeadlineOf(*context, request->deadline_ms()),
+      [context]() { return context->IsCancelled(); });
   if (!version.ok()) return ToGrpc(version.status());
   response->set_version(*version);
   return grpc::Status::OK;

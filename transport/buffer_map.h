@@ -49,8 +49,8 @@ class BufferMap {
   // Adds a tensor, or checks an existing one has the same element size and shape.
   absl::Status DeclareTensor(const std::string& name, const TensorShape& shape);
 
-  // Maps the rank's buffers (every view names a declared buffer with a shared-memory
-  // name) and checks each view fits its buffer. Errors name the rank, view and buffer.
+  // Maps the rank's buffers (shared-memory segments by name, GPU allocations by CUDA IPC
+  // handle; a bucketed rank's one bucket) and checks each view fits its buffer. Errors name the rank, view and buffer.
   // `rank_tensors`, when given, are the tensors the rank declares: each must agree with a
   // tensor already declared, and is forgotten once no rank that declared it is left
   // (tensors given to the constructor are never forgotten). Nothing is kept when it fails.
