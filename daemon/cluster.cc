@@ -1,18 +1,15 @@
 #include "daemon/cluster.h"
 
-#include "daemon/monotonic_clock.h"
-
 #include <algorithm>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/monotonic_clock.h"
 
 namespace refit::daemon {
 namespace {
 
-std::string RankName(int role, int64_t rank) {
-  return absl::StrCat(role == v1::ROLE_SOURCE ? "source" : "destination", " rank ", rank);
-}
+using transport::RankName;
 
 }  // namespace
 
@@ -96,17 +93,16 @@ void Cluster::RemoveDaemon(const DaemonSession& session) {
 }
 
 absl::Status Cluster::AddRank(const DaemonSession& session, v1::RankRegistration registration) {
-  const std::pair<int, int64_t> key = {registration.role(), registration.layout().rank()};
+  const transport::RankKey key = {registration.role(), registration.layout().rank()};
   Registration kept = std::make_shared<const v1::RankRegistration>(std::move(registration));
   absl::MutexLock lock(&mu_);  // declared after `kept`: a replaced registration is freed unlocked
   if (!IsCurrentLocked(session)) {
     return absl::FailedPreconditionError(
-        absl::StrCat(RankName(key.first, key.second), ": the registering daemon was fenced"));
+        absl::StrCat(key.Name(), ": the registering daemon was fenced"));
   }
   auto it = ranks_.find(key);
   if (it != ranks_.end() && it->second.daemon != session.index) {
-    return absl::AlreadyExistsError(absl::StrCat(RankName(key.first, key.second),
-                                                 " is already registered by daemon ",
+    return absl::AlreadyExistsError(absl::StrCat(key.Name(), " is already registered by daemon ",
                                                  daemons_[it->second.daemon].peer.node()));
   }
   if (it == ranks_.end()) {
@@ -238,14 +234,14 @@ std::vector<int64_t> Cluster::AwaitPublished(int64_t version, absl::Time deadlin
   absl::MutexLock lock(&mu_);
   auto all_published = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     for (const auto& [key, record] : ranks_) {
-      if (key.first == v1::ROLE_SOURCE && record.published < version) return false;
+      if (key.role == v1::ROLE_SOURCE && record.published < version) return false;
     }
     return true;
   };
   mu_.AwaitWithDeadline(absl::Condition(&all_published), deadline);
   std::vector<int64_t> missing;
   for (const auto& [key, record] : ranks_) {
-    if (key.first == v1::ROLE_SOURCE && record.published < version) missing.push_back(key.second);
+    if (key.role == v1::ROLE_SOURCE && record.published < version) missing.push_back(key.rank);
   }
   return missing;
 }
@@ -254,7 +250,7 @@ absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
   // Under the lock only the registrations' pointers and the small per-rank facts are taken;
   // the layouts (tens of MB for a large model) are built from them after it is released.
   struct Entry {
-    std::pair<int, int64_t> key;
+    transport::RankKey key;
     RankRecord record;
   };
   std::vector<Entry> entries;
@@ -271,7 +267,7 @@ absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
   }
   std::map<std::string, const v1::TensorSpec*> tensors[2];
   for (const auto& [key, record] : entries) {
-    const bool source = key.first == v1::ROLE_SOURCE;
+    const bool source = key.role == v1::ROLE_SOURCE;
     v1::LayoutSpec& side = source ? snapshot.sources : snapshot.destinations;
     for (const v1::TensorSpec& t : record.registration->tensors()) {
       auto [it, inserted] = tensors[source].emplace(t.name(), &t);
@@ -281,7 +277,7 @@ absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
                  !std::equal(it->second->shape().begin(), it->second->shape().end(),
                              t.shape().begin(), t.shape().end())) {
         return absl::InvalidArgumentError(
-            absl::StrCat(t.name(), ": ", RankName(key.first, key.second),
+            absl::StrCat(t.name(), ": ", key.Name(),
                          " declares a dtype or shape other ranks of its side do not"));
       }
     }
@@ -301,11 +297,11 @@ absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
           first ? record.published : std::min(snapshot.published_oldest, record.published);
       snapshot.published_newest = std::max(snapshot.published_newest, record.published);
     } else {
-      snapshot.destination_registrations[key.second] = record.registration_id;
+      snapshot.destination_registrations[key.rank] = record.registration_id;
     }
     v1::RankPlacement* placement = &snapshot.placement.emplace_back();
-    placement->set_role(static_cast<v1::Role>(key.first));
-    placement->set_rank(key.second);
+    placement->set_role(key.role);
+    placement->set_rank(key.rank);
     placement->set_daemon(record.daemon);
     placement->set_gpu(gpu);
     placement->set_device(gpu ? rank->device() : -1);
@@ -346,7 +342,7 @@ std::string Cluster::IncarnationOf(const std::string& node) const {
 int64_t Cluster::RankCount(v1::Role role) const {
   absl::MutexLock lock(&mu_);
   int64_t count = 0;
-  for (const auto& [key, record] : ranks_) count += key.first == role;
+  for (const auto& [key, record] : ranks_) count += key.role == role;
   return count;
 }
 

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "daemon/in_doubt_resolution.h"
 #include "proto/refit.pb.h"
+#include "transport/rank_key.h"
 
 namespace refit::daemon {
 
@@ -143,7 +144,7 @@ class Cluster {
   mutable absl::Mutex mu_;
   std::map<int32_t, DaemonRecord> daemons_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int32_t> index_of_node_ ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<int, int64_t>, RankRecord> ranks_ ABSL_GUARDED_BY(mu_);
+  std::map<transport::RankKey, RankRecord> ranks_ ABSL_GUARDED_BY(mu_);
   int64_t generations_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t registrations_ ABSL_GUARDED_BY(mu_) = 0;
   // Per node, the incarnations a newer one replaced (the latest few).

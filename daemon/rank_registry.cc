@@ -16,12 +16,10 @@
 namespace refit::daemon {
 namespace {
 
+using transport::RankName;
+
 // How long a registration waits for an earlier registration of the same rank to go.
 constexpr absl::Duration kPredecessorGrace = absl::Seconds(1);
-
-std::string RankName(v1::Role role, int64_t rank) {
-  return absl::StrCat(role == v1::ROLE_SOURCE ? "source" : "destination", " rank ", rank);
-}
 
 }  // namespace
 
@@ -39,9 +37,8 @@ void RankRegistry::Notify(const Event& event, uint64_t sequence) {
   // In the order the changes happened: a rank's departure and its successor's
   // registration, made on two threads, must reach the coordinator in that order.
   absl::MutexLock delivering(&delivery_mu_);
-  auto my_turn = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(delivery_mu_) {
-    return delivered_ == sequence;
-  };
+  auto my_turn = [&]()
+                     ABSL_EXCLUSIVE_LOCKS_REQUIRED(delivery_mu_) { return delivered_ == sequence; };
   delivery_mu_.Await(absl::Condition(&my_turn));
   if (listener) listener(event);
   ++delivered_;
@@ -54,7 +51,7 @@ void RankRegistry::Replay(const Listener& emit) {
     absl::MutexLock lock(&mu_);
     for (const auto& [key, entry] : ranks_) {
       events.push_back(Event{Event::kRegistered, entry.registration});
-      if (key.first == v1::ROLE_SOURCE && entry.version >= 0) {
+      if (key.role == v1::ROLE_SOURCE && entry.version >= 0) {
         events.push_back(Event{Event::kPublished, entry.registration, entry.version});
       }
     }
@@ -96,7 +93,7 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
     // rank to leave (up to kPredecessorGrace): a rank restarted right after its process
     // died may come before refitd has noticed the old connection closed (it looks every
     // 100 ms).
-    const std::pair<int, int64_t> key{request.role(), layout.rank()};
+    const transport::RankKey key{request.role(), layout.rank()};
     auto can_register = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return !epoch_running_ && ranks_.count(key) == 0;
     };
@@ -125,11 +122,11 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
     entry.session = session;
     sequence = next_event_++;
   }
-  spdlog::info(
-      "refitd {}: {} registered (session {}){}", node_, who, session,
-      layout.staged()     ? ", staged: the data plane writes a shadow copied in at commit"
-      : layout.bucketed() ? ", bucketed: its process copies in each bucket the data plane fills"
-                          : "");
+  spdlog::info("refitd {}: {} registered (session {}){}", node_, who, session,
+               layout.staged() ? ", staged: the data plane writes a shadow copied in at commit"
+               : layout.bucketed()
+                   ? ", bucketed: its process copies in each bucket the data plane fills"
+                   : "");
   Notify(Event{Event::kRegistered, registration}, sequence);
   return session;
 }
@@ -158,7 +155,7 @@ absl::Status RankRegistry::Deregister(v1::Role role, int64_t rank) {
   return absl::OkStatus();
 }
 
-std::map<std::pair<int, int64_t>, RankRegistry::Entry>::iterator RankRegistry::FindSession(
+std::map<transport::RankKey, RankRegistry::Entry>::iterator RankRegistry::FindSession(
     const std::string& session) {
   for (auto it = ranks_.begin(); it != ranks_.end(); ++it) {
     if (it->second.session == session) return it;
@@ -175,14 +172,14 @@ absl::StatusOr<int64_t> RankRegistry::BucketedRankOf(const std::string& session)
   }
   if (!it->second.registration.layout().bucketed()) {
     return absl::FailedPreconditionError(
-        absl::StrCat(RankName(static_cast<v1::Role>(it->first.first), it->first.second),
+        absl::StrCat(RankName(it->first.role, it->first.rank),
                      " is not bucketed: refitd writes its buffers itself"));
   }
-  return it->first.second;
+  return it->first.rank;
 }
 
 void RankRegistry::DeregisterSession(const std::string& session, bool reclaim_shared_memory) {
-  std::pair<int, int64_t> key;
+  transport::RankKey key;
   std::vector<std::string> segments;
   {
     absl::MutexLock lock(&mu_);
@@ -205,7 +202,7 @@ void RankRegistry::DeregisterSession(const std::string& session, bool reclaim_sh
     }
   }
   // A concurrent Deregister of the same rank makes this one NOT_FOUND, which is fine.
-  Deregister(static_cast<v1::Role>(key.first), key.second).IgnoreError();
+  Deregister(key.role, key.rank).IgnoreError();
 }
 
 std::string RankRegistry::NewSessionId() {
@@ -259,7 +256,7 @@ absl::Status RankRegistry::Publish(int64_t rank, int64_t version) {
 absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t version,
                                                      absl::Time deadline,
                                                      const std::function<bool()>& cancelled) {
-  const std::pair<int, int64_t> key = {v1::ROLE_DESTINATION, rank};
+  const transport::RankKey key = {v1::ROLE_DESTINATION, rank};
   absl::MutexLock lock(&mu_);
   const int64_t aborts_before = aborts_;
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -271,9 +268,8 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
     return absl::NotFoundError(
         absl::StrCat(RankName(v1::ROLE_DESTINATION, rank), " is not registered on ", node_));
   }
-  const bool gave_up =
-      !AwaitCancellable(mu_, absl::Condition(&ready), deadline, cancelled) && cancelled &&
-      cancelled();
+  const bool gave_up = !AwaitCancellable(mu_, absl::Condition(&ready), deadline, cancelled) &&
+                       cancelled && cancelled();
   auto it = ranks_.find(key);
   if (it == ranks_.end()) {
     return absl::FailedPreconditionError(
@@ -288,8 +284,10 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
   if (entry.torn >= version) {
     return absl::DataLossError(absl::StrCat(RankName(v1::ROLE_DESTINATION, rank),
                                             " waited for version ", version, ": version ",
-                                            entry.torn, " was committed but not copied into its "
-                                            "buffers (", entry.torn_reason, "); ", holds));
+                                            entry.torn,
+                                            " was committed but not copied into its "
+                                            "buffers (",
+                                            entry.torn_reason, "); ", holds));
   }
   if (aborts_ != aborts_before && last_abort_.version >= version) {
     return absl::AbortedError(
@@ -299,8 +297,8 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
   }
   if (gave_up && !ready()) {
     return absl::CancelledError(absl::StrCat(RankName(v1::ROLE_DESTINATION, rank),
-                                             ": the wait for version ", version,
-                                             " was cancelled; ", holds));
+                                             ": the wait for version ", version, " was cancelled; ",
+                                             holds));
   }
   return absl::DeadlineExceededError(absl::StrCat(RankName(v1::ROLE_DESTINATION, rank),
                                                   " waited for version ", version,
@@ -312,8 +310,8 @@ void RankRegistry::BeginEpoch(const std::set<int64_t>& planned_destinations) {
   epoch_running_ = true;
   epoch_destinations_.clear();
   for (const auto& [key, entry] : ranks_) {
-    if (key.first == v1::ROLE_DESTINATION && planned_destinations.count(key.second)) {
-      epoch_destinations_[key.second] = entry.session;
+    if (key.role == v1::ROLE_DESTINATION && planned_destinations.count(key.rank)) {
+      epoch_destinations_[key.rank] = entry.session;
     }
   }
   buffers_.StageEpoch(planned_destinations);
@@ -335,12 +333,12 @@ std::vector<int64_t> RankRegistry::Commit(int64_t version,
   committed_ = std::max(committed_, version);
   std::vector<int64_t> destinations;
   for (auto& [key, entry] : ranks_) {
-    if (key.first != v1::ROLE_DESTINATION) continue;
-    auto written = epoch_destinations_.find(key.second);
+    if (key.role != v1::ROLE_DESTINATION) continue;
+    auto written = epoch_destinations_.find(key.rank);
     if (written == epoch_destinations_.end() || written->second != entry.session) continue;
-    if (auto it = torn.find(key.second); it != torn.end()) {
+    if (auto it = torn.find(key.rank); it != torn.end()) {
       spdlog::error("refitd {}: version {} not committed to {}: {}", node_, version,
-                    RankName(v1::ROLE_DESTINATION, key.second), std::string(it->second.message()));
+                    RankName(v1::ROLE_DESTINATION, key.rank), std::string(it->second.message()));
       entry.partial = std::max(entry.partial, version);
       entry.torn = version;
       entry.torn_reason = std::string(it->second.message());
@@ -348,8 +346,8 @@ std::vector<int64_t> RankRegistry::Commit(int64_t version,
     }
     entry.version = std::max(entry.version, version);
     if (entry.partial <= entry.version) entry.partial = -1;
-    destinations.push_back(key.second);
-    if (marked) marked(key.second);
+    destinations.push_back(key.rank);
+    if (marked) marked(key.rank);
   }
   epoch_destinations_.clear();
   return destinations;
@@ -357,10 +355,10 @@ std::vector<int64_t> RankRegistry::Commit(int64_t version,
 
 void RankRegistry::Abort(int64_t version, const std::string& epoch_id, const std::string& reason) {
   absl::MutexLock lock(&mu_);
-  buffers_.DiscardStaged();  // staged ranks' buffers were never written
+  buffers_.DiscardStaged();     // staged ranks' buffers were never written
   epoch_destinations_.clear();  // no later commit may mark what this epoch wrote
   for (auto& [key, entry] : ranks_) {
-    if (key.first == v1::ROLE_DESTINATION && entry.version < version &&
+    if (key.role == v1::ROLE_DESTINATION && entry.version < version &&
         !entry.registration.layout().staged()) {
       entry.partial = std::max(entry.partial, version);
     }

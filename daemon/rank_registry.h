@@ -19,6 +19,7 @@
 #include "daemon/bucket_streams.h"
 #include "proto/refit.pb.h"
 #include "transport/buffer_map.h"
+#include "transport/rank_key.h"
 
 namespace refit::daemon {
 
@@ -124,7 +125,7 @@ class RankRegistry {
     std::string reason;
   };
   // The rank registered under `session`, or ranks_.end().
-  std::map<std::pair<int, int64_t>, Entry>::iterator FindSession(const std::string& session)
+  std::map<transport::RankKey, Entry>::iterator FindSession(const std::string& session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Delivers the change numbered `sequence` (next_event_ when it happened) after every
@@ -139,7 +140,7 @@ class RankRegistry {
   uint64_t next_event_ ABSL_GUARDED_BY(mu_) = 0;  // the number of the next change
   Listener listener_ ABSL_GUARDED_BY(mu_);
   transport::BufferMap buffers_ ABSL_GUARDED_BY(mu_);
-  std::map<std::pair<int, int64_t>, Entry> ranks_ ABSL_GUARDED_BY(mu_);
+  std::map<transport::RankKey, Entry> ranks_ ABSL_GUARDED_BY(mu_);
   // A new, unguessable session id ("node/" and 128 random bits), remembered.
   std::string NewSessionId() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static constexpr size_t kSessionsRemembered = 4096;
@@ -152,7 +153,7 @@ class RankRegistry {
   // The destination ranks (and their sessions) the last epoch wrote; Commit marks these.
   std::map<int64_t, std::string> epoch_destinations_ ABSL_GUARDED_BY(mu_);
   // Ranks that left during the running epoch; their buffers go when it ends.
-  std::vector<std::pair<v1::Role, int64_t>> retiring_ ABSL_GUARDED_BY(mu_);
+  std::vector<transport::RankKey> retiring_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace refit::daemon

@@ -9,10 +9,6 @@
 namespace refit::transport {
 namespace {
 
-std::string RankName(v1::Role role, int64_t rank) {
-  return absl::StrCat(role == v1::ROLE_SOURCE ? "source" : "destination", " rank ", rank);
-}
-
 // One past the last byte the view touches, or an error when that passes `buffer_bytes`;
 // every product and sum is checked, so no stride or byte_offset can wrap into range.
 absl::StatusOr<int64_t> ViewEndByte(int64_t byte_offset, const MappedView& view,
@@ -204,7 +200,7 @@ absl::Status BufferMap::MapRank(v1::Role role, const v1::RankLayout& layout) {
     }
     memory.views.push_back(std::move(view));
   }
-  ranks_.emplace(std::make_pair(static_cast<int>(role), layout.rank()), std::move(memory));
+  ranks_.emplace(RankKey{role, layout.rank()}, std::move(memory));
   return absl::OkStatus();
 }
 
@@ -214,8 +210,7 @@ absl::Status BufferMap::CheckBacked() const {
       absl::Status backed = memory.segments[i]->CheckBacked();
       if (!backed.ok()) {
         return absl::Status(backed.code(),
-                            absl::StrCat(RankName(static_cast<v1::Role>(key.first), key.second),
-                                         ": buffer \"", memory.segment_names[i],
+                            absl::StrCat(key.Name(), ": buffer \"", memory.segment_names[i],
                                          "\": ", backed.message()));
       }
     }
@@ -238,8 +233,8 @@ void BufferMap::RemoveRank(v1::Role role, int64_t rank) {
 
 void BufferMap::StageEpoch(const std::set<int64_t>& planned_destinations) {
   for (auto& [key, memory] : ranks_) {
-    memory.written_by_epoch = !memory.shadows.empty() && key.first == v1::ROLE_DESTINATION &&
-                              planned_destinations.count(key.second) > 0;
+    memory.written_by_epoch = !memory.shadows.empty() && key.role == v1::ROLE_DESTINATION &&
+                              planned_destinations.count(key.rank) > 0;
   }
 }
 
@@ -256,14 +251,13 @@ std::map<int64_t, absl::Status> BufferMap::CommitStaged() {
     }
     for (size_t i = 0; i < memory.views.size() && backed.ok(); ++i) {
       const MappedView& view = memory.views[i];
-      backed = GuardMemoryAccess(absl::StrCat("committing view ", i, " of destination rank ", key.second),
-                                 [&] {
-                                   CopyBox(view.extent, view.element_bytes,
-                                           StridedRef{view.base, view.strides},
-                                           StridedRef{memory.committed_bases[i], view.strides});
-                                 });
+      backed = GuardMemoryAccess(
+          absl::StrCat("committing view ", i, " of destination rank ", key.rank), [&] {
+            CopyBox(view.extent, view.element_bytes, StridedRef{view.base, view.strides},
+                    StridedRef{memory.committed_bases[i], view.strides});
+          });
     }
-    if (!backed.ok()) torn.emplace(key.second, backed);
+    if (!backed.ok()) torn.emplace(key.rank, backed);
   }
   return torn;
 }

@@ -17,6 +17,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "proto/refit.pb.h"
+#include "transport/rank_key.h"
 #include "transport/shared_memory.h"
 #include "transport/strided_copy.h"
 
@@ -50,9 +51,9 @@ class BufferMap {
   absl::Status DeclareTensor(const std::string& name, const TensorShape& shape);
 
   // Maps the rank's buffers (shared-memory segments by name, GPU allocations by CUDA IPC
-  // handle; a bucketed rank's one bucket) and checks each view fits its buffer. Errors name the rank, view and buffer.
-  // `rank_tensors`, when given, are the tensors the rank declares: each must agree with a
-  // tensor already declared, and is forgotten once no rank that declared it is left
+  // handle; a bucketed rank's one bucket) and checks each view fits its buffer. Errors name the
+  // rank, view and buffer. `rank_tensors`, when given, are the tensors the rank declares: each must
+  // agree with a tensor already declared, and is forgotten once no rank that declared it is left
   // (tensors given to the constructor are never forgotten). Nothing is kept when it fails.
   absl::Status AddRank(v1::Role role, const v1::RankLayout& layout,
                        const TensorTable* rank_tensors = nullptr);
@@ -118,7 +119,7 @@ class BufferMap {
   absl::flat_hash_set<std::string> pinned_tensors_;
   // Per tensor declared by ranks, how many mapped ranks declared it.
   absl::flat_hash_map<std::string, int> tensor_users_;
-  std::map<std::pair<int, int64_t>, RankMemory> ranks_;  // (role, rank)
+  std::map<RankKey, RankMemory> ranks_;
 };
 
 }  // namespace refit::transport

@@ -50,8 +50,7 @@ absl::StatusOr<int32_t> RankPlacement::DaemonOf(v1::Role role, int64_t rank) con
   auto it = daemons_.find({role, rank});
   if (it != daemons_.end()) return it->second;
   if (default_daemon_ >= 0) return default_daemon_;
-  return absl::NotFoundError(absl::StrCat(role == v1::ROLE_SOURCE ? "source" : "destination",
-                                          " rank ", rank, " has no daemon"));
+  return absl::NotFoundError(absl::StrCat(RankName(role, rank), " has no daemon"));
 }
 
 UcxEndpoint* PlanExecutor::PeerOf(int32_t daemon) const {

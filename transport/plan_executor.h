@@ -21,6 +21,7 @@
 #include "transport/gpu/device_copy.h"
 #include "transport/gpu/nccl_group.h"
 #include "transport/local_executor.h"
+#include "transport/rank_key.h"
 #include "transport/relay_buffers.h"
 #include "transport/scratch_arena.h"
 #include "transport/staging_pool.h"
@@ -47,8 +48,8 @@ class RankPlacement {
   absl::StatusOr<int32_t> DaemonOf(v1::Role role, int64_t rank) const;
 
  private:
-  std::map<std::pair<int, int64_t>, int32_t> daemons_;
-  std::map<std::pair<int, int64_t>, int32_t> devices_;
+  std::map<RankKey, int32_t> daemons_;
+  std::map<RankKey, int32_t> devices_;
   int32_t default_daemon_ = -1;
 };
 

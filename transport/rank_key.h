@@ -1,0 +1,36 @@
+// Which rank something belongs to: its side of the refit (source or destination) and its
+// rank id. The key of every per-rank map in the daemons and the data plane, and the one
+// way messages name a rank ("source rank 3").
+#ifndef REFIT_TRANSPORT_RANK_KEY_H_
+#define REFIT_TRANSPORT_RANK_KEY_H_
+
+#include <cstdint>
+#include <string>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "proto/refit.pb.h"
+
+namespace refit::transport {
+
+// "source rank 3", "destination rank 0".
+inline std::string RankName(v1::Role role, int64_t rank) {
+  return absl::StrCat(role == v1::ROLE_SOURCE ? "source" : "destination", " rank ", rank);
+}
+
+struct RankKey {
+  v1::Role role = v1::ROLE_UNSPECIFIED;
+  int64_t rank = 0;
+
+  std::string Name() const { return RankName(role, rank); }
+  friend bool operator<(const RankKey& a, const RankKey& b) {
+    return std::tie(a.role, a.rank) < std::tie(b.role, b.rank);
+  }
+  friend bool operator==(const RankKey& a, const RankKey& b) {
+    return a.role == b.role && a.rank == b.rank;
+  }
+};
+
+}  // namespace refit::transport
+
+#endif  // REFIT_TRANSPORT_RANK_KEY_H_
