@@ -144,10 +144,12 @@ absl::Status Cluster::MarkPublished(const DaemonSession& session, int64_t source
   return absl::OkStatus();
 }
 
-bool Cluster::Touch(const DaemonSession& session) {
+bool Cluster::Touch(const DaemonSession& session, bool handling) {
   absl::MutexLock lock(&mu_);
   if (!IsCurrentLocked(session)) return false;
-  daemons_[session.index].last_heard = MonotonicNow();
+  DaemonRecord& record = daemons_[session.index];
+  record.last_heard = MonotonicNow();
+  record.handling = handling;
   return true;
 }
 
@@ -161,7 +163,7 @@ std::vector<std::string> Cluster::CutExpired(absl::Duration now, absl::Duration 
       const absl::Duration unread =
           record.channel != nullptr ? record.channel->WriteBlockedFor(now) : absl::ZeroDuration();
       const int64_t lease_ms = absl::ToInt64Milliseconds(lease);
-      if (now - record.last_heard > lease) {
+      if (!record.handling && now - record.last_heard > lease) {
         nodes.push_back(absl::StrCat("refitd on ", record.peer.node(), " sent nothing for ",
                                      lease_ms, " ms (its lease): cut off"));
       } else if (unread > lease) {

@@ -72,8 +72,11 @@ class Cluster {
   absl::Status AddRank(const DaemonSession& session, v1::RankRegistration registration);
   absl::Status RemoveRank(const DaemonSession& session, v1::Role role, int64_t rank);
   absl::Status MarkPublished(const DaemonSession& session, int64_t source_rank, int64_t version);
-  // The session was heard from now; false when it is fenced.
-  bool Touch(const DaemonSession& session);
+  // The session was heard from now; false when it is fenced. `handling`: the coordinator
+  // now works on the message it sent (checking and storing a registration of tens of MB
+  // takes seconds on a loaded host), during which its lease does not run: that time is
+  // the coordinator's, not the daemon's silence. The next Touch ends it.
+  bool Touch(const DaemonSession& session, bool handling = false);
   bool IsCurrent(const DaemonSession& session) const;
   // Cuts the stream of every current session silent for longer than `lease` at `now`
   // (MonotonicNow()), or whose daemon has left a message unread for that long (it may
@@ -124,6 +127,7 @@ class Cluster {
     bool connected = false;
     int64_t generation = 0;
     absl::Duration last_heard;  // MonotonicNow()
+    bool handling = false;      // the coordinator is working on its last message
     int64_t committed_version = -1;
     uint32_t last_epoch_number = 0;
     std::string committed_epoch_id;

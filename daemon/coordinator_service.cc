@@ -127,7 +127,8 @@ grpc::Status CoordinatorService::Control(
   // be what settles that epoch for it and for others.
   runner_->SettleDaemonsInDoubt();
   while (stream->Read(&message)) {
-    if (!cluster_->Touch(session)) break;  // fenced: a newer session of the node took over
+    // Fenced: a newer session of the node took over.
+    if (!cluster_->Touch(session, /*handling=*/true)) break;
     switch (message.body_case()) {
       case v1::DaemonMessage::kRegisterRank: {
         // An oversized or conflicting registration is left out of the group; the Refit

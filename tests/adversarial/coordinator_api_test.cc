@@ -166,20 +166,25 @@ TEST_F(CoordinatorApiTest, ARogueDaemonCannotRegisterRoleNinetyNineOrTakeARankAn
 }
 
 TEST_F(CoordinatorApiTest, ADaemonThatHeartbeatsButStopsReadingIsCutOffWithinALease) {
-  // 65,536 small tensors under 256-character names: refitd on node-a holds them as the
-  // source; a rogue daemon that heartbeats but never reads its stream registers the
-  // destination rank, so its plan slice (about 20 MB) cannot be written to it.
+  // One tensor of 65,536 rows under a 240-character name: refitd on node-a holds it as
+  // 65,536 one-element views, apart in memory, so the plan moves it in 65,536 pieces and
+  // the plan slice for the destination rank is about 18 MB; a rogue daemon that
+  // heartbeats but never reads its stream registers that rank as one view, so its slice
+  // cannot be written to it. (The rogue's own registration stays small: a large one takes
+  // the coordinator more than the 1 s lease to receive on a loaded 2-core host, and the
+  // rogue was cut for silence before it could be cut for not reading.)
   ASSERT_TRUE(CoordinatorHolds(0, 0));  // nobody else holds the rank the rogue takes
-  constexpr int kTensors = 1 << 16;
+  constexpr int kRows = 1 << 16;
+  const std::string tensor = std::string(240, 't');
   LayoutBuilder source_layout, destination_layout;
-  source_layout.Rank(0, "node-a", -1).Buffer(0, "b", int64_t{kTensors} * 4);
-  destination_layout.Rank(0, "stuck-node", -1).Buffer(0, "b", int64_t{kTensors} * 4);
-  for (int i = 0; i < kTensors; ++i) {
-    const std::string tensor = absl::StrCat(std::string(240, 't'), ".", i);
-    for (LayoutBuilder* layout : {&source_layout, &destination_layout}) {
-      layout->Tensor(tensor, {1, 1}).View(0, tensor, {0, 0}, {1, 1}, "b", int64_t{i} * 4);
-    }
+  source_layout.Tensor(tensor, {kRows, 1});
+  destination_layout.Tensor(tensor, {kRows, 1});
+  source_layout.Rank(0, "node-a", -1).Buffer(0, "b", int64_t{kRows} * 8);
+  destination_layout.Rank(0, "stuck-node", -1).Buffer(0, "b", int64_t{kRows} * 4);
+  for (int i = 0; i < kRows; ++i) {
+    source_layout.View(0, tensor, {i, 0}, {1, 1}, "b", int64_t{i} * 8);
   }
+  destination_layout.View(0, tensor, {0, 0}, {kRows, 1}, "b", 0);
   const v1::LayoutSpec source = backed_.Back(source_layout.spec(), "stuck");
   v1::RegisterRankRequest source_request;
   source_request.set_role(v1::ROLE_SOURCE);
