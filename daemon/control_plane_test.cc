@@ -138,7 +138,7 @@ class ControlPlaneTest : public ::testing::Test {
 TEST_F(ControlPlaneTest, ARepeatMovesTheVersionAgainToARankRegisteredSinceOrSaysWhyNot) {
   ASSERT_TRUE(GroupSeen(2, 2));
   for (const v1::RankLayout& r : sources_.ranks()) {
-    transport::testing::FillViews(trainer_.buffers(), v1::ROLE_SOURCE, r);
+    transport::testing::FillViews(trainer_.HoldBuffers().buffers(), v1::ROLE_SOURCE, r);
     ASSERT_TRUE(trainer_.Publish(r.rank(), 1).ok());
   }
   v1::RefitReport first;
@@ -156,9 +156,9 @@ TEST_F(ControlPlaneTest, ARepeatMovesTheVersionAgainToARankRegisteredSinceOrSays
   ASSERT_TRUE(repeated.ok()) << repeated.error_message();
   EXPECT_NE(again.epoch_id(), first.epoch_id());
   EXPECT_TRUE(inference_.WaitForVersion(1, 1, absl::Now() + absl::Seconds(5)).ok());
-  EXPECT_EQ(
-      transport::testing::WrongBytes(inference_.buffers(), v1::ROLE_DESTINATION, fresh.ranks(1)),
-      0);
+  EXPECT_EQ(transport::testing::WrongBytes(inference_.HoldBuffers().buffers(), v1::ROLE_DESTINATION,
+                                           fresh.ranks(1)),
+            0);
   // With the same membership a repeat is answered from the report, without an epoch.
   v1::RefitReport third;
   ASSERT_TRUE(Refit(1, &third).ok());
@@ -214,7 +214,7 @@ TEST_F(ControlPlaneTest, ARefitKeepsItsDeadlineAndACancelledOneFreesTheGroup) {
   holder.join();
   // The group is free: a published version refits at once.
   for (const v1::RankLayout& r : sources_.ranks()) {
-    transport::testing::FillViews(trainer_.buffers(), v1::ROLE_SOURCE, r);
+    transport::testing::FillViews(trainer_.HoldBuffers().buffers(), v1::ROLE_SOURCE, r);
     ASSERT_TRUE(trainer_.Publish(r.rank(), 8).ok());
   }
   const grpc::Status next = Refit(8, &report);
@@ -225,7 +225,7 @@ TEST_F(ControlPlaneTest, ARefitKeepsItsDeadlineAndACancelledOneFreesTheGroup) {
 TEST_F(ControlPlaneTest, RefitMovesEveryByteAndCommitsTheVersion) {
   ASSERT_TRUE(GroupSeen(2, 2));
   for (const v1::RankLayout& r : sources_.ranks()) {
-    transport::testing::FillViews(trainer_.buffers(), v1::ROLE_SOURCE, r);
+    transport::testing::FillViews(trainer_.HoldBuffers().buffers(), v1::ROLE_SOURCE, r);
   }
   // The trainers publish after the refit was asked for: Refit waits for them.
   std::thread trainers([&]() {
@@ -262,7 +262,9 @@ TEST_F(ControlPlaneTest, RefitMovesEveryByteAndCommitsTheVersion) {
   EXPECT_EQ(report.bytes(), 16 * 12 * 4 + 2 * 12 * 4);
   for (const v1::RankLayout& r : destinations_.ranks()) {
     EXPECT_TRUE(inference_.WaitForVersion(r.rank(), 1, absl::Now() + absl::Seconds(5)).ok());
-    EXPECT_EQ(transport::testing::WrongBytes(inference_.buffers(), v1::ROLE_DESTINATION, r), 0)
+    EXPECT_EQ(
+        transport::testing::WrongBytes(inference_.HoldBuffers().buffers(), v1::ROLE_DESTINATION, r),
+        0)
         << "destination rank " << r.rank();
   }
   // A repeat of a committed version returns its report; 0 and negative numbers are no
@@ -334,7 +336,7 @@ TEST_F(ControlPlaneTest, ARankThatLeftMakesTheNextRefitFailNamingTheGap) {
 // Publishes `version` from every trainer with fresh bytes.
 void PublishAll(RankRegistry* trainer, const v1::LayoutSpec& sources, int64_t version) {
   for (const v1::RankLayout& r : sources.ranks()) {
-    transport::testing::FillViews(trainer->buffers(), v1::ROLE_SOURCE, r);
+    transport::testing::FillViews(trainer->HoldBuffers().buffers(), v1::ROLE_SOURCE, r);
     ASSERT_TRUE(trainer->Publish(r.rank(), version).ok());
   }
 }
@@ -375,7 +377,9 @@ TEST_F(ControlPlaneTest, ACorruptedViewAbortsTheEpochAndTheWaitersLearnWhatTheBu
   for (const v1::RankLayout& r : destinations_.ranks()) {
     EXPECT_TRUE(inference_.WaitForVersion(r.rank(), 2, absl::Now() + absl::Seconds(5)).ok());
     EXPECT_EQ(*inference_.PartialVersion(r.rank()), -1);
-    EXPECT_EQ(transport::testing::WrongBytes(inference_.buffers(), v1::ROLE_DESTINATION, r), 0);
+    EXPECT_EQ(
+        transport::testing::WrongBytes(inference_.HoldBuffers().buffers(), v1::ROLE_DESTINATION, r),
+        0);
   }
 }
 
@@ -674,7 +678,9 @@ TEST_F(ControlPlaneTest, ARestartedCoordinatorRecoversTheVersionFromTheDaemons) 
   ASSERT_TRUE(next.ok()) << next.error_message();
   for (const v1::RankLayout& r : destinations_.ranks()) {
     EXPECT_TRUE(inference_.WaitForVersion(r.rank(), 2, absl::Now() + absl::Seconds(5)).ok());
-    EXPECT_EQ(transport::testing::WrongBytes(inference_.buffers(), v1::ROLE_DESTINATION, r), 0);
+    EXPECT_EQ(
+        transport::testing::WrongBytes(inference_.HoldBuffers().buffers(), v1::ROLE_DESTINATION, r),
+        0);
   }
 }
 
@@ -737,7 +743,8 @@ TEST(ControlPlaneReplicasTest, ALostSourceIsPlannedAroundWhenAReplicaHoldsItsDat
   ASSERT_NO_FATAL_FAILURE(RegisterAll(
       sources, destinations, [&](const v1::RankLayout& r) { return registries[r.host()].get(); }));
   for (const v1::RankLayout& r : sources.ranks()) {
-    transport::testing::FillViews(registries[r.host()]->buffers(), v1::ROLE_SOURCE, r);
+    transport::testing::FillViews(registries[r.host()]->HoldBuffers().buffers(), v1::ROLE_SOURCE,
+                                  r);
     ASSERT_TRUE(registries[r.host()]->Publish(r.rank(), 1).ok());
   }
   for (int i = 0; i < 250 && cluster.RankCount(v1::ROLE_DESTINATION) < 2; ++i) {
@@ -756,9 +763,9 @@ TEST(ControlPlaneReplicasTest, ALostSourceIsPlannedAroundWhenAReplicaHoldsItsDat
   for (const v1::RankLayout& r : destinations.ranks()) {
     ASSERT_TRUE(
         registries["inference"]->WaitForVersion(r.rank(), 1, absl::Now() + absl::Seconds(5)).ok());
-    EXPECT_EQ(
-        transport::testing::WrongBytes(registries["inference"]->buffers(), v1::ROLE_DESTINATION, r),
-        0);
+    EXPECT_EQ(transport::testing::WrongBytes(registries["inference"]->HoldBuffers().buffers(),
+                                             v1::ROLE_DESTINATION, r),
+              0);
   }
   links.clear();
 }
@@ -812,7 +819,7 @@ TEST(ControlPlaneFourDaemonsTest, RandomLayoutsOverSeveralEpochs) {
       for (int64_t version = 1; version <= 2; ++version) {
         for (const v1::RankLayout& r : sources.ranks()) {
           RankRegistry& registry = *registries[node_of(r.host())];
-          transport::testing::FillViews(registry.buffers(), v1::ROLE_SOURCE, r);
+          transport::testing::FillViews(registry.HoldBuffers().buffers(), v1::ROLE_SOURCE, r);
           ASSERT_TRUE(registry.Publish(r.rank(), version).ok());
         }
         absl::StatusOr<v1::RefitReport> report =
@@ -826,17 +833,20 @@ TEST(ControlPlaneFourDaemonsTest, RandomLayoutsOverSeveralEpochs) {
           RankRegistry& registry = *registries[node_of(r.host())];
           ASSERT_TRUE(
               registry.WaitForVersion(r.rank(), version, absl::Now() + absl::Seconds(5)).ok());
-          ASSERT_EQ(transport::testing::WrongBytes(registry.buffers(), v1::ROLE_DESTINATION, r), 0)
+          ASSERT_EQ(transport::testing::WrongBytes(registry.HoldBuffers().buffers(),
+                                                   v1::ROLE_DESTINATION, r),
+                    0)
               << "destination rank " << r.rank() << ", version " << version;
           // Scramble the destination so the next epoch must write every byte anew.
           for (int v = 0; v < r.views_size(); ++v) {
             const v1::ShardView& view = r.views(v);
             const transport::Dims offset(view.offset().begin(), view.offset().end());
             const transport::Dims extent(view.extent().begin(), view.extent().end());
-            auto memory = registry.buffers().Locate(v1::ROLE_DESTINATION, r.rank(), v,
-                                                    view.tensor(), offset, extent);
+            auto memory = registry.HoldBuffers().buffers().Locate(v1::ROLE_DESTINATION, r.rank(), v,
+                                                                  view.tensor(), offset, extent);
             ASSERT_TRUE(memory.ok());
-            const transport::TensorShape& shape = registry.buffers().tensors().at(view.tensor());
+            const transport::TensorShape& shape =
+                registry.HoldBuffers().buffers().tensors().at(view.tensor());
             client::FillBox(view.tensor(), shape.shape, shape.element_bytes, offset, extent,
                             *memory, /*version=*/-1);
           }

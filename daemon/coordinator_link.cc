@@ -378,9 +378,9 @@ void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSl
       }
     }
   }
-  registry_->BeginEpoch(planned_destinations);
+  std::optional<RankRegistry::BufferHold> hold = registry_->BeginEpoch(planned_destinations);
   if (worker_ != nullptr) {
-    *done.mutable_done() = Execute(execute, slice, worker_.get());
+    *done.mutable_done() = Execute(execute, slice, worker_.get(), hold->buffers());
   } else {
     done.mutable_done()->set_epoch_id(execute.epoch_id());
     done.mutable_done()->set_code(static_cast<int32_t>(absl::StatusCode::kUnavailable));
@@ -402,7 +402,7 @@ void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSl
     peers_.clear();  // endpoints before their worker
     worker_.reset();
   }
-  registry_->EndEpoch();
+  hold.reset();  // nothing touches the buffers any more: ranks that left may go
   if (metrics_ != nullptr) metrics_->EpochDone(done.done().ok());
   // A failed epoch leaves the endpoints alone: one that broke (or that a stuck send
   // force-closed) says so and is replaced at the next epoch, a peer that restarted or
@@ -476,7 +476,8 @@ absl::Status CoordinatorLink::JoinNccl(const v1::PlanSlice& slice, absl::Time de
 
 v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
                                        const v1::PlanSlice* slice_or_null,
-                                       transport::UcxWorker* worker) {
+                                       transport::UcxWorker* worker,
+                                       const transport::BufferMap& buffers) {
   v1::EpochDone done;
   done.set_epoch_id(execute.epoch_id());
   const absl::Time start = absl::Now();
@@ -494,7 +495,7 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
   }
   const v1::PlanSlice& slice = *slice_or_null;
   // A segment its owner truncated since registration would fault at the first touch.
-  if (absl::Status backed = registry_->buffers().CheckBacked(); !backed.ok()) return fail(backed);
+  if (absl::Status backed = buffers.CheckBacked(); !backed.ok()) return fail(backed);
   int64_t transfers = 0;
   for (const v1::Batch& batch : slice.plan().batches()) transfers += batch.transfers_size();
   spdlog::info("refitd {}: epoch {} (version {}) started: {} transfers in {} batches", node_,
@@ -540,8 +541,7 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
     }
     peers[peer.index()] = endpoint.get();
   }
-  transport::PlanExecutor executor(registry_->buffers(), placement, slice.daemon_index(), worker,
-                                   peers);
+  transport::PlanExecutor executor(buffers, placement, slice.daemon_index(), worker, peers);
   // A link that died under the epoch, while both ends still reach the coordinator, ends
   // it within this bound rather than at its deadline.
   executor.SetStallLimit(absl::Milliseconds(execute.stall_ms() > 0 ? execute.stall_ms() : 10000));
@@ -559,7 +559,7 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
     }
   }
   std::unique_ptr<transport::DestinationSink> buckets = registry_->bucket_streams().SinkFor(
-      registry_->buffers(), planned_here,
+      buffers, planned_here,
       BucketStreams::EpochContext{
           execute.epoch_id(), execute.version(),
           absl::Now() + absl::Milliseconds(std::max<int64_t>(1, execute.deadline_ms())),
@@ -594,8 +594,7 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
     finish->set_rank(rank);
     finish->set_seconds(seconds);
   }
-  AfterDataPlane(node_, execute.epoch_id(), execute.version(), registry_->Registrations(),
-                 registry_->buffers());
+  AfterDataPlane(node_, execute.epoch_id(), execute.version(), registry_->Registrations(), buffers);
   if (execute.checksums()) {
     // Where every destination byte arrives by a view-to-view piece (unordered plans), the
     // piece checksums cover the destination views; their view checksums would hash the
@@ -609,13 +608,11 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
                                   }),
                    hashed.end());
     }
-    absl::StatusOr<std::vector<v1::ViewChecksum>> checksums =
-        ChecksumViews(hashed, registry_->buffers());
+    absl::StatusOr<std::vector<v1::ViewChecksum>> checksums = ChecksumViews(hashed, buffers);
     if (!checksums.ok()) return fail(checksums.status());
     for (v1::ViewChecksum& c : *checksums) *done.add_checksums() = std::move(c);
-    absl::StatusOr<std::vector<v1::PieceChecksum>> pieces =
-        ChecksumPieces(slice.plan(), placement, slice.daemon_index(), registry_->buffers(),
-                       &stats->bucketed_piece_hashes);
+    absl::StatusOr<std::vector<v1::PieceChecksum>> pieces = ChecksumPieces(
+        slice.plan(), placement, slice.daemon_index(), buffers, &stats->bucketed_piece_hashes);
     if (!pieces.ok()) return fail(pieces.status());
     for (v1::PieceChecksum& p : *pieces) *done.add_pieces() = std::move(p);
   }

@@ -75,8 +75,9 @@ class CoordinatorLink {
   // that is reused), then ends the control session so the next hello carries the new
   // address. Failures (a network device still down) are retried by the epoch loop.
   void TryMakeWorker();
+  // Runs the epoch on `buffers`, which the caller holds for it.
   v1::EpochDone Execute(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
-                        transport::UcxWorker* worker);
+                        transport::UcxWorker* worker, const transport::BufferMap& buffers);
   // Joins (or keeps) the slice's NCCL group with this daemon's GPUs and fills `route`.
   absl::Status JoinNccl(const v1::PlanSlice& slice, absl::Time deadline,
                         transport::NcclRoute* route);

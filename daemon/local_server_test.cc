@@ -2,8 +2,8 @@
 // every bad registration is refused with the right code and a message naming the rank.
 #include "daemon/local_server.h"
 
-#include <grpcpp/grpcpp.h>
 #include <fcntl.h>
+#include <grpcpp/grpcpp.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -302,8 +302,7 @@ TEST_F(LocalServerTest, WaitForVersionEndsAtItsDeadlineOrOnCommit) {
 
   std::thread committer([&]() {
     absl::SleepFor(absl::Milliseconds(100));
-    registry_.BeginEpoch({1});  // an epoch whose plan writes rank 1
-    registry_.EndEpoch();
+    registry_.BeginEpoch({1});  // an epoch whose plan writes rank 1, ended at once
     registry_.Commit(5);
   });
   EXPECT_TRUE(Wait(1, 5, 5000).ok());
@@ -316,8 +315,7 @@ TEST_F(LocalServerTest, AStagedRankWhoseCommitCouldNotBeCopiedHearsSoAtOnce) {
   v1::RegisterRankRequest request = Request(v1::ROLE_DESTINATION, 1);
   request.mutable_layout()->set_staged(true);
   ASSERT_TRUE(Register(request).ok());
-  registry_.BeginEpoch({1});
-  registry_.EndEpoch();
+  registry_.BeginEpoch({1});  // ended at once
   // Its owner shrinks the segment before the commit copies the shadow into it.
   const std::string name = request.layout().buffers(0).shm_name();
   const int fd = shm_open(name.c_str(), O_RDWR, 0);

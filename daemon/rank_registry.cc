@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <random>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -95,20 +96,20 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
     // 100 ms).
     const transport::RankKey key{request.role(), layout.rank()};
     auto can_register = [this, &key]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return !epoch_running_ && ranks_.count(key) == 0;
+      return holds_ == 0 && ranks_.count(key) == 0;
     };
     const absl::Time give_up = absl::Now() + absl::Minutes(1);
     const absl::Time grace_end = absl::Now() + kPredecessorGrace;
     while (!can_register()) {
       const absl::Time now = absl::Now();
-      if (!epoch_running_ && now >= grace_end) {
+      if (holds_ == 0 && now >= grace_end) {
         return absl::AlreadyExistsError(absl::StrCat(who, " is already registered on ", node_));
       }
       if (now >= give_up) {
         return absl::UnavailableError(
             absl::StrCat(who, ": an epoch has been running on ", node_, " for a minute; retry"));
       }
-      mu_.AwaitWithDeadline(absl::Condition(&can_register), epoch_running_ ? give_up : grace_end);
+      mu_.AwaitWithDeadline(absl::Condition(&can_register), holds_ > 0 ? give_up : grace_end);
     }
     transport::TensorTable declared;
     for (const planner::TensorInfo& t : compiled->tensors) {
@@ -144,7 +145,7 @@ absl::Status RankRegistry::Deregister(v1::Role role, int64_t rank) {
     gone = it->second.registration;
     ranks_.erase(it);
     sequence = next_event_++;
-    if (epoch_running_) {
+    if (holds_ > 0) {
       retiring_.push_back({role, rank});
     } else {
       buffers_.RemoveRank(role, rank);
@@ -305,9 +306,28 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
                                                   " until its deadline; ", holds));
 }
 
-void RankRegistry::BeginEpoch(const std::set<int64_t>& planned_destinations) {
+RankRegistry::BufferHold::BufferHold(RankRegistry* registry) : registry_(registry) {}
+
+RankRegistry::BufferHold::BufferHold(BufferHold&& other) noexcept
+    : registry_(std::exchange(other.registry_, nullptr)) {}
+
+RankRegistry::BufferHold::~BufferHold() {
+  if (registry_ != nullptr) registry_->Release();
+}
+
+const transport::BufferMap& RankRegistry::BufferHold::buffers() const {
+  return registry_->buffers_;
+}
+
+RankRegistry::BufferHold RankRegistry::HoldBuffers() {
   absl::MutexLock lock(&mu_);
-  epoch_running_ = true;
+  ++holds_;
+  return BufferHold(this);
+}
+
+RankRegistry::BufferHold RankRegistry::BeginEpoch(const std::set<int64_t>& planned_destinations) {
+  absl::MutexLock lock(&mu_);
+  ++holds_;
   epoch_destinations_.clear();
   for (const auto& [key, entry] : ranks_) {
     if (key.role == v1::ROLE_DESTINATION && planned_destinations.count(key.rank)) {
@@ -315,11 +335,12 @@ void RankRegistry::BeginEpoch(const std::set<int64_t>& planned_destinations) {
     }
   }
   buffers_.StageEpoch(planned_destinations);
+  return BufferHold(this);
 }
 
-void RankRegistry::EndEpoch() {
+void RankRegistry::Release() {
   absl::MutexLock lock(&mu_);
-  epoch_running_ = false;
+  if (--holds_ > 0) return;
   for (const auto& [role, rank] : retiring_) buffers_.RemoveRank(role, rank);
   retiring_.clear();
 }

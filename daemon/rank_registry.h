@@ -93,17 +93,31 @@ class RankRegistry {
   std::vector<v1::RankRegistration> Registrations() const;
   int64_t PublishedVersion(int64_t source_rank) const;
 
-  // While an epoch runs (between BeginEpoch and EndEpoch) the buffer map stays as it is:
-  // a registration waits for the epoch to end (up to a minute, then UNAVAILABLE), and a
-  // rank that leaves (or dies) is gone at once for everyone else but keeps its memory
-  // mapped until the epoch ends, so the data plane never touches unmapped memory.
-  // `planned_destinations`: the destination ranks of this daemon the epoch's plan writes.
-  void BeginEpoch(const std::set<int64_t>& planned_destinations);
-  void EndEpoch();
+  // A hold on the buffer map: while one lives, the map stays as it is (a registration
+  // waits for every hold to end, up to a minute, then UNAVAILABLE; a rank that leaves, or
+  // dies, is gone at once for everyone else but keeps its memory mapped until the last
+  // hold ends), so whoever reads or writes the ranks' memory through it never touches
+  // unmapped memory. The buffers are reached only through a hold.
+  class BufferHold {
+   public:
+    BufferHold(BufferHold&& other) noexcept;
+    BufferHold(const BufferHold&) = delete;
+    BufferHold& operator=(const BufferHold&) = delete;
+    BufferHold& operator=(BufferHold&&) = delete;
+    ~BufferHold();
+    // The map cannot change while the hold lives, so reading it needs no lock.
+    const transport::BufferMap& buffers() const ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
-  // The mapped buffers; the data plane reads and writes through them, between BeginEpoch
-  // and EndEpoch.
-  const transport::BufferMap& buffers() const ABSL_NO_THREAD_SAFETY_ANALYSIS { return buffers_; }
+   private:
+    friend class RankRegistry;
+    explicit BufferHold(RankRegistry* registry);
+    RankRegistry* registry_;
+  };
+  // Holds the map for reading or writing the ranks' memory outside an epoch.
+  BufferHold HoldBuffers() ABSL_LOCKS_EXCLUDED(mu_);
+  // Begins an epoch whose plan writes `planned_destinations` here (the ranks a later
+  // Commit marks) and holds the map for it until the returned hold ends.
+  BufferHold BeginEpoch(const std::set<int64_t>& planned_destinations) ABSL_LOCKS_EXCLUDED(mu_);
 
   // The streams of the bucketed destination ranks registered here.
   BucketStreams& bucket_streams() { return bucket_streams_; }
@@ -128,6 +142,9 @@ class RankRegistry {
   std::map<transport::RankKey, Entry>::iterator FindSession(const std::string& session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // Ends a BufferHold; the last one removes the ranks that left meanwhile.
+  void Release() ABSL_LOCKS_EXCLUDED(mu_);
+
   // Delivers the change numbered `sequence` (next_event_ when it happened) after every
   // earlier one.
   void Notify(const Event& event, uint64_t sequence) ABSL_LOCKS_EXCLUDED(mu_);
@@ -149,10 +166,10 @@ class RankRegistry {
   int64_t aborts_ ABSL_GUARDED_BY(mu_) = 0;
   AbortRecord last_abort_ ABSL_GUARDED_BY(mu_);
   int64_t committed_ ABSL_GUARDED_BY(mu_) = -1;
-  bool epoch_running_ ABSL_GUARDED_BY(mu_) = false;
+  int holds_ ABSL_GUARDED_BY(mu_) = 0;  // BufferHolds alive
   // The destination ranks (and their sessions) the last epoch wrote; Commit marks these.
   std::map<int64_t, std::string> epoch_destinations_ ABSL_GUARDED_BY(mu_);
-  // Ranks that left during the running epoch; their buffers go when it ends.
+  // Ranks that left while the map was held; their buffers go when the last hold ends.
   std::vector<transport::RankKey> retiring_ ABSL_GUARDED_BY(mu_);
 };
 

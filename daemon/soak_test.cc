@@ -111,7 +111,7 @@ TEST(SoakTest, AThousandEpochsWithFaultsLeakNothing) {
     if (version == 50) warm = Measure(shm_prefix);  // after everything has been created once
     const int fault = version > 20 && rng() % 6 == 0 ? 1 + rng() % 4 : 0;
     for (const v1::RankLayout& r : sources.ranks()) {
-      transport::testing::FillViews(trainer.buffers(), v1::ROLE_SOURCE, r);
+      transport::testing::FillViews(trainer.HoldBuffers().buffers(), v1::ROLE_SOURCE, r);
     }
     ASSERT_TRUE(trainer.Publish(0, version).ok());
     if (fault != 2) ASSERT_TRUE(trainer.Publish(1, version).ok());
@@ -130,7 +130,9 @@ TEST(SoakTest, AThousandEpochsWithFaultsLeakNothing) {
       for (const v1::RankLayout& r : destinations.ranks()) {
         ASSERT_TRUE(
             inference.WaitForVersion(r.rank(), version, absl::Now() + absl::Seconds(5)).ok());
-        ASSERT_EQ(transport::testing::WrongBytes(inference.buffers(), v1::ROLE_DESTINATION, r), 0);
+        ASSERT_EQ(transport::testing::WrongBytes(inference.HoldBuffers().buffers(),
+                                                 v1::ROLE_DESTINATION, r),
+                  0);
       }
     } else if (fault != 4) {
       ASSERT_FALSE(report.ok()) << "fault " << fault;
