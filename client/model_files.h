@@ -11,7 +11,8 @@
 
 namespace refit::client {
 
-// The builtin config of that name, else the JSON file at that path.
+// The builtin config of that name, else the JSON file at that path (a name with no '/'
+// and no ".json" is only looked up among the builtin configs).
 absl::StatusOr<v1::ModelConfig> LoadModelConfig(const std::string& name_or_path);
 
 // Layouts of the model under both parallel settings (hosts train-node-N / infer-node-N).

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/command_line.h"
 #include "client/json_files.h"
+#include "client/model_files.h"
 #include "client/plan_report.h"
 #include "client/plan_svg.h"
 #include "google/protobuf/util/json_util.h"
@@ -44,17 +45,6 @@ struct Inputs {
   v1::Topology topology = planner::DgxH100Topology();
 };
 
-absl::StatusOr<v1::ModelConfig> LoadModel(const std::string& model) {
-  absl::StatusOr<v1::ModelConfig> builtin = planner::BuiltinModelConfig(model);
-  if (builtin.ok() || (model.find('/') == std::string::npos && !absl::EndsWith(model, ".json"))) {
-    return builtin;
-  }
-  v1::ModelConfig config;
-  absl::Status status = ReadJsonFile(model, &config, /*ignore_unknown_fields=*/true);
-  if (!status.ok()) return status;
-  return config;
-}
-
 absl::StatusOr<Inputs> LoadInputs(const CommandLine& line) {
   Inputs inputs;
   const int modes = (line.Has("src") || line.Has("dst")) + line.Has("model") + line.Has("refit");
@@ -72,7 +62,7 @@ absl::StatusOr<Inputs> LoadInputs(const CommandLine& line) {
     if (!line.Has("src-parallel") || !line.Has("dst-parallel")) {
       return absl::InvalidArgumentError("--model needs --src-parallel and --dst-parallel");
     }
-    absl::StatusOr<v1::ModelConfig> config = LoadModel(line.Get("model"));
+    absl::StatusOr<v1::ModelConfig> config = LoadModelConfig(line.Get("model"));
     if (!config.ok()) return config.status();
     int64_t gpus_per_node = 8;
     if (line.Has("gpus-per-node") &&

@@ -45,24 +45,19 @@ void PricePlan(const PlanningProblem& problem, Plan* plan) {
       const int32_t src_gpu = cluster.EndpointGpu(t.src), dst_gpu = cluster.EndpointGpu(t.dst);
       total.Add(t.route, src_gpu, dst_gpu, bytes);
       stats.total_bytes += bytes;
-      int32_t link_a = -1, link_b = -1;
       switch (t.route) {
         case v1::ROUTE_NETWORK:
           stats.network_bytes += bytes;
-          link_a = src_gpu * kNumLinkKinds + kNicOut;
-          link_b = dst_gpu * kNumLinkKinds + kNicIn;
           break;
         case v1::ROUTE_NVLINK:
           stats.nvlink_bytes += bytes;
-          link_a = src_gpu * kNumLinkKinds + kNvlinkOut;
-          link_b = dst_gpu * kNumLinkKinds + kNvlinkIn;
           break;
         default:
           stats.local_bytes += bytes;
-          link_a = dst_gpu * kNumLinkKinds + kLocalCopy;
           break;
       }
-      for (int32_t link : {link_a, link_b}) {
+      const RouteLinks links = LinksOf(t.route, src_gpu, dst_gpu);
+      for (int32_t link : {links.first, links.second}) {
         if (link < 0) continue;
         if (batch_bytes[link] == 0) touched.push_back(link);
         batch_bytes[link] += bytes;

@@ -17,19 +17,21 @@ double LinkBandwidth(LinkKind kind, const Bandwidths& bandwidths) {
   }
 }
 
-void LinkLoads::Add(v1::Route route, int32_t src_gpu, int32_t dst_gpu, int64_t bytes) {
+RouteLinks LinksOf(v1::Route route, int32_t src_gpu, int32_t dst_gpu) {
   switch (route) {
     case v1::ROUTE_NETWORK:
-      bytes_[src_gpu * kNumLinkKinds + kNicOut] += bytes;
-      bytes_[dst_gpu * kNumLinkKinds + kNicIn] += bytes;
-      break;
+      return {src_gpu * kNumLinkKinds + kNicOut, dst_gpu * kNumLinkKinds + kNicIn};
     case v1::ROUTE_NVLINK:
-      bytes_[src_gpu * kNumLinkKinds + kNvlinkOut] += bytes;
-      bytes_[dst_gpu * kNumLinkKinds + kNvlinkIn] += bytes;
-      break;
+      return {src_gpu * kNumLinkKinds + kNvlinkOut, dst_gpu * kNumLinkKinds + kNvlinkIn};
     default:
-      bytes_[dst_gpu * kNumLinkKinds + kLocalCopy] += bytes;
-      break;
+      return {dst_gpu * kNumLinkKinds + kLocalCopy, -1};
+  }
+}
+
+void LinkLoads::Add(v1::Route route, int32_t src_gpu, int32_t dst_gpu, int64_t bytes) {
+  const RouteLinks links = LinksOf(route, src_gpu, dst_gpu);
+  for (int32_t link : {links.first, links.second}) {
+    if (link >= 0) bytes_[link] += bytes;
   }
 }
 

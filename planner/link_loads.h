@@ -13,6 +13,15 @@ namespace refit::planner {
 
 enum LinkKind : int { kNicOut = 0, kNicIn, kNvlinkOut, kNvlinkIn, kLocalCopy, kNumLinkKinds };
 
+// The links a transfer on `route` from GPU `src_gpu` to GPU `dst_gpu` loads, as indexes
+// gpu * kNumLinkKinds + kind: the sender's out link and the receiver's in link over the
+// network or NVLink, the receiver's copy engine alone for a local copy (second = -1).
+struct RouteLinks {
+  int32_t first = -1;
+  int32_t second = -1;
+};
+RouteLinks LinksOf(v1::Route route, int32_t src_gpu, int32_t dst_gpu);
+
 class LinkLoads {
  public:
   explicit LinkLoads(int32_t num_gpus) : bytes_(num_gpus * kNumLinkKinds, 0) {}

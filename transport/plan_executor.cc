@@ -429,6 +429,11 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
             absl::StrCat("batch ", b, ", ", t.tensor(), ": ",
                          src.ok() ? dst.status().message() : src.status().message()));
       }
+      if (!v1::Route_IsValid(t.route())) {  // it indexes bytes_by_route below
+        return absl::InvalidArgumentError(absl::StrCat("batch ", b, ", ", t.tensor(),
+                                                       ": a transfer with unknown route ",
+                                                       static_cast<int>(t.route())));
+      }
       resolved.push_back(Resolved{&t, *src, *dst});
       if (*dst == self_ && t.dst().kind() == v1::ENDPOINT_DESTINATION_VIEW) {
         batch_delivered += t.bytes();

@@ -176,6 +176,20 @@ TEST(PlanExecutorTest, AMissingPeerEndsTheEpochAtItsDeadline) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
+TEST(PlanExecutorTest, ATransferWithAnUnknownRouteIsRefusedNotCounted) {
+  // A route number from the wire that no build knows: it must be refused by name, not
+  // used to index the per-route byte counts.
+  TwoHostRefit refit;
+  refit.plan.mutable_batches(0)->mutable_transfers(0)->set_route(static_cast<v1::Route>(1000));
+  const auto results = RunOnDaemons(refit.plan, refit.sources, refit.destinations, refit.placement,
+                                    2, 8, absl::Seconds(5));
+  for (const auto& result : results) {
+    EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
+    EXPECT_NE(result.status().message().find("unknown route 1000"), std::string::npos)
+        << result.status();
+  }
+}
+
 TEST(PlanExecutorTest, AnInterruptEndsTheEpochAtOnce) {
   const TwoHostRefit refit;
   // The inference daemon waits for a peer that never sends, with a minute to spare; the
