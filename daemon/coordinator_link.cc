@@ -111,9 +111,20 @@ bool CoordinatorLink::Write(const v1::DaemonMessage& message) {
 }
 
 void CoordinatorLink::Run() {
+  // Each worker's address goes into the hello; a session already open said another one
+  // (or none), so it ends, and the next hello carries the new one.
+  data_plane_ =
+      std::make_unique<DataPlaneEndpoint>(node_, &interrupt_, [this](const std::string& address) {
+        absl::MutexLock lock(&mu_);
+        data_plane_address_ = address;
+        if (context_ != nullptr) {
+          spdlog::info("refitd {}: new data-plane worker; reconnecting to say its address", node_);
+          context_->TryCancel();
+        }
+      });
   // Without a data-plane worker the daemon still connects (its ranks register, the
   // coordinator and refitctl see it), and the epoch thread keeps trying to make one.
-  TryMakeWorker();
+  data_plane_->EnsureWorker();
   epoch_thread_ = std::thread(&CoordinatorLink::EpochLoop, this);
   // Reconnects with exponential backoff (0.1 s doubling to 5 s), from the start again
   // after a session that was welcomed.
@@ -132,8 +143,7 @@ void CoordinatorLink::Run() {
     epoch_loop_exit_ = true;
   }
   epoch_thread_.join();
-  peers_.clear();  // endpoints before their worker
-  worker_.reset();
+  data_plane_.reset();
   nccl_group_.reset();
 }
 
@@ -342,14 +352,14 @@ void CoordinatorLink::FinishEpoch() {
 
 void CoordinatorLink::EpochLoop() {
   while (true) {
-    if (worker_ == nullptr) TryMakeWorker();
+    const bool have_worker = data_plane_->EnsureWorker();
     EpochJob job;
     {
       absl::MutexLock lock(&epoch_mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(epoch_mu_) {
         return queued_epoch_.has_value() || epoch_loop_exit_;
       };
-      if (worker_ == nullptr) {  // try again in a moment
+      if (!have_worker) {  // try again in a moment
         epoch_mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(500));
       } else {
         epoch_mu_.Await(absl::Condition(&ready));
@@ -379,8 +389,8 @@ void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSl
     }
   }
   std::optional<RankRegistry::BufferHold> hold = registry_->BeginEpoch(planned_destinations);
-  if (worker_ != nullptr) {
-    *done.mutable_done() = Execute(execute, slice, worker_.get(), hold->buffers());
+  if (data_plane_->worker() != nullptr) {
+    *done.mutable_done() = Execute(execute, slice, data_plane_->worker(), hold->buffers());
   } else {
     done.mutable_done()->set_epoch_id(execute.epoch_id());
     done.mutable_done()->set_code(static_cast<int32_t>(absl::StatusCode::kUnavailable));
@@ -390,18 +400,8 @@ void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSl
   // Before the buffers can be unmapped or reused: an operation left running could still
   // touch them. Closing every endpoint ends them (a receive runs on the endpoint back to
   // its sender, which is why a daemon holds one to every peer it receives from);
-  // destroying the worker makes sure. The epoch loop makes a new one, whose new address
-  // makes every peer connect anew.
-  if (worker_ != nullptr &&
-      (worker_->abandoned_operations() > 0 || worker_->lingering_receives() > 0)) {
-    spdlog::warn(
-        "refitd {}: epoch {} left {} UCX operations that would not end; dropping the "
-        "data-plane worker so they cannot touch memory later",
-        node_, execute.epoch_id(),
-        worker_->abandoned_operations() + static_cast<int64_t>(worker_->lingering_receives()));
-    peers_.clear();  // endpoints before their worker
-    worker_.reset();
-  }
+  // destroying the worker makes sure.
+  data_plane_->DropIfOperationsLeft(execute.epoch_id());
   hold.reset();  // nothing touches the buffers any more: ranks that left may go
   if (metrics_ != nullptr) metrics_->EpochDone(done.done().ok());
   // A failed epoch leaves the endpoints alone: one that broke (or that a stuck send
@@ -418,30 +418,6 @@ void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSl
     }
   }
   Write(done);
-}
-
-void CoordinatorLink::TryMakeWorker() {
-  absl::StatusOr<std::unique_ptr<transport::UcxWorker>> worker =
-      transport::UcxWorker::Create(node_);
-  if (!worker.ok()) {
-    if (!worker_failing_) {
-      spdlog::error("refitd {}: no data-plane worker yet ({}); trying again every 0.5 s", node_,
-                    worker.status().ToString());
-    }
-    worker_failing_ = true;
-    return;
-  }
-  worker_failing_ = false;
-  (*worker)->SetInterrupt(&interrupt_);
-  worker_ = std::move(*worker);
-  absl::MutexLock lock(&mu_);
-  data_plane_address_ = worker_->address();
-  // A session already open said another address (or none) in its hello: end it, so that
-  // the next hello carries this one.
-  if (context_ != nullptr) {
-    spdlog::info("refitd {}: new data-plane worker; reconnecting to say its address", node_);
-    context_->TryCancel();
-  }
 }
 
 absl::Status CoordinatorLink::JoinNccl(const v1::PlanSlice& slice, absl::Time deadline,
@@ -525,23 +501,10 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
       }
     }
   }
-  std::vector<transport::UcxEndpoint*> peers;
-  for (const v1::DaemonPeer& peer : slice.daemons()) {
-    if (peer.index() < 0 || peer.index() > 1 << 20)
-      return fail(absl::InvalidArgumentError("bad daemon index"));
-    if (peers.size() <= static_cast<size_t>(peer.index())) peers.resize(peer.index() + 1, nullptr);
-    if (peer.index() == slice.daemon_index() || !exchanged_with.count(peer.index())) continue;
-    auto& [address, endpoint] = peers_[peer.index()];
-    if (endpoint == nullptr || endpoint->broken() || address != peer.data_plane_address()) {
-      absl::StatusOr<std::unique_ptr<transport::UcxEndpoint>> connected =
-          worker->Connect(peer.data_plane_address());
-      if (!connected.ok()) return fail(connected.status());
-      address = peer.data_plane_address();
-      endpoint = std::move(*connected);
-    }
-    peers[peer.index()] = endpoint.get();
-  }
-  transport::PlanExecutor executor(buffers, placement, slice.daemon_index(), worker, peers);
+  absl::StatusOr<std::vector<transport::UcxEndpoint*>> peers =
+      data_plane_->PeersFor(slice, exchanged_with);
+  if (!peers.ok()) return fail(peers.status());
+  transport::PlanExecutor executor(buffers, placement, slice.daemon_index(), worker, *peers);
   // A link that died under the epoch, while both ends still reach the coordinator, ends
   // it within this bound rather than at its deadline.
   executor.SetStallLimit(absl::Milliseconds(execute.stall_ms() > 0 ? execute.stall_ms() : 10000));

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "daemon/data_plane_endpoint.h"
 #include "daemon/metrics.h"
 #include "daemon/rank_registry.h"
 #include "proto/refit.grpc.pb.h"
@@ -70,11 +71,6 @@ class CoordinatorLink {
   void EpochLoop();
   // Executes, records metrics, reports to the coordinator.
   void RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice);
-  // Makes the data-plane worker again after an epoch dropped one (it left UCX operations
-  // it could not end; destroying the worker ends them, so no late data lands in memory
-  // that is reused), then ends the control session so the next hello carries the new
-  // address. Failures (a network device still down) are retried by the epoch loop.
-  void TryMakeWorker();
   // Runs the epoch on `buffers`, which the caller holds for it.
   v1::EpochDone Execute(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
                         transport::UcxWorker* worker, const transport::BufferMap& buffers);
@@ -98,10 +94,9 @@ class CoordinatorLink {
   // Set to stop the running epoch; the UCX worker and the executor both watch it.
   std::atomic<bool> interrupt_{false};
   std::thread epoch_thread_;  // started and joined by the link's thread
-  // The data plane's UCX worker: made by the link's thread before the epoch thread starts,
-  // then used and remade only by the epoch thread (TryMakeWorker).
-  std::unique_ptr<transport::UcxWorker> worker_;
-  bool worker_failing_ = false;  // epoch thread: the last TryMakeWorker failed
+  // The host data plane: made by the link's thread before the epoch thread starts, then
+  // used (and its worker remade) only by the epoch thread.
+  std::unique_ptr<DataPlaneEndpoint> data_plane_;
 
   struct EpochJob {
     v1::ExecuteEpoch execute;
@@ -135,7 +130,6 @@ class CoordinatorLink {
   std::string last_stream_error_;  // what WarnOnce said last
   uint32_t last_epoch_number_ = 0;
   // Owned by the epoch thread (one at a time).
-  std::map<int32_t, std::pair<std::string, std::unique_ptr<transport::UcxEndpoint>>> peers_;
   std::unique_ptr<transport::gpu::NcclGroup> nccl_group_;
   std::string nccl_id_;
   // NCCL messages' GPU staging, kept across epochs (allocating synchronizes the GPU).
