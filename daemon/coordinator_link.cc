@@ -144,7 +144,7 @@ void CoordinatorLink::Run() {
   }
   epoch_thread_.join();
   data_plane_.reset();
-  nccl_group_.reset();
+  nccl_.Leave();
 }
 
 void CoordinatorLink::Session() {
@@ -420,36 +420,6 @@ void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSl
   Write(done);
 }
 
-absl::Status CoordinatorLink::JoinNccl(const v1::PlanSlice& slice, absl::Time deadline,
-                                       transport::NcclRoute* route) {
-  const v1::NcclSetup& setup = slice.nccl();
-  std::vector<transport::gpu::NcclGroup::Member> mine;
-  for (int rank = 0; rank < setup.members_size(); ++rank) {
-    const v1::NcclMember& member = setup.members(rank);
-    route->rank_of[{member.daemon(), member.device()}] = rank;
-    if (member.daemon() == slice.daemon_index()) {
-      route->member_of[rank] = static_cast<int>(mine.size());
-      mine.push_back({rank, member.device()});
-    }
-  }
-  if (mine.empty()) return absl::OkStatus();  // no GPU here takes part
-  // Joined once per communicator; an aborted one (a failed epoch) is joined anew.
-  if (nccl_group_ == nullptr || nccl_group_->aborted() || nccl_id_ != setup.unique_id()) {
-    nccl_group_.reset();
-    absl::StatusOr<std::unique_ptr<transport::gpu::NcclGroup>> group =
-        transport::gpu::NcclGroup::Join(setup.unique_id(), setup.members_size(), mine, deadline,
-                                        &interrupt_);
-    if (!group.ok()) return group.status();
-    nccl_group_ = std::move(*group);
-    nccl_group_->SetInterrupt(&interrupt_);
-    nccl_id_ = setup.unique_id();
-    spdlog::info("refitd {}: joined the NCCL group with {} of its {} GPUs", node_, mine.size(),
-                 setup.members_size());
-  }
-  route->group = nccl_group_.get();
-  return absl::OkStatus();
-}
-
 v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
                                        const v1::PlanSlice* slice_or_null,
                                        transport::UcxWorker* worker,
@@ -483,7 +453,7 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
   }
   transport::NcclRoute nccl;
   if (slice.has_nccl()) {
-    absl::Status joined = JoinNccl(
+    absl::Status joined = nccl_.Join(
         slice, absl::Now() + absl::Milliseconds(std::max<int64_t>(1, execute.deadline_ms())),
         &nccl);
     if (!joined.ok()) return fail(joined);
@@ -511,7 +481,7 @@ v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
   executor.SetInterrupt(&interrupt_);
   if (nccl.group != nullptr) {
     executor.UseNccl(&nccl);
-    executor.UseDeviceStaging(&device_staging_);
+    executor.UseDeviceStaging(nccl_.device_staging());
   }
   // Bucketed destination ranks here: their pieces go through their buckets to their
   // processes, each bucket hashed on the way when the epoch checks its pieces.

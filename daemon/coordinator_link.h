@@ -20,6 +20,7 @@
 #include "absl/synchronization/mutex.h"
 #include "daemon/data_plane_endpoint.h"
 #include "daemon/metrics.h"
+#include "daemon/nccl_membership.h"
 #include "daemon/rank_registry.h"
 #include "proto/refit.grpc.pb.h"
 #include "security/grpc_security.h"
@@ -74,9 +75,6 @@ class CoordinatorLink {
   // Runs the epoch on `buffers`, which the caller holds for it.
   v1::EpochDone Execute(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
                         transport::UcxWorker* worker, const transport::BufferMap& buffers);
-  // Joins (or keeps) the slice's NCCL group with this daemon's GPUs and fills `route`.
-  absl::Status JoinNccl(const v1::PlanSlice& slice, absl::Time deadline,
-                        transport::NcclRoute* route);
 
   const std::string coordinator_;
   const std::string node_;
@@ -130,10 +128,7 @@ class CoordinatorLink {
   std::string last_stream_error_;  // what WarnOnce said last
   uint32_t last_epoch_number_ = 0;
   // Owned by the epoch thread (one at a time).
-  std::unique_ptr<transport::gpu::NcclGroup> nccl_group_;
-  std::string nccl_id_;
-  // NCCL messages' GPU staging, kept across epochs (allocating synchronizes the GPU).
-  transport::StagingPool device_staging_{transport::DeviceStagingAllocator()};
+  NcclMembership nccl_{node_, &interrupt_};
 };
 
 }  // namespace refit::daemon
