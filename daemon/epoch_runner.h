@@ -73,11 +73,13 @@ class EpochRunner {
   // Slices the plan for each daemon and sends slice + execute; returns the daemons asked.
   absl::StatusOr<std::set<int32_t>> Launch(const ClusterSnapshot& snapshot, const v1::Plan& plan,
                                            const std::string& epoch_id, int64_t version,
-                                           absl::Time deadline);
+                                           absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
 
   // The NCCL group for a plan whose GPU pieces cross daemons (none otherwise).
   absl::StatusOr<std::optional<v1::NcclSetup>> NcclSetupFor(const ClusterSnapshot& snapshot,
-                                                            const v1::Plan& plan);
+                                                            const v1::Plan& plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
 
   // What a committed version was committed to: its report, and the destination ranks'
   // registrations then.
@@ -99,20 +101,21 @@ class EpochRunner {
   void ReleaseGroup();
   // The part of Refit that runs while holding the group.
   absl::StatusOr<v1::RefitReport> RefitHoldingGroup(int64_t version, absl::Time start,
-                                                    absl::Time deadline,
-                                                    const Cancelled& cancelled);
+                                                    absl::Time deadline, const Cancelled& cancelled)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
 
   Cluster* cluster_;
   const v1::JobSpec job_;
-  // Under run_mu_: the NCCL members last set up and their unique id.
-  std::string nccl_members_;
-  std::string nccl_unique_id_;
-  // Under run_mu_: per daemon, the session (its channel) its last slice went to and what
-  // that slice held (plan digest, group, placement, NCCL id).
-  std::map<int32_t, std::pair<std::weak_ptr<DaemonChannel>, std::string>> slices_sent_;
   CoordinatorMetrics* metrics_;
   planner::PlanCache plans_;
   absl::Mutex run_mu_;  // taken only by the holder of the group (group_busy_)
+  // The NCCL members last set up and their unique id.
+  std::string nccl_members_ ABSL_GUARDED_BY(run_mu_);
+  std::string nccl_unique_id_ ABSL_GUARDED_BY(run_mu_);
+  // Per daemon, the session (its channel) its last slice went to and what that slice held
+  // (plan digest, group, placement, NCCL id).
+  std::map<int32_t, std::pair<std::weak_ptr<DaemonChannel>, std::string>> slices_sent_
+      ABSL_GUARDED_BY(run_mu_);
 
   mutable absl::Mutex mu_;
   uint32_t next_epoch_ ABSL_GUARDED_BY(mu_) = 1;
