@@ -173,8 +173,7 @@ absl::StatusOr<int64_t> RankRegistry::BucketedRankOf(const std::string& session)
   }
   if (!it->second.registration.layout().bucketed()) {
     return absl::FailedPreconditionError(
-        absl::StrCat(RankName(it->first.role, it->first.rank),
-                     " is not bucketed: refitd writes its buffers itself"));
+        absl::StrCat(it->first.Name(), " is not bucketed: refitd writes its buffers itself"));
   }
   return it->first.rank;
 }
@@ -358,8 +357,8 @@ std::vector<int64_t> RankRegistry::Commit(int64_t version,
     auto written = epoch_destinations_.find(key.rank);
     if (written == epoch_destinations_.end() || written->second != entry.session) continue;
     if (auto it = torn.find(key.rank); it != torn.end()) {
-      spdlog::error("refitd {}: version {} not committed to {}: {}", node_, version,
-                    RankName(v1::ROLE_DESTINATION, key.rank), std::string(it->second.message()));
+      spdlog::error("refitd {}: version {} not committed to {}: {}", node_, version, key.Name(),
+                    std::string(it->second.message()));
       entry.partial = std::max(entry.partial, version);
       entry.torn = version;
       entry.torn_reason = std::string(it->second.message());

@@ -1,6 +1,7 @@
 #include "daemon/testing/epoch_faults.h"
 
-#include <map>
+#include <set>
+#include <string>
 #include <utility>
 
 #include "absl/base/thread_annotations.h"
@@ -14,10 +15,9 @@ namespace refit::daemon {
 namespace {
 
 absl::Mutex faults_mu;
-// (node, version) -> still to be done.
-std::map<std::pair<std::string, int64_t>, bool>& Corruptions()
-    ABSL_EXCLUSIVE_LOCKS_REQUIRED(faults_mu) {
-  static auto* corruptions = new std::map<std::pair<std::string, int64_t>, bool>();
+// The (node, version) corruptions still to be done.
+std::set<std::pair<std::string, int64_t>>& Corruptions() ABSL_EXCLUSIVE_LOCKS_REQUIRED(faults_mu) {
+  static auto* corruptions = new std::set<std::pair<std::string, int64_t>>();
   return *corruptions;
 }
 
@@ -47,7 +47,7 @@ namespace faults {
 
 void CorruptAfterEpoch(const std::string& node, int64_t version) {
   absl::MutexLock lock(&faults_mu);
-  Corruptions()[{node, version}] = true;
+  Corruptions().insert({node, version});
 }
 
 }  // namespace faults
