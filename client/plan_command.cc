@@ -7,10 +7,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/command_line.h"
-#include "client/json_files.h"
-#include "client/model_files.h"
 #include "client/plan_report.h"
 #include "client/plan_svg.h"
+#include "config/json_files.h"
+#include "config/model_files.h"
 #include "google/protobuf/util/json_util.h"
 #include "planner/check/byte_checker.h"
 #include "planner/check/coverage_checker.h"
@@ -62,7 +62,7 @@ absl::StatusOr<Inputs> LoadInputs(const CommandLine& line) {
     if (!line.Has("src-parallel") || !line.Has("dst-parallel")) {
       return absl::InvalidArgumentError("--model needs --src-parallel and --dst-parallel");
     }
-    absl::StatusOr<v1::ModelConfig> config = LoadModelConfig(line.Get("model"));
+    absl::StatusOr<v1::ModelConfig> config = config::LoadModelConfig(line.Get("model"));
     if (!config.ok()) return config.status();
     int64_t gpus_per_node = 8;
     if (line.Has("gpus-per-node") &&
@@ -79,13 +79,13 @@ absl::StatusOr<Inputs> LoadInputs(const CommandLine& line) {
     if (!line.Has("src") || !line.Has("dst")) {
       return absl::InvalidArgumentError("--src and --dst go together");
     }
-    absl::Status status = ReadJsonFile(line.Get("src"), &inputs.sources);
-    if (status.ok()) status = ReadJsonFile(line.Get("dst"), &inputs.destinations);
+    absl::Status status = config::ReadJsonFile(line.Get("src"), &inputs.sources);
+    if (status.ok()) status = config::ReadJsonFile(line.Get("dst"), &inputs.destinations);
     if (!status.ok()) return status;
   }
   if (line.Has("topology")) {
     inputs.topology.Clear();
-    absl::Status status = ReadJsonFile(line.Get("topology"), &inputs.topology);
+    absl::Status status = config::ReadJsonFile(line.Get("topology"), &inputs.topology);
     if (!status.ok()) return status;
   }
   return inputs;

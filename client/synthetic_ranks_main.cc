@@ -18,11 +18,11 @@
 #include "absl/strings/str_cat.h"
 #include "client/daemon_clients.h"
 #include "client/gpu_buffers.h"
-#include "client/model_files.h"
-#include "client/synthetic_weights.h"
+#include "config/model_files.h"
 #include "planner/dtype.h"
 #include "planner/reference_refits.h"
 #include "transport/shared_memory.h"
+#include "transport/synthetic_weights.h"
 
 ABSL_FLAG(std::string, socket, "/run/refit/refitd.sock", "the node's refitd socket");
 ABSL_FLAG(std::string, coordinator, "", "coordinator address (sources: trigger refits)");
@@ -74,9 +74,9 @@ int Run() {
   absl::StatusOr<planner::RefitScenario> scenario =
       absl::GetFlag(FLAGS_model).empty()
           ? planner::ReferenceRefit(absl::GetFlag(FLAGS_refit))
-          : LoadModelRefit(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_source_parallel),
-                           absl::GetFlag(FLAGS_destination_parallel),
-                           absl::GetFlag(FLAGS_gpus_per_node));
+          : config::LoadModelRefit(absl::GetFlag(FLAGS_model), absl::GetFlag(FLAGS_source_parallel),
+                                   absl::GetFlag(FLAGS_destination_parallel),
+                                   absl::GetFlag(FLAGS_gpus_per_node));
   if (!scenario.ok()) return Fail("refit", scenario.status());
   const v1::LayoutSpec& spec = source ? scenario->sources : scenario->destinations;
   std::map<std::string, const v1::TensorSpec*> tensors;
@@ -165,10 +165,9 @@ int Run() {
     const absl::Time give_up = absl::Now() + timeout;
     while (acks(version) < absl::GetFlag(FLAGS_ack_from)) {
       if (absl::Now() > give_up) {
-        return absl::DeadlineExceededError(absl::StrCat("version ", version,
-                                                        " was not acknowledged by ",
-                                                        absl::GetFlag(FLAGS_ack_from),
-                                                        " processes in time"));
+        return absl::DeadlineExceededError(
+            absl::StrCat("version ", version, " was not acknowledged by ",
+                         absl::GetFlag(FLAGS_ack_from), " processes in time"));
       }
       absl::SleepFor(absl::Milliseconds(20));
     }
@@ -184,9 +183,10 @@ int Run() {
         if (!acked.ok()) return Fail("hand-off", acked);
       }
       for (HeldView& v : views) {
-        FillBox(v.tensor, v.shape, v.element_bytes, v.offset, v.extent,
-                transport::StridedRef{v.segment->data(), transport::RowMajorStrides(v.extent)},
-                version);
+        transport::FillBox(
+            v.tensor, v.shape, v.element_bytes, v.offset, v.extent,
+            transport::StridedRef{v.segment->data(), transport::RowMajorStrides(v.extent)},
+            version);
         if (v.gpu != nullptr) {
           absl::Status copied = v.gpu->CopyFromHost(v.segment->data());
           if (!copied.ok()) return Fail("fill GPU memory", copied);
@@ -221,7 +221,7 @@ int Run() {
           absl::Status copied = v.gpu->CopyToHost(v.segment->data());
           if (!copied.ok()) return Fail("read GPU memory", copied);
         }
-        wrong += WrongBytesInBox(
+        wrong += transport::WrongBytesInBox(
             v.tensor, v.shape, v.element_bytes, v.offset, v.extent,
             transport::StridedRef{v.segment->data(), transport::RowMajorStrides(v.extent)},
             version);

@@ -12,13 +12,13 @@
 
 #include "absl/strings/match.h"
 #include "client/daemon_clients.h"
-#include "client/synthetic_weights.h"
 #include "daemon/coordinator_link.h"
 #include "daemon/coordinator_server.h"
 #include "daemon/testing/epoch_faults.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
+#include "transport/synthetic_weights.h"
 #include "transport/testing/backed_layouts.h"
 
 namespace refit::daemon {
@@ -584,8 +584,8 @@ TEST_F(ControlPlaneTest, BucketedDestinationsTakeTheirWeightsBucketByBucket) {
       EXPECT_LE(piece.byte_offset() + volume * shape.element_bytes, 256);
       const transport::StridedRef at{const_cast<uint8_t*>(memory) + piece.byte_offset(),
                                      transport::RowMajorStrides(extent)};
-      wrong[rank] += client::WrongBytesInBox(piece.tensor(), shape.shape, shape.element_bytes,
-                                             offset, extent, at, 0);
+      wrong[rank] += transport::WrongBytesInBox(piece.tensor(), shape.shape, shape.element_bytes,
+                                                offset, extent, at, 0);
       bytes[rank] += volume * shape.element_bytes;
     }
     return std::string();
@@ -629,8 +629,8 @@ TEST_F(ControlPlaneTest, ABucketedRankThatCannotTakeABucketFailsTheEpochSayingWh
       const transport::TensorShape& shape = shapes.at(piece.tensor());
       const transport::StridedRef at{const_cast<uint8_t*>(memory) + piece.byte_offset(),
                                      transport::RowMajorStrides(extent)};
-      wrong += client::WrongBytesInBox(piece.tensor(), shape.shape, shape.element_bytes, offset,
-                                       extent, at, 0);
+      wrong += transport::WrongBytesInBox(piece.tensor(), shape.shape, shape.element_bytes, offset,
+                                          extent, at, 0);
     }
     return std::string();
   });
@@ -847,8 +847,8 @@ TEST(ControlPlaneFourDaemonsTest, RandomLayoutsOverSeveralEpochs) {
             ASSERT_TRUE(memory.ok());
             const transport::TensorShape& shape =
                 registry.HoldBuffers().buffers().tensors().at(view.tensor());
-            client::FillBox(view.tensor(), shape.shape, shape.element_bytes, offset, extent,
-                            *memory, /*version=*/-1);
+            transport::FillBox(view.tensor(), shape.shape, shape.element_bytes, offset, extent,
+                               *memory, /*version=*/-1);
           }
         }
       }

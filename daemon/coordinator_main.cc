@@ -5,8 +5,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "client/json_files.h"
-#include "client/model_files.h"
+#include "config/json_files.h"
+#include "config/model_files.h"
 #include "daemon/coordinator_server.h"
 #include "daemon/http_endpoints.h"
 #include "daemon/job_validation.h"
@@ -36,12 +36,14 @@ int main(int argc, char** argv) {
   const sigset_t signals = refit::daemon::BlockShutdownSignals();
   const int64_t open_files = refit::daemon::RaiseOpenFileLimit();
   if (open_files < 4096) {
-    spdlog::warn("refit-coordinator: only {} open files allowed (ulimit -n); a large model or many clients "
-                 "need more (LimitNOFILE in the systemd unit)", open_files);
+    spdlog::warn(
+        "refit-coordinator: only {} open files allowed (ulimit -n); a large model or many clients "
+        "need more (LimitNOFILE in the systemd unit)",
+        open_files);
   }
   refit::v1::JobSpec job;
   if (!absl::GetFlag(FLAGS_job).empty()) {
-    absl::Status read = refit::client::ReadJsonFile(absl::GetFlag(FLAGS_job), &job);
+    absl::Status read = refit::config::ReadJsonFile(absl::GetFlag(FLAGS_job), &job);
     if (!read.ok()) {
       spdlog::error("refit-coordinator: {}", std::string(read.message()));
       return 2;
@@ -49,14 +51,14 @@ int main(int argc, char** argv) {
   }
   if (!job.model().empty()) {
     // Rank counts from the model and the parallel settings.
-    absl::StatusOr<refit::planner::RefitScenario> scenario = refit::client::LoadModelRefit(
+    absl::StatusOr<refit::planner::RefitScenario> scenario = refit::config::LoadModelRefit(
         job.model(), job.source_parallel(), job.destination_parallel());
     if (!scenario.ok()) {
       spdlog::error("refit-coordinator: job: {}", std::string(scenario.status().message()));
       return 2;
     }
-    absl::Status counts = refit::daemon::CheckJobRankCounts(
-        job, scenario->sources.ranks_size(), scenario->destinations.ranks_size());
+    absl::Status counts = refit::daemon::CheckJobRankCounts(job, scenario->sources.ranks_size(),
+                                                            scenario->destinations.ranks_size());
     if (!counts.ok()) {
       spdlog::error("refit-coordinator: {}", std::string(counts.message()));
       return 2;
@@ -83,8 +85,9 @@ int main(int argc, char** argv) {
     }
     security.token = *token;
     if (security.cert_file.empty()) {
-      spdlog::warn("refit-coordinator: --token_file without --tls_cert: the token crosses the "
-                   "network in plaintext");
+      spdlog::warn(
+          "refit-coordinator: --token_file without --tls_cert: the token crosses the "
+          "network in plaintext");
     }
   }
   if (security.token.empty()) {
@@ -95,8 +98,10 @@ int main(int argc, char** argv) {
           "deploy/README.md), or --insecure on a network where every host is trusted");
       return 2;
     }
-    spdlog::warn("refit-coordinator: --insecure: no token; any process that reaches {} may join "
-                 "as a daemon or trigger refits", absl::GetFlag(FLAGS_listen));
+    spdlog::warn(
+        "refit-coordinator: --insecure: no token; any process that reaches {} may join "
+        "as a daemon or trigger refits",
+        absl::GetFlag(FLAGS_listen));
   }
   auto registry = std::make_shared<prometheus::Registry>();
   refit::daemon::CoordinatorMetrics metrics(registry);

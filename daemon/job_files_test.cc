@@ -1,7 +1,7 @@
 // The shipped job files parse as refit.v1.JobSpec and their models expand into layouts.
 #include <filesystem>
 
-#include "client/json_files.h"
+#include "config/json_files.h"
 #include "gtest/gtest.h"
 #include "planner/reference_refits.h"
 
@@ -13,7 +13,7 @@ TEST(JobFilesTest, EveryShippedJobParsesAndExpands) {
   for (const auto& entry : std::filesystem::directory_iterator("deploy/jobs")) {
     SCOPED_TRACE(entry.path().string());
     v1::JobSpec job;
-    ASSERT_TRUE(client::ReadJsonFile(entry.path().string(), &job).ok());
+    ASSERT_TRUE(config::ReadJsonFile(entry.path().string(), &job).ok());
     EXPECT_FALSE(job.name().empty());
     absl::StatusOr<v1::ModelConfig> config = planner::BuiltinModelConfig(job.model());
     ASSERT_TRUE(config.ok()) << config.status();

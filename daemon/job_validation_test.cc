@@ -6,7 +6,7 @@
 #include <functional>
 #include <string>
 
-#include "client/json_files.h"
+#include "config/json_files.h"
 #include "gtest/gtest.h"
 
 namespace refit::daemon {
@@ -69,7 +69,7 @@ TEST(JobValidationTest, TheShippedJobsPass) {
   for (const auto& entry : std::filesystem::directory_iterator("deploy/jobs")) {
     SCOPED_TRACE(entry.path().string());
     v1::JobSpec job;
-    ASSERT_TRUE(client::ReadJsonFile(entry.path().string(), &job).ok());
+    ASSERT_TRUE(config::ReadJsonFile(entry.path().string(), &job).ok());
     job.set_source_ranks(1);  // counts come from the model; the rest is checked as written
     job.set_destination_ranks(1);
     EXPECT_TRUE(CheckJob(job).ok()) << CheckJob(job);

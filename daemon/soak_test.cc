@@ -114,7 +114,9 @@ TEST(SoakTest, AThousandEpochsWithFaultsLeakNothing) {
       transport::testing::FillViews(trainer.HoldBuffers().buffers(), v1::ROLE_SOURCE, r);
     }
     ASSERT_TRUE(trainer.Publish(0, version).ok());
-    if (fault != 2) ASSERT_TRUE(trainer.Publish(1, version).ok());
+    if (fault != 2) {
+      ASSERT_TRUE(trainer.Publish(1, version).ok());
+    }
     if (fault == 1) faults::CorruptAfterEpoch("inference", version);
     if (fault == 3) {
       ASSERT_TRUE(inference.Deregister(v1::ROLE_DESTINATION, 1).ok());
@@ -139,7 +141,9 @@ TEST(SoakTest, AThousandEpochsWithFaultsLeakNothing) {
       ++failed;
     }
     // Undo the fault.
-    if (fault == 2) ASSERT_TRUE(trainer.Publish(1, version).ok());
+    if (fault == 2) {
+      ASSERT_TRUE(trainer.Publish(1, version).ok());
+    }
     if (fault == 3) {
       ASSERT_TRUE(register_rank(&inference, v1::ROLE_DESTINATION, destinations, 1));
     }

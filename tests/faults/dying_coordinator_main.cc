@@ -1,8 +1,8 @@
 // refit-dying-coordinator (tests only): refit's coordinator, which dies (exit code 9, no
 // clean-up, as under kill -9) in the middle of the first commit it sends: just before its
 // K-th commit message of its first epoch goes out on a control stream
-// (--die_before_commit=K), or just after (--die_after_commit=K). The commit fault test kills the coordinator this way at random
-// points of the commit, which a signal from outside could not hit.
+// (--die_before_commit=K), or just after (--die_after_commit=K). The commit fault test kills the
+// coordinator this way at random points of the commit, which a signal from outside could not hit.
 #include <unistd.h>
 
 #include <atomic>
@@ -13,7 +13,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/synchronization/mutex.h"
-#include "client/json_files.h"
+#include "config/json_files.h"
 #include "daemon/coordinator_server.h"
 #include "daemon/job_validation.h"
 #include "daemon/shutdown_signal.h"
@@ -45,8 +45,8 @@ class DieAtCommit : public grpc::experimental::Interceptor {
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     using grpc::experimental::InterceptionHookPoints;
     if (methods->QueryInterceptionHookPoint(InterceptionHookPoints::PRE_SEND_MESSAGE)) {
-      const auto* message = static_cast<const refit::v1::CoordinatorMessage*>(
-          methods->GetSendMessage());
+      const auto* message =
+          static_cast<const refit::v1::CoordinatorMessage*>(methods->GetSendMessage());
       sending_commit_ = message != nullptr && IsFirstEpochsCommit(*message);
       if (sending_commit_ && commits_seen.load() + 1 == absl::GetFlag(FLAGS_die_before_commit)) {
         Die("before");
@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   const sigset_t signals = refit::daemon::BlockShutdownSignals();
   refit::v1::JobSpec job;
-  if (absl::Status read = refit::client::ReadJsonFile(absl::GetFlag(FLAGS_job), &job); !read.ok()) {
+  if (absl::Status read = refit::config::ReadJsonFile(absl::GetFlag(FLAGS_job), &job); !read.ok()) {
     spdlog::error("refit-dying-coordinator: {}", std::string(read.message()));
     return 2;
   }

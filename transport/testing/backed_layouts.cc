@@ -8,10 +8,10 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "client/synthetic_weights.h"
 #include "gtest/gtest.h"
 #include "planner/dtype.h"
 #include "planner/layout.h"
+#include "transport/synthetic_weights.h"
 
 namespace refit::transport::testing {
 namespace {
@@ -86,7 +86,7 @@ void FillViews(const BufferMap& map, v1::Role role, const v1::RankLayout& rank) 
     const ViewMemory m = MemoryOf(map, role, rank, v);
     const TensorShape& shape = map.tensors().at(m.tensor);
     if (m.memory.base == nullptr) continue;
-    client::FillBox(m.tensor, shape.shape, shape.element_bytes, m.offset, m.extent, m.memory, 0);
+    transport::FillBox(m.tensor, shape.shape, shape.element_bytes, m.offset, m.extent, m.memory, 0);
   }
 }
 
@@ -96,8 +96,8 @@ int64_t WrongBytes(const BufferMap& map, v1::Role role, const v1::RankLayout& ra
     const ViewMemory m = MemoryOf(map, role, rank, v);
     const TensorShape& shape = map.tensors().at(m.tensor);
     if (m.memory.base == nullptr) return -1;
-    wrong += client::WrongBytesInBox(m.tensor, shape.shape, shape.element_bytes, m.offset, m.extent,
-                                     m.memory, 0);
+    wrong += transport::WrongBytesInBox(m.tensor, shape.shape, shape.element_bytes, m.offset,
+                                        m.extent, m.memory, 0);
   }
   return wrong;
 }

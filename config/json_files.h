@@ -1,14 +1,14 @@
 // Reading proto3-JSON files (layouts, topologies, model configs) with errors that name
 // the file and what is wrong with it.
-#ifndef REFIT_CLIENT_JSON_FILES_H_
-#define REFIT_CLIENT_JSON_FILES_H_
+#ifndef REFIT_CONFIG_JSON_FILES_H_
+#define REFIT_CONFIG_JSON_FILES_H_
 
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "google/protobuf/message.h"
 
-namespace refit::client {
+namespace refit::config {
 
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
@@ -16,6 +16,6 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 absl::Status ReadJsonFile(const std::string& path, google::protobuf::Message* message,
                           bool ignore_unknown_fields = false);
 
-}  // namespace refit::client
+}  // namespace refit::config
 
-#endif  // REFIT_CLIENT_JSON_FILES_H_
+#endif  // REFIT_CONFIG_JSON_FILES_H_

@@ -1,8 +1,8 @@
-#include "client/synthetic_weights.h"
+#include "transport/synthetic_weights.h"
 
 #include <functional>
 
-namespace refit::client {
+namespace refit::transport {
 namespace {
 
 uint8_t WeightByte(uint64_t tensor_hash, int64_t linear, int byte, int64_t version) {
@@ -17,12 +17,12 @@ uint8_t WeightByte(uint64_t tensor_hash, int64_t linear, int byte, int64_t versi
 
 // Visits every element of a box: its global linear index and its address.
 template <typename Fn>
-void ForEachElement(const transport::Dims& shape, int element_bytes, const transport::Dims& offset,
-                    const transport::Dims& extent, const transport::StridedRef& memory, Fn fn) {
+void ForEachElement(const Dims& shape, int element_bytes, const Dims& offset, const Dims& extent,
+                    const StridedRef& memory, Fn fn) {
   for (int64_t e : extent) {
     if (e <= 0) return;
   }
-  transport::Dims index(extent.size(), 0);
+  Dims index(extent.size(), 0);
   while (true) {
     int64_t linear = 0, element = 0;
     for (size_t d = 0; d < extent.size(); ++d) {
@@ -38,18 +38,17 @@ void ForEachElement(const transport::Dims& shape, int element_bytes, const trans
 
 }  // namespace
 
-void FillBox(const std::string& tensor, const transport::Dims& shape, int element_bytes,
-             const transport::Dims& offset, const transport::Dims& extent,
-             const transport::StridedRef& memory, int64_t version) {
+void FillBox(const std::string& tensor, const Dims& shape, int element_bytes, const Dims& offset,
+             const Dims& extent, const StridedRef& memory, int64_t version) {
   const uint64_t hash = std::hash<std::string>()(tensor);
   ForEachElement(shape, element_bytes, offset, extent, memory, [&](int64_t linear, uint8_t* at) {
     for (int b = 0; b < element_bytes; ++b) at[b] = WeightByte(hash, linear, b, version);
   });
 }
 
-int64_t WrongBytesInBox(const std::string& tensor, const transport::Dims& shape, int element_bytes,
-                        const transport::Dims& offset, const transport::Dims& extent,
-                        const transport::StridedRef& memory, int64_t version) {
+int64_t WrongBytesInBox(const std::string& tensor, const Dims& shape, int element_bytes,
+                        const Dims& offset, const Dims& extent, const StridedRef& memory,
+                        int64_t version) {
   const uint64_t hash = std::hash<std::string>()(tensor);
   int64_t wrong = 0;
   ForEachElement(shape, element_bytes, offset, extent, memory, [&](int64_t linear, uint8_t* at) {
@@ -58,4 +57,4 @@ int64_t WrongBytesInBox(const std::string& tensor, const transport::Dims& shape,
   return wrong;
 }
 
-}  // namespace refit::client
+}  // namespace refit::transport

@@ -1,7 +1,7 @@
 // Model configs by builtin name ("dsv3-mini") or by path to a config JSON, as job files
 // and the synthetic ranks name them.
-#ifndef REFIT_CLIENT_MODEL_FILES_H_
-#define REFIT_CLIENT_MODEL_FILES_H_
+#ifndef REFIT_CONFIG_MODEL_FILES_H_
+#define REFIT_CONFIG_MODEL_FILES_H_
 
 #include <string>
 
@@ -9,7 +9,7 @@
 #include "planner/reference_refits.h"
 #include "proto/refit.pb.h"
 
-namespace refit::client {
+namespace refit::config {
 
 // The builtin config of that name, else the JSON file at that path (a name with no '/'
 // and no ".json" is only looked up among the builtin configs).
@@ -21,6 +21,6 @@ absl::StatusOr<planner::RefitScenario> LoadModelRefit(const std::string& name_or
                                                       const std::string& destination_parallel,
                                                       int32_t gpus_per_node = 8);
 
-}  // namespace refit::client
+}  // namespace refit::config
 
-#endif  // REFIT_CLIENT_MODEL_FILES_H_
+#endif  // REFIT_CONFIG_MODEL_FILES_H_

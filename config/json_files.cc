@@ -1,4 +1,4 @@
-#include "client/json_files.h"
+#include "config/json_files.h"
 
 #include <fstream>
 #include <sstream>
@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/util/json_util.h"
 
-namespace refit::client {
+namespace refit::config {
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -35,4 +35,4 @@ absl::Status ReadJsonFile(const std::string& path, google::protobuf::Message* me
   return absl::OkStatus();
 }
 
-}  // namespace refit::client
+}  // namespace refit::config

@@ -1,9 +1,9 @@
-#include "client/model_files.h"
+#include "config/model_files.h"
 
 #include "absl/strings/match.h"
-#include "client/json_files.h"
+#include "config/json_files.h"
 
-namespace refit::client {
+namespace refit::config {
 
 absl::StatusOr<v1::ModelConfig> LoadModelConfig(const std::string& name_or_path) {
   absl::StatusOr<v1::ModelConfig> config = planner::BuiltinModelConfig(name_or_path);
@@ -28,4 +28,4 @@ absl::StatusOr<planner::RefitScenario> LoadModelRefit(const std::string& name_or
   return planner::ModelRefit(*config, source_parallel, destination_parallel, gpus_per_node, false);
 }
 
-}  // namespace refit::client
+}  // namespace refit::config

@@ -1,0 +1,39 @@
+// What one run of a plan did on this daemon: transfers, bytes by route and by peer, relay
+// buffer use, when each destination rank was complete. Filled by PlanExecutor and
+// ExecuteLocally; read by refitd's metrics and reports and by the benchmarks.
+#ifndef REFIT_TRANSPORT_EXECUTION_STATS_H_
+#define REFIT_TRANSPORT_EXECUTION_STATS_H_
+
+#include <cstdint>
+#include <map>
+
+#include "proto/refit.pb.h"
+
+namespace refit::transport {
+
+struct ExecutionStats {
+  int64_t transfers = 0;
+  int64_t bytes = 0;
+  int64_t runs = 0;             // contiguous memcpy runs issued
+  int64_t delivered_bytes = 0;  // written into this daemon's destination views
+  int64_t bytes_by_route[v1::Route_ARRAYSIZE] = {};
+  // Bytes this daemon sent to / received from each other daemon (by index).
+  std::map<int32_t, int64_t> bytes_sent_to;
+  std::map<int32_t, int64_t> bytes_received_from;
+  // Seconds from the start of the run until each destination rank served here had its
+  // last byte of the plan written (PlanExecutor only).
+  std::map<int64_t, double> destination_finish_seconds;
+  // Relay buffers of this daemon (PlanExecutor only): the most bytes held at once, how
+  // many are still held after the last batch run (0 once the run ends: each is freed after
+  // its last read), and the bytes of the blocks they were laid out in (one per device).
+  int64_t relay_buffer_peak_bytes = 0;
+  int64_t relay_buffers_left = 0;
+  int64_t relay_buffer_block_bytes = 0;
+  // Pieces handed to the destination sink (bucketed ranks), by transfer sequence: the
+  // XXH3-64 of each box as handed over (host memory only; PlanExecutor only).
+  std::map<int64_t, uint64_t> bucketed_piece_hashes;
+};
+
+}  // namespace refit::transport
+
+#endif  // REFIT_TRANSPORT_EXECUTION_STATS_H_
