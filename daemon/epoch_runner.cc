@@ -61,20 +61,6 @@ v1::CoordinatorMessage OutcomeMessage(const std::string& epoch_id, int64_t versi
   return message;
 }
 
-// A daemon's failed epoch as the client will see it: the daemon's own kind of failure
-// (DEADLINE_EXCEEDED for a stalled link, DATA_LOSS for a short message...), except that
-// an epoch the daemon saw interrupted (CANCELLED: the coordinator aborted it, or refitd is
-// stopping) was not cancelled by the caller, so it is ABORTED, as is a failure of unknown
-// kind.
-absl::Status DaemonFailure(const std::string& node, const v1::EpochDone& done) {
-  absl::StatusCode code = absl::StatusCode::kAborted;
-  if (done.code() > 0 && done.code() <= static_cast<int>(absl::StatusCode::kUnauthenticated) &&
-      done.code() != static_cast<int>(absl::StatusCode::kCancelled)) {
-    code = static_cast<absl::StatusCode>(done.code());
-  }
-  return absl::Status(code, absl::StrCat("refitd on ", node, " failed: ", done.error()));
-}
-
 }  // namespace
 
 absl::StatusOr<std::optional<v1::NcclSetup>> EpochRunner::NcclSetupFor(
@@ -102,17 +88,12 @@ absl::StatusOr<std::optional<v1::NcclSetup>> EpochRunner::NcclSetupFor(
 
 absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& snapshot,
                                                       const v1::Plan& plan,
-                                                      const std::string& epoch_id, int64_t version,
-                                                      absl::Time deadline) {
+                                                      const std::string& epoch_id, uint32_t number,
+                                                      int64_t version, absl::Time deadline) {
   transport::RankPlacement where;
   for (const v1::RankPlacement& p : snapshot.placement) where.Place(p.role(), p.rank(), p.daemon());
   absl::StatusOr<std::optional<v1::NcclSetup>> nccl = NcclSetupFor(snapshot, plan);
   if (!nccl.ok()) return nccl.status();
-  uint32_t number;
-  {
-    absl::MutexLock lock(&mu_);
-    number = next_epoch_;
-  }
   // What every slice holds besides the daemon's own transfers: the same for all daemons.
   std::string slice_key = plan.digest();
   for (const v1::DaemonPeer& peer : snapshot.daemons) {
@@ -208,7 +189,6 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
 absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, absl::Time start,
                                                                absl::Time deadline,
                                                                const Cancelled& cancelled) {
-  auto gave_up = [&]() { return cancelled && cancelled(); };
   {
     absl::MutexLock lock(&mu_);
     // A restarted coordinator learns the committed version from the daemons.
@@ -220,36 +200,85 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
   }
   absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot();
   if (!snapshot.ok()) return snapshot.status();
-  {
-    absl::MutexLock lock(&mu_);
-    if (version == current_version_) {
-      // A repeat: the same answer only for the destination ranks the version went to.
-      auto done = reports_.find(version);
-      if (done != reports_.end() &&
-          HeldByAll(done->second.destinations, snapshot->destination_registrations)) {
-        return done->second.report;
-      }
-      const std::string why =
-          done == reports_.end()
-              ? "the coordinator cannot tell which destination ranks hold it (it restarted)"
-              : "destination ranks registered since do not hold it";
-      if (snapshot->published_oldest != version || snapshot->published_newest != version) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("version ", version, " is committed, but ", why,
-                         ", and the source ranks no longer all hold it (they published versions ",
-                         snapshot->published_oldest, " to ", snapshot->published_newest,
-                         "): refit a newer version"));
-      }
-      spdlog::info("version {}: committed before, but {}; moving it again", version, why);
-    }
+  if (std::optional<absl::StatusOr<v1::RefitReport>> repeat = AnswerRepeat(version, *snapshot)) {
+    return *std::move(repeat);
   }
-  const int sources = snapshot->sources.ranks_size();
-  const int destinations = snapshot->destinations.ranks_size();
+  absl::StatusOr<PlannedEpoch> planned = PlanEpoch(version, *snapshot);
+  if (!planned.ok()) return planned.status();
+  // Planned while the trainers may still be finishing the step; now wait (within the
+  // deadline) for every source rank to publish this version, so no half-updated weights
+  // are sent.
+  if (absl::Status published = AwaitPublishes(version, deadline, cancelled); !published.ok()) {
+    return published;
+  }
+  // The epoch writes the buffers of daemons still in doubt about an older one: that one
+  // is over for them.
+  SettleDaemonsInDoubt(/*superseded=*/true);
+  const auto [epoch_id, number] = StartEpoch(version, planned->wire, *snapshot);
+  absl::Status outcome =
+      Launch(*snapshot, planned->wire, epoch_id, number, version, deadline).status();
+  if (outcome.ok()) outcome = AwaitExecution(deadline, cancelled);
+  absl::StatusOr<std::pair<int64_t, int64_t>> checksummed = std::pair<int64_t, int64_t>{0, 0};
+  if (outcome.ok()) {
+    checksummed = Verify(*snapshot, planned->wire);
+    outcome = checksummed.status();
+  }
+  EndEpoch(outcome, *snapshot);
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (!outcome.ok()) {
+    spdlog::warn("epoch {} version {} aborted after {:.3f} s: {}", epoch_id, version, seconds,
+                 std::string(outcome.message()));
+    if (metrics_ != nullptr) metrics_->EpochAborted(seconds);
+    return outcome;
+  }
+  const planner::PlanStats& stats = planned->plan->stats;
+  spdlog::info(
+      "epoch {} version {} committed: {} bytes in {:.3f} s ({:.2f} GB/s), {} daemons, "
+      "{} views and {} pieces checksummed, plan {}",
+      epoch_id, version, stats.total_bytes, seconds,
+      stats.total_bytes / std::max(seconds, 1e-9) / 1e9, snapshot->channels.size(),
+      checksummed->first, checksummed->second, planned->wire.digest());
+  if (metrics_ != nullptr) {
+    metrics_->EpochCommitted(seconds, stats.network_bytes, stats.nvlink_bytes, stats.local_bytes,
+                             version);
+    metrics_->plan_build_seconds.Set(planned->plan->plan_seconds);
+  }
+  return Report(*planned, *snapshot, *checksummed, seconds);
+}
+
+std::optional<absl::StatusOr<v1::RefitReport>> EpochRunner::AnswerRepeat(
+    int64_t version, const ClusterSnapshot& snapshot) {
+  absl::MutexLock lock(&mu_);
+  if (version != current_version_) return std::nullopt;
+  // A repeat: the same answer only for the destination ranks the version went to.
+  auto done = reports_.find(version);
+  if (done != reports_.end() &&
+      HeldByAll(done->second.destinations, snapshot.destination_registrations)) {
+    return done->second.report;
+  }
+  const std::string why =
+      done == reports_.end()
+          ? "the coordinator cannot tell which destination ranks hold it (it restarted)"
+          : "destination ranks registered since do not hold it";
+  if (snapshot.published_oldest != version || snapshot.published_newest != version) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "version ", version, " is committed, but ", why,
+        ", and the source ranks no longer all hold it (they published versions ",
+        snapshot.published_oldest, " to ", snapshot.published_newest, "): refit a newer version"));
+  }
+  spdlog::info("version {}: committed before, but {}; moving it again", version, why);
+  return std::nullopt;
+}
+
+absl::StatusOr<EpochRunner::PlannedEpoch> EpochRunner::PlanEpoch(int64_t version,
+                                                                 const ClusterSnapshot& snapshot) {
+  const int sources = snapshot.sources.ranks_size();
+  const int destinations = snapshot.destinations.ranks_size();
   const std::string incomplete = absl::StrCat(
       "the refit group is incomplete: ", sources, " of ", job_.source_ranks(), " source ranks and ",
       destinations, " of ", job_.destination_ranks(), " destination ranks registered",
-      MissingRanks(snapshot->sources, job_.source_ranks(), "source"),
-      MissingRanks(snapshot->destinations, job_.destination_ranks(), "destination"));
+      MissingRanks(snapshot.sources, job_.source_ranks(), "source"),
+      MissingRanks(snapshot.destinations, job_.destination_ranks(), "destination"));
   // Every destination must be there. Missing sources are planned around when the others
   // hold their data (data-parallel replicas, replicated tensors); the planner says which
   // boxes nobody holds otherwise.
@@ -257,13 +286,13 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
   if (destinations < job_.destination_ranks() || sources == 0) {
     return absl::FailedPreconditionError(incomplete);
   }
-  absl::StatusOr<planner::Layout> src = planner::CompileLayout(snapshot->sources, "source");
+  absl::StatusOr<planner::Layout> src = planner::CompileLayout(snapshot.sources, "source");
   if (!src.ok()) {
     if (sources_missing) return absl::FailedPreconditionError(incomplete);
     return src.status();
   }
   absl::StatusOr<planner::Layout> dst =
-      planner::CompileLayout(snapshot->destinations, "destination");
+      planner::CompileLayout(snapshot.destinations, "destination");
   if (!dst.ok()) return dst.status();
   planner::PlanOptions options;
   if (!job_.strategy().empty()) options.strategy = job_.strategy();
@@ -278,183 +307,144 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
     }
     return plan.status();
   }
-  std::vector<int64_t> planned_around;
+  PlannedEpoch planned{*plan, planner::PlanToProto(**plan, *src, *dst), {}};
   if (sources_missing) {
     std::set<int64_t> present;
-    for (const v1::RankLayout& r : snapshot->sources.ranks()) present.insert(r.rank());
+    for (const v1::RankLayout& r : snapshot.sources.ranks()) present.insert(r.rank());
     for (int64_t r = 0; r < job_.source_ranks(); ++r) {
-      if (!present.count(r)) planned_around.push_back(r);
+      if (!present.count(r)) planned.planned_around.push_back(r);
     }
     spdlog::warn(
-        "version {}: source ranks {} are missing; the plan takes their data from the "
-        "others",
-        version, absl::StrJoin(planned_around, ", "));
+        "version {}: source ranks {} are missing; the plan takes their data from the others",
+        version, absl::StrJoin(planned.planned_around, ", "));
   }
-  const v1::Plan wire = planner::PlanToProto(**plan, *src, *dst);
-  // Planned while the trainers may still be finishing the step; now wait (within the
-  // deadline) for every source rank to publish this version, so no half-updated weights
-  // are sent.
+  return planned;
+}
+
+absl::Status EpochRunner::AwaitPublishes(int64_t version, absl::Time deadline,
+                                         const Cancelled& cancelled) {
+  auto gave_up = [&]() { return cancelled && cancelled(); };
   std::vector<int64_t> unpublished;
   do {
     unpublished = cluster_->AwaitPublished(
         version, std::min(deadline, absl::Now() + absl::Milliseconds(100)));
   } while (!unpublished.empty() && absl::Now() < deadline && !gave_up());
-  if (!unpublished.empty()) {
-    const std::string waiting =
-        absl::StrCat("version ", version, " was not published by source ranks ",
-                     absl::StrJoin(unpublished, ", "));
-    if (gave_up()) return absl::CancelledError(absl::StrCat(waiting, " when the caller cancelled"));
-    return absl::DeadlineExceededError(absl::StrCat(waiting, " before the deadline"));
-  }
+  if (unpublished.empty()) return absl::OkStatus();
+  const std::string waiting = absl::StrCat(
+      "version ", version, " was not published by source ranks ", absl::StrJoin(unpublished, ", "));
+  if (gave_up()) return absl::CancelledError(absl::StrCat(waiting, " when the caller cancelled"));
+  return absl::DeadlineExceededError(absl::StrCat(waiting, " before the deadline"));
+}
 
-  // The epoch writes the buffers of daemons still in doubt about an older one: that one
-  // is over for them.
-  SettleDaemonsInDoubt(/*superseded=*/true);
-  std::string epoch_id;
+std::pair<std::string, uint32_t> EpochRunner::StartEpoch(int64_t version, const v1::Plan& wire,
+                                                         const ClusterSnapshot& snapshot) {
   const uint32_t last_epoch_run = cluster_->LastEpochNumber();
-  {
-    // Every daemon is awaited before any is asked: a fast daemon's report may arrive
-    // before Launch returns.
-    absl::MutexLock lock(&mu_);
-    // After a coordinator restart, epochs are numbered after the daemons' last one.
-    next_epoch_ = std::max(next_epoch_, last_epoch_run + 1);
-    epoch_id = absl::StrCat(job_.name().empty() ? "refit" : job_.name(), "-", next_epoch_);
-    running_epoch_ = epoch_id;
-    running_version_ = version;
-    failure_ = absl::OkStatus();
-    delivered_.clear();
-    checksums_.clear();
-    pieces_.clear();
-    daemon_seconds_.clear();
-    rank_finish_seconds_.clear();
-    bytes_total_ = 0;  // what lands in destination views (progress counts the same)
-    for (const v1::Batch& batch : wire.batches()) {
-      for (const v1::Transfer& t : batch.transfers()) {
-        if (t.dst().kind() == v1::ENDPOINT_DESTINATION_VIEW) bytes_total_ += t.bytes();
-      }
-    }
-    ++progress_events_;
-    waiting_for_.clear();
-    for (const auto& [index, channel] : snapshot->channels) waiting_for_.insert(index);
-    epoch_daemons_ = waiting_for_;
-  }
-  absl::StatusOr<std::set<int32_t>> asked = Launch(*snapshot, wire, epoch_id, version, deadline);
-  absl::Status outcome = asked.status();
-  int64_t views_checksummed = 0;
-  int64_t pieces_checksummed = 0;
-  int32_t slowest_node = -1;
-  double slowest_node_seconds = 0;
-  int64_t slowest_rank = -1;
-  double slowest_rank_seconds = 0;
-  {
-    absl::MutexLock lock(&mu_);
-    ++next_epoch_;
-    if (!outcome.ok()) {
-      running_epoch_.clear();
-      DecidedLocked(epoch_id, false);
+  // What lands in destination views (progress counts the same).
+  int64_t bytes_total = 0;
+  for (const v1::Batch& batch : wire.batches()) {
+    for (const v1::Transfer& t : batch.transfers()) {
+      if (t.dst().kind() == v1::ENDPOINT_DESTINATION_VIEW) bytes_total += t.bytes();
     }
   }
-  if (outcome.ok()) {
+  std::set<int32_t> daemons;
+  for (const auto& [index, channel] : snapshot.channels) daemons.insert(index);
+  // Every daemon is awaited before any is asked: a fast daemon's report may arrive before
+  // Launch returns.
+  absl::MutexLock lock(&mu_);
+  // After a coordinator restart, epochs are numbered after the daemons' last one.
+  next_epoch_ = std::max(next_epoch_, last_epoch_run + 1);
+  const uint32_t number = next_epoch_++;
+  const std::string epoch_id =
+      absl::StrCat(job_.name().empty() ? "refit" : job_.name(), "-", number);
+  epoch_.emplace(epoch_id, version, std::move(daemons), bytes_total);
+  ++progress_events_;
+  return {epoch_id, number};
+}
+
+absl::Status EpochRunner::AwaitExecution(absl::Time deadline, const Cancelled& cancelled) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status launched = epoch_->Launched(); !launched.ok()) return launched;
+  auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return epoch_->Settled(); };
+  if (!AwaitCancellable(mu_, absl::Condition(&settled), deadline, cancelled) && cancelled &&
+      cancelled()) {
+    epoch_->Fail(absl::CancelledError("the caller cancelled the refit"));
+  }
+  return epoch_->ExecutionOutcome([this](int32_t daemon) { return cluster_->NodeOf(daemon); });
+}
+
+absl::StatusOr<std::pair<int64_t, int64_t>> EpochRunner::Verify(const ClusterSnapshot& snapshot,
+                                                                const v1::Plan& wire) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status verifying = epoch_->Verifying(); !verifying.ok()) return verifying;
+  if (job_.skip_checksums()) return std::pair<int64_t, int64_t>{0, 0};
+  absl::StatusOr<int64_t> views =
+      CompareViewChecksums(snapshot.sources, snapshot.destinations, epoch_->view_checksums());
+  if (!views.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("epoch ", epoch_->id(), ": ", views.status().message()));
+  }
+  absl::StatusOr<int64_t> pieces = ComparePieceChecksums(wire, epoch_->piece_checksums());
+  if (!pieces.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("epoch ", epoch_->id(), ": ", pieces.status().message()));
+  }
+  return std::pair<int64_t, int64_t>{*views, *pieces};
+}
+
+void EpochRunner::EndEpoch(const absl::Status& outcome, const ClusterSnapshot& snapshot) {
+  std::string epoch_id;
+  int64_t version;
+  {
     absl::MutexLock lock(&mu_);
-    auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return waiting_for_.empty() || !failure_.ok();
-    };
-    if (!AwaitCancellable(mu_, absl::Condition(&settled), deadline, cancelled) && gave_up()) {
-      failure_ = absl::CancelledError("the caller cancelled the refit");
-    }
-    if (!failure_.ok()) {
-      outcome =
-          absl::Status(failure_.code(), absl::StrCat("epoch ", epoch_id, ": ", failure_.message()));
-    } else if (!waiting_for_.empty()) {
-      std::vector<std::string> late;
-      for (int32_t d : waiting_for_) late.push_back(cluster_->NodeOf(d));
-      outcome = absl::DeadlineExceededError(absl::StrCat("epoch ", epoch_id, ": refitd on ",
-                                                         absl::StrJoin(late, ", "),
-                                                         " did not finish before the deadline"));
-    }
-    if (outcome.ok() && !job_.skip_checksums()) {
-      absl::StatusOr<int64_t> compared =
-          CompareViewChecksums(snapshot->sources, snapshot->destinations, checksums_);
-      if (!compared.ok()) {
-        outcome = absl::DataLossError(
-            absl::StrCat("epoch ", epoch_id, ": ", compared.status().message()));
-      } else {
-        views_checksummed = *compared;
-      }
-    }
-    if (outcome.ok() && !job_.skip_checksums()) {
-      absl::StatusOr<int64_t> compared = ComparePieceChecksums(wire, pieces_);
-      if (!compared.ok()) {
-        outcome = absl::DataLossError(
-            absl::StrCat("epoch ", epoch_id, ": ", compared.status().message()));
-      } else {
-        pieces_checksummed = *compared;
-      }
-    }
-    for (const auto& [daemon, seconds] : daemon_seconds_) {
-      if (seconds >= slowest_node_seconds) slowest_node = daemon, slowest_node_seconds = seconds;
-    }
-    for (const auto& [rank, seconds] : rank_finish_seconds_) {
-      if (seconds >= slowest_rank_seconds) slowest_rank = rank, slowest_rank_seconds = seconds;
+    epoch_id = epoch_->id();
+    version = epoch_->version();
+    absl::Status ended = outcome.ok() ? epoch_->Commit() : epoch_->Abort();
+    if (!ended.ok()) {
+      // Only a commit can be refused here (an epoch not verified): abort it instead.
+      spdlog::error("{}", std::string(ended.message()));
+      epoch_->Abort().IgnoreError();  // running: cannot fail
     }
     // Decided here, atomically with the epoch no longer running: a daemon in doubt about
     // it from now on hears this outcome.
-    running_epoch_.clear();
-    DecidedLocked(epoch_id, outcome.ok());
-    last_epoch_ = epoch_id;
-    last_version_ = version;
-    last_committed_ = outcome.ok();
+    DecidedLocked(epoch_id, epoch_->phase() == EpochPhase::kCommitted);
     ++progress_events_;
   }
   // Commit or abort everywhere.
   const v1::CoordinatorMessage message =
       OutcomeMessage(epoch_id, version, outcome.ok(), outcome.message());
-  for (const auto& [index, channel] : snapshot->channels) channel->Send(message);
+  for (const auto& [index, channel] : snapshot.channels) channel->Send(message);
   // A daemon whose stream broke after its report said hello again in doubt: tell it too.
   SettleDaemonsInDoubt();
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  if (!outcome.ok()) {
-    spdlog::warn("epoch {} version {} aborted after {:.3f} s: {}", epoch_id, version, seconds,
-                 std::string(outcome.message()));
-    if (metrics_ != nullptr) metrics_->EpochAborted(seconds);
-    return outcome;
-  }
-  spdlog::info(
-      "epoch {} version {} committed: {} bytes in {:.3f} s ({:.2f} GB/s), {} daemons, "
-      "slowest {} ({:.3f} s), {} views and {} pieces checksummed, plan {}",
-      epoch_id, version, (*plan)->stats.total_bytes, seconds,
-      (*plan)->stats.total_bytes / std::max(seconds, 1e-9) / 1e9, snapshot->channels.size(),
-      slowest_node >= 0 ? cluster_->NodeOf(slowest_node) : "-", slowest_node_seconds,
-      views_checksummed, pieces_checksummed, wire.digest());
-  if (metrics_ != nullptr) {
-    metrics_->EpochCommitted(seconds, (*plan)->stats.network_bytes, (*plan)->stats.nvlink_bytes,
-                             (*plan)->stats.local_bytes, version);
-    metrics_->plan_build_seconds.Set((*plan)->plan_seconds);
-  }
+}
 
+v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const ClusterSnapshot& snapshot,
+                                    std::pair<int64_t, int64_t> checksummed, double seconds) {
+  const planner::PlanStats& stats = planned.plan->stats;
+  absl::MutexLock lock(&mu_);
   v1::RefitReport report;
-  report.set_epoch_id(epoch_id);
-  report.set_version(version);
-  report.set_bytes((*plan)->stats.total_bytes);
+  report.set_epoch_id(epoch_->id());
+  report.set_version(epoch_->version());
+  report.set_bytes(stats.total_bytes);
   report.set_seconds(seconds);
-  report.set_views_checksummed(views_checksummed);
-  report.set_pieces_checksummed(pieces_checksummed);
-  for (int64_t r : planned_around) report.add_missing_source_ranks(r);
+  report.set_views_checksummed(checksummed.first);
+  report.set_pieces_checksummed(checksummed.second);
+  for (int64_t r : planned.planned_around) report.add_missing_source_ranks(r);
+  const auto [slowest_rank, slowest_rank_seconds] = epoch_->SlowestRank();
   report.set_slowest_rank(slowest_rank);
   report.set_slowest_rank_seconds(slowest_rank_seconds);
+  const auto [slowest_node, slowest_node_seconds] = epoch_->SlowestDaemon();
   if (slowest_node >= 0) report.set_slowest_node(cluster_->NodeOf(slowest_node));
   report.set_slowest_node_seconds(slowest_node_seconds);
-  for (auto [route, bytes] : {std::pair{v1::ROUTE_NETWORK, (*plan)->stats.network_bytes},
-                              {v1::ROUTE_NVLINK, (*plan)->stats.nvlink_bytes},
-                              {v1::ROUTE_LOCAL, (*plan)->stats.local_bytes}}) {
+  for (auto [route, bytes] : {std::pair{v1::ROUTE_NETWORK, stats.network_bytes},
+                              {v1::ROUTE_NVLINK, stats.nvlink_bytes},
+                              {v1::ROUTE_LOCAL, stats.local_bytes}}) {
     v1::RouteBytes* entry = report.add_route_bytes();
     entry->set_route(route);
     entry->set_bytes(bytes);
   }
-  absl::MutexLock lock(&mu_);
-  current_version_ = version;
-  plan_digest_ = wire.digest();
-  reports_[version] = Committed{report, snapshot->destination_registrations};
+  current_version_ = epoch_->version();
+  plan_digest_ = planned.wire.digest();
+  reports_[epoch_->version()] = Committed{report, snapshot.destination_registrations};
   while (reports_.size() > kReportsKept) reports_.erase(reports_.begin());
   return report;
 }
@@ -462,22 +452,14 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
 void EpochRunner::OnDone(int32_t daemon, const v1::EpochDone& done) {
   const std::string node = cluster_->NodeOf(daemon);
   absl::MutexLock lock(&mu_);
-  if (done.epoch_id() != running_epoch_) return;  // a stale report
-  waiting_for_.erase(daemon);
-  if (!done.ok() && failure_.ok()) failure_ = DaemonFailure(node, done);
-  if (!done.ok()) return;
-  checksums_.insert(checksums_.end(), done.checksums().begin(), done.checksums().end());
-  pieces_.insert(pieces_.end(), done.pieces().begin(), done.pieces().end());
-  daemon_seconds_[daemon] = done.seconds();
-  for (const v1::RankFinish& finish : done.finished()) {
-    rank_finish_seconds_[finish.rank()] = finish.seconds();
-  }
+  if (!epoch_ || done.epoch_id() != epoch_->id()) return;  // a stale report
+  epoch_->OnDone(daemon, node, done);
 }
 
 void EpochRunner::OnProgress(int32_t daemon, const v1::EpochProgress& progress) {
   absl::MutexLock lock(&mu_);
-  if (progress.epoch_id() != running_epoch_) return;
-  delivered_[daemon] = progress.bytes_done();
+  if (!epoch_ || !epoch_->running() || progress.epoch_id() != epoch_->id()) return;
+  epoch_->OnProgress(daemon, progress.bytes_done());
   ++progress_events_;
 }
 
@@ -489,30 +471,24 @@ bool EpochRunner::Watch(const std::string& epoch_id, absl::Time deadline,
   int64_t seen = -1;
   // With a version, an epoch that moved it and already ended counts: a watch opened late
   // hears how it ended instead of waiting for another.
-  if (watched.empty() && version > 0 && running_epoch_.empty() && last_version_ == version) {
-    watched = last_epoch_;
+  if (watched.empty() && version > 0 && epoch_ && !epoch_->running() &&
+      epoch_->version() == version) {
+    watched = epoch_->id();
   }
   while (true) {
-    if (watched.empty() && !running_epoch_.empty() &&
-        (version <= 0 || running_version_ == version)) {
-      watched = running_epoch_;
+    if (watched.empty() && epoch_ && epoch_->running() &&
+        (version <= 0 || epoch_->version() == version)) {
+      watched = epoch_->id();
     }
-    if (!watched.empty() && watched != running_epoch_ && watched != last_epoch_) return false;
+    // The record now is another epoch's: the watched one is forgotten.
+    if (!watched.empty() && (!epoch_ || epoch_->id() != watched)) return false;
     if (!watched.empty() && seen != progress_events_) {
       seen = progress_events_;
-      v1::EpochProgress progress;
-      progress.set_epoch_id(watched);
-      const bool finished = watched != running_epoch_;
-      progress.set_finished(finished);
-      progress.set_committed(finished && last_committed_);
-      progress.set_bytes_total(bytes_total_);
-      int64_t done = 0;
-      for (const auto& [daemon, bytes] : delivered_) done += bytes;
-      progress.set_bytes_done(finished && last_committed_ ? bytes_total_ : done);
+      const v1::EpochProgress progress = epoch_->Progress();
       mu_.Unlock();
       const bool more = emit(progress);
       mu_.Lock();
-      if (!more || finished) return true;
+      if (!more || progress.finished()) return true;
     }
     const int64_t before = progress_events_;
     auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return progress_events_ != before; };
@@ -526,9 +502,9 @@ bool EpochRunner::Watch(const std::string& epoch_id, absl::Time deadline,
 void EpochRunner::OnDaemonLost(int32_t daemon, const std::string& how) {
   const std::string node = cluster_->NodeOf(daemon);
   absl::MutexLock lock(&mu_);
-  if (!running_epoch_.empty() && epoch_daemons_.count(daemon) && failure_.ok()) {
-    failure_ = absl::UnavailableError(absl::StrCat("refitd on ", node, " ", how));
-  }
+  if (epoch_)
+    epoch_->OnDaemonLost(daemon,
+                         absl::UnavailableError(absl::StrCat("refitd on ", node, " ", how)));
 }
 
 void EpochRunner::DecidedLocked(const std::string& epoch_id, bool committed) {
@@ -546,7 +522,8 @@ void EpochRunner::SettleDaemonsInDoubt(bool superseded) {
     std::optional<bool> decided;
     {
       absl::MutexLock lock(&mu_);
-      if (epoch_id == running_epoch_) continue;  // settled when it ends
+      if (epoch_ && epoch_->running() && epoch_id == epoch_->id())
+        continue;  // settled when it ends
       auto it = outcomes_.find(epoch_id);
       if (it != outcomes_.end()) decided = it->second;
     }

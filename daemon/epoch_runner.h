@@ -1,9 +1,10 @@
-// Runs refit epochs for the coordinator: checks the group is complete, waits until every
-// source rank has published the version, plans (once per
-// layout change, cached by digest), sends every daemon its plan slice and the execute
-// command, waits for every daemon's report until the epoch deadline, then commits the
-// version everywhere or aborts it everywhere. One epoch at a time; Refit of a version
-// already committed returns its report again.
+// Runs refit epochs for the coordinator, one step each: answers a repeat of the committed
+// version (AnswerRepeat), checks the group is complete and plans it, once per layout change
+// (PlanEpoch), waits until every source rank has published the version (AwaitPublishes),
+// opens the epoch's record (StartEpoch: daemon/epoch_record.h holds its phases), sends every
+// daemon its plan slice and the execute command (Launch), waits for every report until the
+// deadline (AwaitExecution), compares checksums (Verify), then commits the version
+// everywhere or aborts it everywhere (EndEpoch). One epoch at a time.
 #ifndef REFIT_DAEMON_EPOCH_RUNNER_H_
 #define REFIT_DAEMON_EPOCH_RUNNER_H_
 
@@ -21,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/cluster.h"
+#include "daemon/epoch_record.h"
 #include "daemon/metrics.h"
 #include "planner/planner.h"
 #include "proto/refit.pb.h"
@@ -72,8 +74,8 @@ class EpochRunner {
  private:
   // Slices the plan for each daemon and sends slice + execute; returns the daemons asked.
   absl::StatusOr<std::set<int32_t>> Launch(const ClusterSnapshot& snapshot, const v1::Plan& plan,
-                                           const std::string& epoch_id, int64_t version,
-                                           absl::Time deadline)
+                                           const std::string& epoch_id, uint32_t number,
+                                           int64_t version, absl::Time deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
 
   // The NCCL group for a plan whose GPU pieces cross daemons (none otherwise).
@@ -99,10 +101,44 @@ class EpochRunner {
   // on cancellation. Released by ReleaseGroup.
   bool TakeGroup(absl::Time deadline, const Cancelled& cancelled);
   void ReleaseGroup();
-  // The part of Refit that runs while holding the group.
+  // The part of Refit that runs while holding the group, step by step below.
   absl::StatusOr<v1::RefitReport> RefitHoldingGroup(int64_t version, absl::Time start,
                                                     absl::Time deadline, const Cancelled& cancelled)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+
+  // A plan for the group as registered now.
+  struct PlannedEpoch {
+    std::shared_ptr<const planner::Plan> plan;
+    v1::Plan wire;
+    std::vector<int64_t> planned_around;  // missing source ranks whose data others hold
+  };
+  // A repeat of the committed version: its report, a refusal, or nothing when the version
+  // must be moved again (destination ranks registered since, sources still holding it).
+  std::optional<absl::StatusOr<v1::RefitReport>> AnswerRepeat(int64_t version,
+                                                              const ClusterSnapshot& snapshot)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Checks the group is complete enough and plans it (cached by layout digest).
+  absl::StatusOr<PlannedEpoch> PlanEpoch(int64_t version, const ClusterSnapshot& snapshot)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // Waits until every source rank published `version`.
+  absl::Status AwaitPublishes(int64_t version, absl::Time deadline, const Cancelled& cancelled);
+  // Opens the record of a new epoch (phase distributing); its id and number.
+  std::pair<std::string, uint32_t> StartEpoch(int64_t version, const v1::Plan& wire,
+                                              const ClusterSnapshot& snapshot)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits for every report of the running epoch; how execution ended.
+  absl::Status AwaitExecution(absl::Time deadline, const Cancelled& cancelled)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Compares the reported view and piece checksums (phase verifying); how many of each.
+  absl::StatusOr<std::pair<int64_t, int64_t>> Verify(const ClusterSnapshot& snapshot,
+                                                     const v1::Plan& wire) ABSL_LOCKS_EXCLUDED(mu_);
+  // Ends the running epoch with `outcome` (committed when OK) and tells every daemon.
+  void EndEpoch(const absl::Status& outcome, const ClusterSnapshot& snapshot)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // The report of a committed epoch, remembered for repeats and Status.
+  v1::RefitReport Report(const PlannedEpoch& planned, const ClusterSnapshot& snapshot,
+                         std::pair<int64_t, int64_t> checksummed, double seconds)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   Cluster* cluster_;
   const v1::JobSpec job_;
@@ -119,22 +155,9 @@ class EpochRunner {
 
   mutable absl::Mutex mu_;
   uint32_t next_epoch_ ABSL_GUARDED_BY(mu_) = 1;
-  std::string running_epoch_ ABSL_GUARDED_BY(mu_);
-  int64_t running_version_ ABSL_GUARDED_BY(mu_) = -1;  // what the running epoch moves
-  std::set<int32_t> waiting_for_ ABSL_GUARDED_BY(mu_);
-  std::set<int32_t> epoch_daemons_ ABSL_GUARDED_BY(mu_);  // every daemon of the running epoch
-  // The running epoch's first failure, with its kind (OK: none yet).
-  absl::Status failure_ ABSL_GUARDED_BY(mu_);
-  std::map<int32_t, int64_t> delivered_ ABSL_GUARDED_BY(mu_);  // per daemon, running epoch
-  // From the daemons' reports of the running epoch.
-  std::vector<v1::ViewChecksum> checksums_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::PieceChecksum> pieces_ ABSL_GUARDED_BY(mu_);
-  std::map<int32_t, double> daemon_seconds_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, double> rank_finish_seconds_ ABSL_GUARDED_BY(mu_);
-  int64_t bytes_total_ ABSL_GUARDED_BY(mu_) = 0;
-  std::string last_epoch_ ABSL_GUARDED_BY(mu_);
-  int64_t last_version_ ABSL_GUARDED_BY(mu_) = -1;
-  bool last_committed_ ABSL_GUARDED_BY(mu_) = false;
+  // The running epoch, or when none runs the last one (empty before the first launch).
+  std::optional<EpochRecord> epoch_ ABSL_GUARDED_BY(mu_);
+  // Changes each time a watcher may see something new (epoch_ started, progressed, ended).
   int64_t progress_events_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t current_version_ ABSL_GUARDED_BY(mu_) = -1;
   std::string plan_digest_ ABSL_GUARDED_BY(mu_);
