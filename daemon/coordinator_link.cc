@@ -8,11 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/epoch_faults.h"
-#include "daemon/piece_checksums.h"
-#include "daemon/view_checksums.h"
 #include "spdlog/spdlog.h"
-#include "transport/plan_executor.h"
 
 namespace refit::daemon {
 namespace {
@@ -113,8 +109,8 @@ bool CoordinatorLink::Write(const v1::DaemonMessage& message) {
 void CoordinatorLink::Run() {
   // Each worker's address goes into the hello; a session already open said another one
   // (or none), so it ends, and the next hello carries the new one.
-  data_plane_ =
-      std::make_unique<DataPlaneEndpoint>(node_, &interrupt_, [this](const std::string& address) {
+  executor_ = std::make_unique<EpochExecutor>(
+      node_, registry_, metrics_, &interrupt_, &stopping_, [this](const std::string& address) {
         absl::MutexLock lock(&mu_);
         data_plane_address_ = address;
         if (context_ != nullptr) {
@@ -124,7 +120,7 @@ void CoordinatorLink::Run() {
       });
   // Without a data-plane worker the daemon still connects (its ranks register, the
   // coordinator and refitctl see it), and the epoch thread keeps trying to make one.
-  data_plane_->EnsureWorker();
+  executor_->EnsureWorker();
   epoch_thread_ = std::thread(&CoordinatorLink::EpochLoop, this);
   // Reconnects with exponential backoff (0.1 s doubling to 5 s), from the start again
   // after a session that was welcomed.
@@ -143,8 +139,7 @@ void CoordinatorLink::Run() {
     epoch_loop_exit_ = true;
   }
   epoch_thread_.join();
-  data_plane_.reset();
-  nccl_.Leave();
+  executor_.reset();
 }
 
 void CoordinatorLink::Session() {
@@ -175,6 +170,43 @@ void CoordinatorLink::Session() {
     context_ = &context;
   }
   if (stopping_) context.TryCancel();
+  bool ok = SayHello(stream.get());
+  connected_ = ok;
+  v1::CoordinatorMessage message;
+  while (ok && stream->Read(&message)) {
+    switch (message.body_case()) {
+      case v1::CoordinatorMessage::kWelcome:
+        lease_ms_ = message.welcome().lease_ms() > 0 ? message.welcome().lease_ms() : 5000;
+        welcomed_ = true;
+        break;
+      case v1::CoordinatorMessage::kPlan:
+        slice_ = std::make_shared<const v1::PlanSlice>(std::move(*message.mutable_plan()));
+        break;
+      case v1::CoordinatorMessage::kExecute:
+        OnExecute(message.execute());
+        break;
+      case v1::CoordinatorMessage::kAbort:
+        OnAbort(message.abort());
+        break;
+      case v1::CoordinatorMessage::kCommit:
+        OnCommit(message.commit());
+        break;
+      default:
+        break;
+    }
+  }
+  EndSession();
+  stream->WritesDone();
+  const grpc::Status finished = stream->Finish();
+  if (finished.ok() || stopping_) {
+    last_stream_error_.clear();
+  } else {
+    WarnOnce(
+        absl::StrCat("control stream to ", coordinator_, " ended: ", finished.error_message()));
+  }
+}
+
+bool CoordinatorLink::SayHello(Stream* stream) {
   v1::DaemonMessage hello;
   hello.mutable_hello()->set_node(node_);
   hello.mutable_hello()->set_gpu(gpu_);
@@ -198,7 +230,7 @@ void CoordinatorLink::Session() {
       }
     }
     ok = stream->Write(hello);
-    stream_ = stream.get();
+    stream_ = stream;
   }
   registry_->Replay([&](const RankRegistry::Event& event) {
     v1::DaemonMessage message;
@@ -210,93 +242,82 @@ void CoordinatorLink::Session() {
     }
     ok = ok && Write(message);
   });
-  connected_ = ok;
-  v1::CoordinatorMessage message;
-  while (ok && stream->Read(&message)) {
-    switch (message.body_case()) {
-      case v1::CoordinatorMessage::kPlan:
-        slice_ = std::make_shared<const v1::PlanSlice>(std::move(*message.mutable_plan()));
-        break;
-      case v1::CoordinatorMessage::kExecute:
-        // The coordinator runs one epoch at a time; one still running here was aborted
-        // there, so it is interrupted (if the abort has not done so already).
-        FinishEpoch();
-        interrupt_ = stopping_.load();
-        {
-          std::string superseded;
-          int64_t superseded_version = -1;
-          {
-            absl::MutexLock lock(&mu_);
-            superseded.swap(executed_epoch_);
-            superseded_version = executed_version_;
-            running_epoch_ = message.execute().epoch_id();
-            executed_epoch_ = running_epoch_;
-            executed_version_ = message.execute().version();
-            executed_reported_ = false;
-            last_epoch_number_ = std::max(last_epoch_number_, message.execute().epoch_number());
-          }
-          // Still in doubt about an older epoch: the coordinator moved on without settling
-          // it, and this epoch overwrites its bytes.
-          if (!superseded.empty()) {
-            spdlog::warn("refitd {}: epoch {} supersedes epoch {}, whose outcome never came", node_,
-                         message.execute().epoch_id(), superseded);
-            registry_->Abort(superseded_version, superseded,
-                             "a newer epoch began before its outcome was known");
-          }
-        }
-        {
-          absl::MutexLock lock(&epoch_mu_);
-          queued_epoch_ = EpochJob{message.execute(), slice_};
-        }
-        if (stopping_) interrupt_ = true;  // Stop may have raced with the reset above
-        break;
-      case v1::CoordinatorMessage::kAbort: {
-        bool executed = false;
-        {
-          absl::MutexLock lock(&mu_);
-          if (message.abort().epoch_id() == running_epoch_) {
-            spdlog::warn("refitd {}: coordinator aborted epoch {}: {}", node_, running_epoch_,
-                         message.abort().reason());
-            interrupt_ = true;
-          }
-          executed = message.abort().epoch_id() == executed_epoch_;
-          if (executed) executed_epoch_.clear();  // settled
-          if (executed) executed_reported_ = false;
-        }
-        if (executed) {
-          FinishEpoch();  // no write into the buffers after they are marked
-          registry_->Abort(message.abort().version(), message.abort().epoch_id(),
-                           message.abort().reason());
-        }
-        break;
-      }
-      case v1::CoordinatorMessage::kWelcome:
-        lease_ms_ = message.welcome().lease_ms() > 0 ? message.welcome().lease_ms() : 5000;
-        welcomed_ = true;
-        break;
-      case v1::CoordinatorMessage::kCommit: {
-        const int64_t version = message.commit().version();
-        {
-          absl::MutexLock lock(&mu_);
-          if (message.commit().epoch_id() != executed_epoch_ || !executed_reported_) {
-            spdlog::warn(
-                "refitd {}: ignored the commit of epoch {}, which it is not waiting "
-                "to commit",
-                node_, message.commit().epoch_id());
-            break;
-          }
-          executed_epoch_.clear();
-          committed_epoch_ = message.commit().epoch_id();
-        }
-        registry_->Commit(version, [this, version](int64_t rank) {
-          if (metrics_ != nullptr) metrics_->DestinationVersion(rank, version);
-        });
-        break;
-      }
-      default:
-        break;
+  return ok;
+}
+
+void CoordinatorLink::OnExecute(const v1::ExecuteEpoch& execute) {
+  // The coordinator runs one epoch at a time; one still running here was aborted
+  // there, so it is interrupted (if the abort has not done so already).
+  FinishEpoch();
+  interrupt_ = stopping_.load();
+  {
+    std::string superseded;
+    int64_t superseded_version = -1;
+    {
+      absl::MutexLock lock(&mu_);
+      superseded.swap(executed_epoch_);
+      superseded_version = executed_version_;
+      running_epoch_ = execute.epoch_id();
+      executed_epoch_ = running_epoch_;
+      executed_version_ = execute.version();
+      executed_reported_ = false;
+      last_epoch_number_ = std::max(last_epoch_number_, execute.epoch_number());
+    }
+    // Still in doubt about an older epoch: the coordinator moved on without settling
+    // it, and this epoch overwrites its bytes.
+    if (!superseded.empty()) {
+      spdlog::warn("refitd {}: epoch {} supersedes epoch {}, whose outcome never came", node_,
+                   execute.epoch_id(), superseded);
+      registry_->Abort(superseded_version, superseded,
+                       "a newer epoch began before its outcome was known");
     }
   }
+  {
+    absl::MutexLock lock(&epoch_mu_);
+    queued_epoch_ = EpochJob{execute, slice_};
+  }
+  if (stopping_) interrupt_ = true;  // Stop may have raced with the reset above
+}
+
+void CoordinatorLink::OnAbort(const v1::AbortEpoch& abort) {
+  bool executed = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (abort.epoch_id() == running_epoch_) {
+      spdlog::warn("refitd {}: coordinator aborted epoch {}: {}", node_, running_epoch_,
+                   abort.reason());
+      interrupt_ = true;
+    }
+    executed = abort.epoch_id() == executed_epoch_;
+    if (executed) executed_epoch_.clear();  // settled
+    if (executed) executed_reported_ = false;
+  }
+  if (executed) {
+    FinishEpoch();  // no write into the buffers after they are marked
+    registry_->Abort(abort.version(), abort.epoch_id(), abort.reason());
+  }
+}
+
+void CoordinatorLink::OnCommit(const v1::CommitEpoch& commit) {
+  const int64_t version = commit.version();
+  {
+    absl::MutexLock lock(&mu_);
+    if (commit.epoch_id() != executed_epoch_ || !executed_reported_) {
+      spdlog::warn(
+          "refitd {}: ignored the commit of epoch {}, which it is not waiting "
+          "to commit",
+          node_, commit.epoch_id());
+      return;
+    }
+    executed_epoch_.clear();
+    committed_epoch_ = commit.epoch_id();
+  }
+  registry_->Commit(version, [this, version](int64_t rank) {
+    if (metrics_ != nullptr) metrics_->DestinationVersion(rank, version);
+  });
+}
+
+void CoordinatorLink::EndSession() {
   FinishEpoch();  // the coordinator is gone: so is its epoch
   std::string unsettled;
   int64_t unsettled_version = -1;
@@ -325,14 +346,6 @@ void CoordinatorLink::Session() {
                  unsettled);
     registry_->Abort(unsettled_version, unsettled, "the coordinator went away during the epoch");
   }
-  stream->WritesDone();
-  const grpc::Status finished = stream->Finish();
-  if (finished.ok() || stopping_) {
-    last_stream_error_.clear();
-  } else {
-    WarnOnce(
-        absl::StrCat("control stream to ", coordinator_, " ended: ", finished.error_message()));
-  }
 }
 
 void CoordinatorLink::WarnOnce(const std::string& problem) {
@@ -352,7 +365,7 @@ void CoordinatorLink::FinishEpoch() {
 
 void CoordinatorLink::EpochLoop() {
   while (true) {
-    const bool have_worker = data_plane_->EnsureWorker();
+    const bool have_worker = executor_->EnsureWorker();
     EpochJob job;
     {
       absl::MutexLock lock(&epoch_mu_);
@@ -380,34 +393,12 @@ void CoordinatorLink::EpochLoop() {
 
 void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice) {
   v1::DaemonMessage done;
-  std::set<int64_t> planned_destinations;
-  if (slice != nullptr) {
-    for (const v1::RankPlacement& p : slice->placement()) {
-      if (p.role() == v1::ROLE_DESTINATION && p.daemon() == slice->daemon_index()) {
-        planned_destinations.insert(p.rank());
-      }
-    }
-  }
-  std::optional<RankRegistry::BufferHold> hold = registry_->BeginEpoch(planned_destinations);
-  if (data_plane_->worker() != nullptr) {
-    *done.mutable_done() = Execute(execute, slice, data_plane_->worker(), hold->buffers());
-  } else {
-    done.mutable_done()->set_epoch_id(execute.epoch_id());
-    done.mutable_done()->set_code(static_cast<int32_t>(absl::StatusCode::kUnavailable));
-    done.mutable_done()->set_error(absl::StrCat(
-        "refitd on ", node_, " has no data plane (its UCX worker could not be made again)"));
-  }
-  // Before the buffers can be unmapped or reused: an operation left running could still
-  // touch them. Closing every endpoint ends them (a receive runs on the endpoint back to
-  // its sender, which is why a daemon holds one to every peer it receives from);
-  // destroying the worker makes sure.
-  data_plane_->DropIfOperationsLeft(execute.epoch_id());
-  hold.reset();  // nothing touches the buffers any more: ranks that left may go
-  if (metrics_ != nullptr) metrics_->EpochDone(done.done().ok());
-  // A failed epoch leaves the endpoints alone: one that broke (or that a stuck send
-  // force-closed) says so and is replaced at the next epoch, a peer that restarted or
-  // replaced its worker has a new address, and closing a healthy endpoint this daemon
-  // never sent on would make UCX drop what the peer sends next (see ucx_worker.h).
+  *done.mutable_done() = executor_->Run(execute, slice, [&](int64_t delivered) {
+    v1::DaemonMessage progress;
+    progress.mutable_progress()->set_epoch_id(execute.epoch_id());
+    progress.mutable_progress()->set_bytes_done(delivered);
+    Write(progress);
+  });
   {
     absl::MutexLock lock(&mu_);
     running_epoch_.clear();
@@ -418,142 +409,6 @@ void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSl
     }
   }
   Write(done);
-}
-
-v1::EpochDone CoordinatorLink::Execute(const v1::ExecuteEpoch& execute,
-                                       const v1::PlanSlice* slice_or_null,
-                                       transport::UcxWorker* worker,
-                                       const transport::BufferMap& buffers) {
-  v1::EpochDone done;
-  done.set_epoch_id(execute.epoch_id());
-  const absl::Time start = absl::Now();
-  auto fail = [&](const absl::Status& status) {
-    done.set_ok(false);
-    done.set_code(static_cast<int32_t>(status.code()));
-    done.set_error(absl::StrCat(
-        stopping_ ? "refitd is shutting down; the epoch was interrupted: " : "", status.message()));
-    spdlog::warn("refitd {}: epoch {} failed after {:.3f} s: {}", node_, execute.epoch_id(),
-                 absl::ToDoubleSeconds(absl::Now() - start), std::string(status.message()));
-    return done;
-  };
-  if (slice_or_null == nullptr || slice_or_null->digest() != execute.plan_digest()) {
-    return fail(absl::FailedPreconditionError("no plan slice for this epoch's plan"));
-  }
-  const v1::PlanSlice& slice = *slice_or_null;
-  // A segment its owner truncated since registration would fault at the first touch.
-  if (absl::Status backed = buffers.CheckBacked(); !backed.ok()) return fail(backed);
-  int64_t transfers = 0;
-  for (const v1::Batch& batch : slice.plan().batches()) transfers += batch.transfers_size();
-  spdlog::info("refitd {}: epoch {} (version {}) started: {} transfers in {} batches", node_,
-               execute.epoch_id(), execute.version(), transfers, slice.plan().batches_size());
-  transport::RankPlacement placement;
-  for (const v1::RankPlacement& p : slice.placement()) {
-    placement.Place(p.role(), p.rank(), p.daemon());
-    if (p.gpu()) placement.PlaceDevice(p.role(), p.rank(), p.device());
-  }
-  transport::NcclRoute nccl;
-  if (slice.has_nccl()) {
-    absl::Status joined = nccl_.Join(
-        slice, absl::Now() + absl::Milliseconds(std::max<int64_t>(1, execute.deadline_ms())),
-        &nccl);
-    if (!joined.ok()) return fail(joined);
-  }
-  // Connections only to the daemons this slice exchanges pieces with: a large group's
-  // daemons would otherwise each hold an endpoint to every other. Receiving needs one
-  // too: closing it is what ends a receive stuck behind a dead link.
-  std::set<int32_t> exchanged_with;
-  for (const v1::Batch& batch : slice.plan().batches()) {
-    for (const v1::Transfer& t : batch.transfers()) {
-      for (const v1::Endpoint* end : {&t.src(), &t.dst()}) {
-        absl::StatusOr<int32_t> daemon =
-            placement.DaemonOf(transport::EndpointRole(end->kind()), end->rank());
-        if (daemon.ok()) exchanged_with.insert(*daemon);
-      }
-    }
-  }
-  absl::StatusOr<std::vector<transport::UcxEndpoint*>> peers =
-      data_plane_->PeersFor(slice, exchanged_with);
-  if (!peers.ok()) return fail(peers.status());
-  transport::PlanExecutor executor(buffers, placement, slice.daemon_index(), worker, *peers);
-  // A link that died under the epoch, while both ends still reach the coordinator, ends
-  // it within this bound rather than at its deadline.
-  executor.SetStallLimit(absl::Milliseconds(execute.stall_ms() > 0 ? execute.stall_ms() : 10000));
-  executor.SetInterrupt(&interrupt_);
-  if (nccl.group != nullptr) {
-    executor.UseNccl(&nccl);
-    executor.UseDeviceStaging(nccl_.device_staging());
-  }
-  // Bucketed destination ranks here: their pieces go through their buckets to their
-  // processes, each bucket hashed on the way when the epoch checks its pieces.
-  std::set<int64_t> planned_here;
-  for (const v1::RankPlacement& p : slice.placement()) {
-    if (p.role() == v1::ROLE_DESTINATION && p.daemon() == slice.daemon_index()) {
-      planned_here.insert(p.rank());
-    }
-  }
-  std::unique_ptr<transport::DestinationSink> buckets = registry_->bucket_streams().SinkFor(
-      buffers, planned_here,
-      BucketStreams::EpochContext{
-          execute.epoch_id(), execute.version(),
-          absl::Now() + absl::Milliseconds(std::max<int64_t>(1, execute.deadline_ms())),
-          &interrupt_});
-  executor.UseSink(buckets.get(), execute.checksums());
-  executor.OnProgress([&](int64_t delivered) {
-    v1::DaemonMessage progress;
-    progress.mutable_progress()->set_epoch_id(execute.epoch_id());
-    progress.mutable_progress()->set_bytes_done(delivered);
-    Write(progress);
-  });
-  absl::StatusOr<transport::ExecutionStats> stats =
-      executor.Run(slice.plan(), execute.epoch_number(),
-                   absl::Now() + absl::Milliseconds(std::max<int64_t>(1, execute.deadline_ms())));
-  if (!stats.ok()) return fail(stats.status());
-  if (stats->relay_buffers_left > 0) {
-    spdlog::error("refitd {}: epoch {} left {} relay buffers allocated", node_, execute.epoch_id(),
-                  stats->relay_buffers_left);
-  }
-  if (metrics_ != nullptr) {
-    metrics_->AddBytes(stats->bytes_by_route);
-    metrics_->RelayBufferPeak(stats->relay_buffer_peak_bytes);
-    for (const v1::DaemonPeer& peer : slice.daemons()) {
-      auto sent = stats->bytes_sent_to.find(peer.index());
-      auto received = stats->bytes_received_from.find(peer.index());
-      metrics_->PeerBytes(peer.node(), sent == stats->bytes_sent_to.end() ? 0 : sent->second,
-                          received == stats->bytes_received_from.end() ? 0 : received->second);
-    }
-  }
-  for (const auto& [rank, seconds] : stats->destination_finish_seconds) {
-    v1::RankFinish* finish = done.add_finished();
-    finish->set_rank(rank);
-    finish->set_seconds(seconds);
-  }
-  AfterDataPlane(node_, execute.epoch_id(), execute.version(), registry_->Registrations(), buffers);
-  if (execute.checksums()) {
-    // Where every destination byte arrives by a view-to-view piece (unordered plans), the
-    // piece checksums cover the destination views; their view checksums would hash the
-    // same bytes again. Source views are still compared (data-parallel trainers must
-    // agree). Ordered plans go through scratch buffers: there every view is hashed.
-    std::vector<v1::RankRegistration> hashed = registry_->Registrations();
-    if (!slice.plan().ordered_batches()) {
-      hashed.erase(std::remove_if(hashed.begin(), hashed.end(),
-                                  [](const v1::RankRegistration& r) {
-                                    return r.role() == v1::ROLE_DESTINATION;
-                                  }),
-                   hashed.end());
-    }
-    absl::StatusOr<std::vector<v1::ViewChecksum>> checksums = ChecksumViews(hashed, buffers);
-    if (!checksums.ok()) return fail(checksums.status());
-    for (v1::ViewChecksum& c : *checksums) *done.add_checksums() = std::move(c);
-    absl::StatusOr<std::vector<v1::PieceChecksum>> pieces = ChecksumPieces(
-        slice.plan(), placement, slice.daemon_index(), buffers, &stats->bucketed_piece_hashes);
-    if (!pieces.ok()) return fail(pieces.status());
-    for (v1::PieceChecksum& p : *pieces) *done.add_pieces() = std::move(p);
-  }
-  done.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
-  spdlog::debug("refitd {}: epoch {} done: {} transfers, {} bytes in {:.3f} s", node_,
-                execute.epoch_id(), stats->transfers, stats->bytes, done.seconds());
-  done.set_ok(true);
-  return done;
 }
 
 }  // namespace refit::daemon

@@ -1,9 +1,10 @@
 // refitd's side of the control plane: one control stream to the coordinator, reconnected
-// after failures. It introduces the daemon (node, UCX worker address), forwards rank
-// registrations, and on the coordinator's word runs epochs on the data plane and commits
-// versions into the registry. Each epoch runs on its own thread while the control stream
-// keeps reading, so the coordinator's abort (or SIGTERM) interrupts it mid-flight; the
-// interrupted epoch is still reported to the coordinator.
+// after failures, with heartbeats within the coordinator's lease. It introduces the daemon
+// (node, UCX worker address), forwards rank registrations, and on the coordinator's word
+// hands epochs to the EpochExecutor (daemon/epoch_executor.h: the data plane) and commits
+// or aborts versions in the registry. Each epoch runs on its own thread while the control
+// stream keeps reading, so the coordinator's abort (or SIGTERM) interrupts it mid-flight;
+// the interrupted epoch is still reported to the coordinator.
 #ifndef REFIT_DAEMON_COORDINATOR_LINK_H_
 #define REFIT_DAEMON_COORDINATOR_LINK_H_
 
@@ -18,15 +19,11 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "daemon/data_plane_endpoint.h"
+#include "daemon/epoch_executor.h"
 #include "daemon/metrics.h"
-#include "daemon/nccl_membership.h"
 #include "daemon/rank_registry.h"
 #include "proto/refit.grpc.pb.h"
 #include "security/grpc_security.h"
-#include "transport/gpu/nccl_group.h"
-#include "transport/plan_executor.h"
-#include "transport/ucx_worker.h"
 
 namespace refit::daemon {
 
@@ -63,6 +60,16 @@ class CoordinatorLink {
   void Heartbeat();
   // One control-stream session; returns when the stream ends.
   void Session();
+  // Opens a session: the hello (with an epoch in doubt, if any), then every registration
+  // and publish the registry holds. False if the stream broke.
+  bool SayHello(Stream* stream);
+  // The coordinator's commands.
+  void OnExecute(const v1::ExecuteEpoch& execute);
+  void OnAbort(const v1::AbortEpoch& abort);
+  void OnCommit(const v1::CommitEpoch& commit);
+  // The stream ended: the epoch ends with it; one never reported done is aborted here, one
+  // reported done stays in doubt until a coordinator settles it.
+  void EndSession();
   bool Write(const v1::DaemonMessage& message);
   // Logs a connection problem once, not at every retry, until a different one comes.
   void WarnOnce(const std::string& problem);
@@ -70,11 +77,8 @@ class CoordinatorLink {
   void FinishEpoch();
   // The epoch thread: runs each epoch handed to it, one at a time, until told to exit.
   void EpochLoop();
-  // Executes, records metrics, reports to the coordinator.
+  // Runs the epoch (EpochExecutor) and reports it to the coordinator.
   void RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice);
-  // Runs the epoch on `buffers`, which the caller holds for it.
-  v1::EpochDone Execute(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
-                        transport::UcxWorker* worker, const transport::BufferMap& buffers);
 
   const std::string coordinator_;
   const std::string node_;
@@ -92,9 +96,9 @@ class CoordinatorLink {
   // Set to stop the running epoch; the UCX worker and the executor both watch it.
   std::atomic<bool> interrupt_{false};
   std::thread epoch_thread_;  // started and joined by the link's thread
-  // The host data plane: made by the link's thread before the epoch thread starts, then
-  // used (and its worker remade) only by the epoch thread.
-  std::unique_ptr<DataPlaneEndpoint> data_plane_;
+  // The data plane: made by the link's thread before the epoch thread starts (its first
+  // UCX worker), then used only by the epoch thread.
+  std::unique_ptr<EpochExecutor> executor_;
 
   struct EpochJob {
     v1::ExecuteEpoch execute;
@@ -127,8 +131,6 @@ class CoordinatorLink {
   std::shared_ptr<const v1::PlanSlice> slice_;
   std::string last_stream_error_;  // what WarnOnce said last
   uint32_t last_epoch_number_ = 0;
-  // Owned by the epoch thread (one at a time).
-  NcclMembership nccl_{node_, &interrupt_};
 };
 
 }  // namespace refit::daemon

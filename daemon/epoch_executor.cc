@@ -1,0 +1,211 @@
+#include "daemon/epoch_executor.h"
+
+#include <algorithm>
+#include <memory>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/epoch_faults.h"
+#include "daemon/piece_checksums.h"
+#include "daemon/view_checksums.h"
+#include "spdlog/spdlog.h"
+#include "transport/plan_executor.h"
+
+namespace refit::daemon {
+namespace {
+
+// The destination ranks the slice places on its own daemon.
+std::set<int64_t> DestinationsHere(const v1::PlanSlice& slice) {
+  std::set<int64_t> here;
+  for (const v1::RankPlacement& p : slice.placement()) {
+    if (p.role() == v1::ROLE_DESTINATION && p.daemon() == slice.daemon_index()) {
+      here.insert(p.rank());
+    }
+  }
+  return here;
+}
+
+// The daemons the slice's transfers exchange pieces with (this one included).
+std::set<int32_t> ExchangedWith(const v1::PlanSlice& slice,
+                                const transport::RankPlacement& placement) {
+  std::set<int32_t> daemons;
+  for (const v1::Batch& batch : slice.plan().batches()) {
+    for (const v1::Transfer& t : batch.transfers()) {
+      for (const v1::Endpoint* end : {&t.src(), &t.dst()}) {
+        absl::StatusOr<int32_t> daemon =
+            placement.DaemonOf(transport::EndpointRole(end->kind()), end->rank());
+        if (daemon.ok()) daemons.insert(*daemon);
+      }
+    }
+  }
+  return daemons;
+}
+
+}  // namespace
+
+EpochExecutor::EpochExecutor(std::string node, RankRegistry* registry, DaemonMetrics* metrics,
+                             const std::atomic<bool>* interrupt, const std::atomic<bool>* stopping,
+                             std::function<void(const std::string& address)> on_new_address)
+    : node_(std::move(node)),
+      registry_(registry),
+      metrics_(metrics),
+      interrupt_(interrupt),
+      stopping_(stopping),
+      data_plane_(node_, interrupt, std::move(on_new_address)),
+      nccl_(node_, interrupt) {}
+
+EpochExecutor::~EpochExecutor() {
+  data_plane_.Drop();
+  nccl_.Leave();
+}
+
+v1::EpochDone EpochExecutor::Run(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
+                                 const Progress& progress) {
+  std::optional<RankRegistry::BufferHold> hold =
+      registry_->BeginEpoch(slice == nullptr ? std::set<int64_t>{} : DestinationsHere(*slice));
+  v1::EpochDone done;
+  if (data_plane_.worker() != nullptr) {
+    done = Execute(execute, slice, hold->buffers(), progress);
+  } else {
+    done.set_epoch_id(execute.epoch_id());
+    done.set_code(static_cast<int32_t>(absl::StatusCode::kUnavailable));
+    done.set_error(absl::StrCat("refitd on ", node_,
+                                " has no data plane (its UCX worker could not be made again)"));
+  }
+  // Before the buffers can be unmapped or reused: an operation left running could still
+  // touch them. Closing every endpoint ends them (a receive runs on the endpoint back to
+  // its sender, which is why a daemon holds one to every peer it receives from);
+  // destroying the worker makes sure.
+  data_plane_.DropIfOperationsLeft(execute.epoch_id());
+  hold.reset();  // nothing touches the buffers any more: ranks that left may go
+  // A failed epoch leaves the endpoints alone: one that broke (or that a stuck send
+  // force-closed) says so and is replaced at the next epoch, a peer that restarted or
+  // replaced its worker has a new address, and closing a healthy endpoint this daemon
+  // never sent on would make UCX drop what the peer sends next (see ucx_worker.h).
+  if (metrics_ != nullptr) metrics_->EpochDone(done.ok());
+  return done;
+}
+
+v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
+                                     const v1::PlanSlice* slice_or_null,
+                                     const transport::BufferMap& buffers,
+                                     const Progress& progress) {
+  v1::EpochDone done;
+  done.set_epoch_id(execute.epoch_id());
+  const absl::Time start = absl::Now();
+  const absl::Time deadline =
+      start + absl::Milliseconds(std::max<int64_t>(1, execute.deadline_ms()));
+  auto fail = [&](const absl::Status& status) {
+    done.set_ok(false);
+    done.set_code(static_cast<int32_t>(status.code()));
+    done.set_error(
+        absl::StrCat(*stopping_ ? "refitd is shutting down; the epoch was interrupted: " : "",
+                     status.message()));
+    spdlog::warn("refitd {}: epoch {} failed after {:.3f} s: {}", node_, execute.epoch_id(),
+                 absl::ToDoubleSeconds(absl::Now() - start), std::string(status.message()));
+    return done;
+  };
+  if (slice_or_null == nullptr || slice_or_null->digest() != execute.plan_digest()) {
+    return fail(absl::FailedPreconditionError("no plan slice for this epoch's plan"));
+  }
+  const v1::PlanSlice& slice = *slice_or_null;
+  // A segment its owner truncated since registration would fault at the first touch.
+  if (absl::Status backed = buffers.CheckBacked(); !backed.ok()) return fail(backed);
+  int64_t transfers = 0;
+  for (const v1::Batch& batch : slice.plan().batches()) transfers += batch.transfers_size();
+  spdlog::info("refitd {}: epoch {} (version {}) started: {} transfers in {} batches", node_,
+               execute.epoch_id(), execute.version(), transfers, slice.plan().batches_size());
+  transport::RankPlacement placement;
+  for (const v1::RankPlacement& p : slice.placement()) {
+    placement.Place(p.role(), p.rank(), p.daemon());
+    if (p.gpu()) placement.PlaceDevice(p.role(), p.rank(), p.device());
+  }
+  transport::NcclRoute nccl;
+  if (slice.has_nccl()) {
+    if (absl::Status joined = nccl_.Join(slice, deadline, &nccl); !joined.ok()) {
+      return fail(joined);
+    }
+  }
+  // Connections only to the daemons this slice exchanges pieces with: a large group's
+  // daemons would otherwise each hold an endpoint to every other. Receiving needs one
+  // too: closing it is what ends a receive stuck behind a dead link.
+  absl::StatusOr<std::vector<transport::UcxEndpoint*>> peers =
+      data_plane_.PeersFor(slice, ExchangedWith(slice, placement));
+  if (!peers.ok()) return fail(peers.status());
+  transport::PlanExecutor executor(buffers, placement, slice.daemon_index(), data_plane_.worker(),
+                                   *peers);
+  // A link that died under the epoch, while both ends still reach the coordinator, ends
+  // it within this bound rather than at its deadline.
+  executor.SetStallLimit(absl::Milliseconds(execute.stall_ms() > 0 ? execute.stall_ms() : 10000));
+  executor.SetInterrupt(interrupt_);
+  if (nccl.group != nullptr) {
+    executor.UseNccl(&nccl);
+    executor.UseDeviceStaging(nccl_.device_staging());
+  }
+  // Bucketed destination ranks here: their pieces go through their buckets to their
+  // processes, each bucket hashed on the way when the epoch checks its pieces.
+  std::unique_ptr<transport::DestinationSink> buckets = registry_->bucket_streams().SinkFor(
+      buffers, DestinationsHere(slice),
+      BucketStreams::EpochContext{execute.epoch_id(), execute.version(), deadline, interrupt_});
+  executor.UseSink(buckets.get(), execute.checksums());
+  executor.OnProgress(progress);
+  absl::StatusOr<transport::ExecutionStats> stats =
+      executor.Run(slice.plan(), execute.epoch_number(), deadline);
+  if (!stats.ok()) return fail(stats.status());
+  RecordStats(slice, *stats);
+  for (const auto& [rank, seconds] : stats->destination_finish_seconds) {
+    v1::RankFinish* finish = done.add_finished();
+    finish->set_rank(rank);
+    finish->set_seconds(seconds);
+  }
+  AfterDataPlane(node_, execute.epoch_id(), execute.version(), registry_->Registrations(), buffers);
+  if (execute.checksums()) {
+    // Where every destination byte arrives by a view-to-view piece (unordered plans), the
+    // piece checksums cover the destination views; their view checksums would hash the
+    // same bytes again. Source views are still compared (data-parallel trainers must
+    // agree). Ordered plans go through scratch buffers: there every view is hashed.
+    std::vector<v1::RankRegistration> hashed = registry_->Registrations();
+    if (!slice.plan().ordered_batches()) {
+      hashed.erase(std::remove_if(hashed.begin(), hashed.end(),
+                                  [](const v1::RankRegistration& r) {
+                                    return r.role() == v1::ROLE_DESTINATION;
+                                  }),
+                   hashed.end());
+    }
+    absl::StatusOr<std::vector<v1::ViewChecksum>> checksums = ChecksumViews(hashed, buffers);
+    if (!checksums.ok()) return fail(checksums.status());
+    for (v1::ViewChecksum& c : *checksums) *done.add_checksums() = std::move(c);
+    absl::StatusOr<std::vector<v1::PieceChecksum>> pieces = ChecksumPieces(
+        slice.plan(), placement, slice.daemon_index(), buffers, &stats->bucketed_piece_hashes);
+    if (!pieces.ok()) return fail(pieces.status());
+    for (v1::PieceChecksum& p : *pieces) *done.add_pieces() = std::move(p);
+  }
+  done.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+  spdlog::debug("refitd {}: epoch {} done: {} transfers, {} bytes in {:.3f} s", node_,
+                execute.epoch_id(), stats->transfers, stats->bytes, done.seconds());
+  done.set_ok(true);
+  return done;
+}
+
+void EpochExecutor::RecordStats(const v1::PlanSlice& slice,
+                                const transport::ExecutionStats& stats) {
+  if (stats.relay_buffers_left > 0) {
+    spdlog::error("refitd {}: an epoch left {} relay buffers allocated", node_,
+                  stats.relay_buffers_left);
+  }
+  if (metrics_ == nullptr) return;
+  metrics_->AddBytes(stats.bytes_by_route);
+  metrics_->RelayBufferPeak(stats.relay_buffer_peak_bytes);
+  for (const v1::DaemonPeer& peer : slice.daemons()) {
+    auto sent = stats.bytes_sent_to.find(peer.index());
+    auto received = stats.bytes_received_from.find(peer.index());
+    metrics_->PeerBytes(peer.node(), sent == stats.bytes_sent_to.end() ? 0 : sent->second,
+                        received == stats.bytes_received_from.end() ? 0 : received->second);
+  }
+}
+
+}  // namespace refit::daemon

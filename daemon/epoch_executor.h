@@ -1,0 +1,62 @@
+// Runs refitd's part of one epoch and says how it went: holds the registry's buffers for
+// the epoch, joins the NCCL group when the slice has one, connects to the daemons the slice
+// exchanges pieces with, runs the plan executor (progress through a callback), hashes what
+// the checksums cover, and returns the EpochDone to report. Owns the host data plane (UCX
+// worker and peers) and the NCCL membership. No gRPC: CoordinatorLink hands it the
+// coordinator's commands and sends its answers. Used by one thread at a time (refitd's
+// epoch thread), except EnsureWorker, also called once before that thread starts.
+#ifndef REFIT_DAEMON_EPOCH_EXECUTOR_H_
+#define REFIT_DAEMON_EPOCH_EXECUTOR_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "daemon/data_plane_endpoint.h"
+#include "daemon/metrics.h"
+#include "daemon/nccl_membership.h"
+#include "daemon/rank_registry.h"
+#include "proto/refit.pb.h"
+#include "transport/buffer_map.h"
+
+namespace refit::daemon {
+
+class EpochExecutor {
+ public:
+  // `interrupt` stops a running epoch (the coordinator's abort, refitd stopping);
+  // `stopping` says it was refitd stopping, for the report. `on_new_address` runs with the
+  // address of every UCX worker made. `metrics` may be null.
+  EpochExecutor(std::string node, RankRegistry* registry, DaemonMetrics* metrics,
+                const std::atomic<bool>* interrupt, const std::atomic<bool>* stopping,
+                std::function<void(const std::string& address)> on_new_address);
+  ~EpochExecutor();
+
+  // Makes the UCX worker if there is none; false if it cannot (logged).
+  bool EnsureWorker() { return data_plane_.EnsureWorker(); }
+
+  using Progress = std::function<void(int64_t delivered_bytes)>;
+  // Runs `execute` with `slice` (null: none was received) and returns the report: ok with
+  // the checksums and each destination rank's finish time, or the failure with its kind
+  // (FAILED_PRECONDITION for a missing slice or a truncated segment, UNAVAILABLE without a
+  // data plane, CANCELLED when interrupted, the data plane's own otherwise).
+  v1::EpochDone Run(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
+                    const Progress& progress);
+
+ private:
+  v1::EpochDone Execute(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
+                        const transport::BufferMap& buffers, const Progress& progress);
+  void RecordStats(const v1::PlanSlice& slice, const transport::ExecutionStats& stats);
+
+  const std::string node_;
+  RankRegistry* registry_;
+  DaemonMetrics* metrics_;
+  const std::atomic<bool>* interrupt_;
+  const std::atomic<bool>* stopping_;
+  DataPlaneEndpoint data_plane_;
+  NcclMembership nccl_;
+};
+
+}  // namespace refit::daemon
+
+#endif  // REFIT_DAEMON_EPOCH_EXECUTOR_H_
