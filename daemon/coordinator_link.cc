@@ -161,7 +161,7 @@ void CoordinatorLink::Session() {
   // A large model's plan slice is tens of megabytes; the coordinator sends up to 256 MiB.
   arguments.SetMaxReceiveMessageSize(256 << 20);
   auto channel = grpc::CreateCustomChannel(coordinator_, *credentials, arguments);
-  auto stub = v1::Coordinator::NewStub(channel);
+  auto stub = v1::CoordinatorControl::NewStub(channel);
   grpc::ClientContext context;
   security::AttachToken(security_, &context);
   std::unique_ptr<Stream> stream = stub->Control(&context);

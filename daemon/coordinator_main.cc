@@ -24,7 +24,11 @@ ABSL_FLAG(std::string, tls_key, "", "TLS: this server's private key (PEM, mode 6
 ABSL_FLAG(std::string, tls_client_ca, "",
           "mutual TLS: clients must present a certificate this CA (PEM) signed");
 ABSL_FLAG(std::string, token_file, "",
-          "control RPCs must carry the token in this file (mode 600; clients: REFIT_TOKEN_FILE)");
+          "calls of the public API (Refit, Status, WatchEpoch, Layouts) must carry the token in "
+          "this file (mode 600; clients: REFIT_TOKEN_FILE)");
+ABSL_FLAG(std::string, daemon_token_file, "",
+          "the daemons' control streams must carry the token in this file (mode 600; refitd: "
+          "REFIT_DAEMON_TOKEN_FILE); default: --token_file's");
 ABSL_FLAG(bool, insecure, false,
           "run without --token_file: any process that reaches the port may join as a daemon "
           "or trigger refits (only on a network where every host is trusted)");
@@ -76,19 +80,31 @@ int main(int argc, char** argv) {
   security.cert_file = absl::GetFlag(FLAGS_tls_cert);
   security.key_file = absl::GetFlag(FLAGS_tls_key);
   security.client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
-  if (!absl::GetFlag(FLAGS_token_file).empty()) {
-    absl::StatusOr<std::string> token =
-        refit::security::ReadSecretFile(absl::GetFlag(FLAGS_token_file));
-    if (!token.ok()) {
-      spdlog::error("refit-coordinator: {}", std::string(token.status().message()));
+  for (const auto& [flag, token] :
+       {std::pair{absl::GetFlag(FLAGS_token_file), &security.token},
+        std::pair{absl::GetFlag(FLAGS_daemon_token_file), &security.daemon_token}}) {
+    if (flag.empty()) continue;
+    absl::StatusOr<std::string> read = refit::security::ReadSecretFile(flag);
+    if (!read.ok()) {
+      spdlog::error("refit-coordinator: {}", std::string(read.status().message()));
       return 2;
     }
-    security.token = *token;
-    if (security.cert_file.empty()) {
-      spdlog::warn(
-          "refit-coordinator: --token_file without --tls_cert: the token crosses the "
-          "network in plaintext");
-    }
+    *token = *read;
+  }
+  if (!security.token.empty() && security.cert_file.empty()) {
+    spdlog::warn("refit-coordinator: a token without --tls_cert crosses the network in plaintext");
+  }
+  if (security.daemon_token.empty() && !security.token.empty()) {
+    spdlog::warn(
+        "refit-coordinator: no --daemon_token_file: daemons carry the public API's token, so "
+        "whoever may trigger refits may also join as a daemon");
+    security.daemon_token = security.token;
+  }
+  if (!security.daemon_token.empty() && security.token.empty() && !absl::GetFlag(FLAGS_insecure)) {
+    spdlog::error(
+        "refit-coordinator: --daemon_token_file without --token_file leaves the public "
+        "API open; pass both");
+    return 2;
   }
   if (security.token.empty()) {
     if (!absl::GetFlag(FLAGS_insecure)) {

@@ -16,14 +16,15 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
       security::MakeServerCredentials(security);
   if (!credentials.ok()) return credentials.status();
-  std::unique_ptr<CoordinatorServer> server(
-      new CoordinatorServer(std::move(job), default_deadline, metrics, security.token));
+  std::unique_ptr<CoordinatorServer> server(new CoordinatorServer(
+      std::move(job), default_deadline, metrics, security.token, security.daemon_token));
   grpc::EnableDefaultHealthCheckService(true);
   absl::StatusOr<std::unique_ptr<ConnectionListener>> listener = ConnectionListener::Bind(listen);
   if (!listener.ok()) return listener.status();
   server->listener_ = std::move(*listener);
   grpc::ServerBuilder builder;
   server->listener_->AttachTo(builder, *credentials);
+  builder.RegisterService(&server->control_service_);
   builder.RegisterService(&server->service_);
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
@@ -56,7 +57,7 @@ void CoordinatorServer::EnforceLeases() {
     for (const std::string& cut : cluster_.CutExpired(MonotonicNow(), lease_)) {
       spdlog::warn("{}", cut);
     }
-    if (const int cut = service_.CutStreamsWithoutHello(MonotonicNow()); cut > 0) {
+    if (const int cut = control_service_.CutStreamsWithoutHello(MonotonicNow()); cut > 0) {
       spdlog::warn("cut {} control streams that said no hello within {} ms", cut,
                    absl::ToInt64Milliseconds(lease_));
     }

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "daemon/cluster.h"
 #include "daemon/connection_listener.h"
+#include "daemon/control_service.h"
 #include "daemon/coordinator_service.h"
 #include "daemon/epoch_runner.h"
 #include "daemon/metrics.h"
@@ -26,7 +27,8 @@ namespace refit::daemon {
 class CoordinatorServer {
  public:
   // Listens on `listen` (HOST:PORT; port 0 picks a free one). `metrics` may be null.
-  // `security`: TLS, mutual TLS and the token control RPCs must carry (default: none).
+  // `security`: TLS, mutual TLS, the token public calls must carry and the one the
+  // daemons' control streams must carry (default: none).
   // `interceptors` see every RPC of the server (fault-injection tests use them).
   using Interceptors =
       std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>;
@@ -42,16 +44,18 @@ class CoordinatorServer {
 
  private:
   CoordinatorServer(v1::JobSpec job, absl::Duration default_deadline, CoordinatorMetrics* metrics,
-                    std::string token)
+                    std::string token, std::string daemon_token)
       : lease_(absl::Milliseconds(job.lease_ms() > 0 ? job.lease_ms() : 5000)),
         runner_(&cluster_, std::move(job), metrics),
-        service_(&cluster_, &runner_, default_deadline, lease_, metrics, std::move(token)) {}
+        control_service_(&cluster_, &runner_, lease_, metrics, std::move(daemon_token)),
+        service_(&cluster_, &runner_, default_deadline, std::move(token)) {}
   // Cuts off daemons whose lease expired, every quarter lease, until the server stops.
   void EnforceLeases();
 
   const absl::Duration lease_;
   Cluster cluster_;
   EpochRunner runner_;
+  ControlService control_service_;
   CoordinatorService service_;
   std::unique_ptr<ConnectionListener> listener_;
   std::unique_ptr<grpc::Server> server_;

@@ -31,7 +31,7 @@ class MembershipTest : public ::testing::Test {
     auto server = CoordinatorServer::Start("127.0.0.1:0", job, absl::Seconds(30));
     ASSERT_TRUE(server.ok()) << server.status();
     coordinator_ = std::move(*server);
-    stub_ = v1::Coordinator::NewStub(
+    stub_ = v1::CoordinatorControl::NewStub(
         grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials()));
   }
 
@@ -80,7 +80,7 @@ class MembershipTest : public ::testing::Test {
   }
 
   std::unique_ptr<CoordinatorServer> coordinator_;
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  std::unique_ptr<v1::CoordinatorControl::Stub> stub_;
 };
 
 TEST_F(MembershipTest, TheWelcomeCarriesTheLease) {

@@ -52,7 +52,7 @@ int main(int argc, char** argv) {
   refit::daemon::CoordinatorLink link(absl::GetFlag(FLAGS_coordinator), node, &registry, &metrics);
   const refit::transport::gpu::GpuSupport gpu = refit::transport::gpu::DetectGpu();
   absl::StatusOr<refit::security::ClientSecurity> security =
-      refit::security::ClientSecurityFromEnvironment();
+      refit::security::ClientSecurityFromEnvironment(refit::security::TokenFor::kDaemonControl);
   if (!security.ok()) {
     spdlog::error("refitd {}: {}", node, std::string(security.status().message()));
     return 2;

@@ -60,7 +60,7 @@ absl::StatusOr<std::string> ReadSecretFile(const std::string& path) {
   return secret;
 }
 
-absl::StatusOr<ClientSecurity> ClientSecurityFromEnvironment() {
+absl::StatusOr<ClientSecurity> ClientSecurityFromEnvironment(TokenFor audience) {
   ClientSecurity security;
   security.ca_file = Env("REFIT_TLS_CA");
   security.cert_file = Env("REFIT_TLS_CERT");
@@ -71,7 +71,10 @@ absl::StatusOr<ClientSecurity> ClientSecurityFromEnvironment() {
   if (!security.cert_file.empty() && security.ca_file.empty()) {
     return absl::InvalidArgumentError("a client certificate needs REFIT_TLS_CA (TLS) as well");
   }
-  const std::string token_file = Env("REFIT_TOKEN_FILE");
+  std::string token_file = Env("REFIT_TOKEN_FILE");
+  if (audience == TokenFor::kDaemonControl && !Env("REFIT_DAEMON_TOKEN_FILE").empty()) {
+    token_file = Env("REFIT_DAEMON_TOKEN_FILE");
+  }
   if (!token_file.empty()) {
     absl::StatusOr<std::string> token = ReadSecretFile(token_file);
     if (!token.ok()) return token.status();

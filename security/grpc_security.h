@@ -1,11 +1,15 @@
-// Who may talk to the coordinator: TLS (and mutual TLS) on its gRPC port, and a shared
-// token that every control RPC must carry ("authorization: Bearer TOKEN"). Clients (refitd,
+// Who may talk to the coordinator: TLS (and mutual TLS) on its gRPC port, and tokens that
+// calls must carry ("authorization: Bearer TOKEN"): one for the public API, one (which may
+// be the same) for the daemons' control streams. Clients (refitd,
 // refitctl, the C++ CoordinatorClient) take their settings from the environment, so
 // orchestration code hands them over as it hands over any secret:
 //   REFIT_TLS_CA     CA certificate (PEM) that signed the coordinator's certificate: use TLS
 //   REFIT_TLS_CERT   this client's certificate and
 //   REFIT_TLS_KEY    key (PEM), for mutual TLS
-//   REFIT_TOKEN_FILE file holding the shared token
+//   REFIT_TOKEN_FILE file holding the token of the public API (Refit, Status, ...)
+//   REFIT_DAEMON_TOKEN_FILE (refitd) file holding the token of the daemons' control
+//                    streams, when the coordinator gives them their own; else
+//                    REFIT_TOKEN_FILE's
 // Token files and keys must not be readable by group or others.
 #ifndef REFIT_SECURITY_GRPC_SECURITY_H_
 #define REFIT_SECURITY_GRPC_SECURITY_H_
@@ -30,11 +34,16 @@ struct ServerSecurity {
   std::string cert_file;  // empty: plaintext
   std::string key_file;
   std::string client_ca_file;  // set: mutual TLS, clients must present a certificate it signed
-  std::string token;           // set: control RPCs must carry it
+  std::string token;           // set: calls of the public API must carry it
+  std::string daemon_token;    // set: the daemons' control streams must carry it
 };
 
+// Which of the coordinator's services a client calls, so which token it carries.
+enum class TokenFor { kPublicApi, kDaemonControl };
+
 // The client settings from the environment (see above); errors name the file and why.
-absl::StatusOr<ClientSecurity> ClientSecurityFromEnvironment();
+absl::StatusOr<ClientSecurity> ClientSecurityFromEnvironment(
+    TokenFor audience = TokenFor::kPublicApi);
 
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
     const ClientSecurity& security);

@@ -87,7 +87,7 @@ TEST_F(CoordinatorApiTest, AHelloClaimingAnImpossibleVersionDoesNotMoveTheGroup)
 TEST_F(CoordinatorApiTest, AStreamThatOpensWithoutAHelloIsRefused) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  auto stream = coordinator_stub_->Control(&context);
+  auto stream = control_stub_->Control(&context);
   v1::DaemonMessage beat;
   beat.mutable_heartbeat();
   stream->Write(beat);
@@ -105,7 +105,7 @@ TEST_F(CoordinatorApiTest, TwoHundredStreamsThatNeverSayHelloAreCutWithinALease)
   for (int i = 0; i < 200; ++i) {
     contexts.push_back(std::make_unique<grpc::ClientContext>());
     contexts.back()->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    streams.push_back(coordinator_stub_->Control(contexts.back().get()));
+    streams.push_back(control_stub_->Control(contexts.back().get()));
   }
   // Each is ended by the coordinator (lease 1 s, checked every quarter lease).
   const absl::Time start = absl::Now();
@@ -128,7 +128,7 @@ TEST_F(CoordinatorApiTest, ARogueDaemonCannotRegisterRoleNinetyNineOrTakeARankAn
   ASSERT_TRUE(CoordinatorHolds(0, 1));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  auto stream = coordinator_stub_->Control(&context);
+  auto stream = control_stub_->Control(&context);
   v1::DaemonMessage message;
   *message.mutable_hello() = GoodHello("rogue-node");
   ASSERT_TRUE(stream->Write(message));
@@ -196,7 +196,7 @@ TEST_F(CoordinatorApiTest, ADaemonThatHeartbeatsButStopsReadingIsCutOffWithinALe
       transport::UcxWorker::Create("stuck-node");
   ASSERT_TRUE(worker.ok()) << worker.status();
   grpc::ClientContext context;
-  auto stream = coordinator_stub_->Control(&context);
+  auto stream = control_stub_->Control(&context);
   v1::DaemonMessage message;
   *message.mutable_hello() = GoodHello("stuck-node");
   message.mutable_hello()->set_data_plane_address((*worker)->address());

@@ -33,17 +33,19 @@ void HostileClusterTest::SetUpTestSuite() {
   std::ofstream(folder_ + "/job.json")
       << R"({"name": "hostile", "sourceRanks": 1, "destinationRanks": 1,
              "epochDeadlineMs": 20000, "leaseMs": 1000})";
-  coordinator_ = new ChildProcess({RunfilesPath("daemon/refit-coordinator"),
-                                   "--listen=127.0.0.1:0", "--job=" + folder_ + "/job.json",
-                                   "--metrics_port=0", "--insecure"},
-                                  folder_ + "/coordinator.log");
-  const std::string listening = coordinator_->AwaitLine("listening on 127.0.0.1:", absl::Seconds(20));
+  coordinator_ =
+      new ChildProcess({RunfilesPath("daemon/refit-coordinator"), "--listen=127.0.0.1:0",
+                        "--job=" + folder_ + "/job.json", "--metrics_port=0", "--insecure"},
+                       folder_ + "/coordinator.log");
+  const std::string listening =
+      coordinator_->AwaitLine("listening on 127.0.0.1:", absl::Seconds(20));
   ASSERT_FALSE(listening.empty()) << coordinator_->Log();
   coordinator_address_ = listening.substr(listening.rfind("127.0.0.1:"));
   socket_ = folder_ + "/refitd.sock";
-  refitd_ = new ChildProcess({RunfilesPath("daemon/refitd"), "--coordinator=" + coordinator_address_,
-                              "--node=node-a", "--socket=" + socket_, "--metrics_port=0"},
-                             folder_ + "/refitd.log");
+  refitd_ =
+      new ChildProcess({RunfilesPath("daemon/refitd"), "--coordinator=" + coordinator_address_,
+                        "--node=node-a", "--socket=" + socket_, "--metrics_port=0"},
+                       folder_ + "/refitd.log");
   ASSERT_FALSE(refitd_->AwaitLine("incarnation=", absl::Seconds(20)).empty()) << refitd_->Log();
   MeasureBaseline();
 }
@@ -119,8 +121,10 @@ void HostileClusterTest::SetUp() {
       grpc::CreateChannel("unix:" + socket_, grpc::InsecureChannelCredentials()));
   grpc::ChannelArguments arguments;
   arguments.SetMaxReceiveMessageSize(64 << 20);
-  coordinator_stub_ = v1::Coordinator::NewStub(grpc::CreateCustomChannel(
-      coordinator_address_, grpc::InsecureChannelCredentials(), arguments));
+  auto channel = grpc::CreateCustomChannel(coordinator_address_, grpc::InsecureChannelCredentials(),
+                                           arguments);
+  coordinator_stub_ = v1::Coordinator::NewStub(channel);
+  control_stub_ = v1::CoordinatorControl::NewStub(channel);
 }
 
 ::testing::AssertionResult HostileClusterTest::ThreadsSettle(int threads) {
@@ -148,7 +152,8 @@ void HostileClusterTest::SetUp() {
     grpc::ClientContext context;
     Deadline(&context, 5);
     v1::LayoutsResponse layouts;
-    const grpc::Status status = coordinator_stub_->Layouts(&context, v1::LayoutsRequest(), &layouts);
+    const grpc::Status status =
+        coordinator_stub_->Layouts(&context, v1::LayoutsRequest(), &layouts);
     const int held_sources = layouts.sources().ranks_size();
     const int held_destinations = layouts.destinations().ranks_size();
     if (status.ok() && held_sources == sources && held_destinations == destinations) {
@@ -254,7 +259,7 @@ v1::DaemonHello HostileClusterTest::GoodHello(const std::string& node) {
 grpc::Status HostileClusterTest::SayHello(const v1::DaemonHello& hello) {
   grpc::ClientContext context;
   Deadline(&context, 5);
-  auto stream = coordinator_stub_->Control(&context);
+  auto stream = control_stub_->Control(&context);
   v1::DaemonMessage message;
   *message.mutable_hello() = hello;
   stream->Write(message);

@@ -57,6 +57,7 @@ class HostileClusterTest : public ::testing::Test {
 
   std::unique_ptr<v1::LocalDaemon::Stub> local_;
   std::unique_ptr<v1::Coordinator::Stub> coordinator_stub_;
+  std::unique_ptr<v1::CoordinatorControl::Stub> control_stub_;
   transport::testing::BackedLayouts backed_;
 
  private:

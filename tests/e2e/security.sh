@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The coordinator behind mutual TLS and a shared token, with real processes: certificates
-# made here with openssl (a CA, the coordinator's for 127.0.0.1, a client's), the token in
-# a mode-600 file. refitd and the synthetic ranks reach it with REFIT_TLS_* and
-# REFIT_TOKEN_FILE and a refit of the mini model goes through, every byte checked; a client
-# without the token, with a wrong one, without a client certificate or without TLS is
-# turned away with an error that says why; a token file others can read is refused.
+# The coordinator behind mutual TLS and two tokens, with real processes: certificates made
+# here with openssl (a CA, the coordinator's for 127.0.0.1, a client's), the public API's
+# token and the daemons' own in mode-600 files. refitd (REFIT_DAEMON_TOKEN_FILE) and the
+# synthetic ranks (REFIT_TOKEN_FILE) reach it with REFIT_TLS_* and a refit of the mini
+# model goes through, every byte checked; a client without the token, with a wrong one,
+# with the daemons' token, without a client certificate or without TLS is turned away with
+# an error that says why; a refitd carrying the public token cannot join; a token file
+# others can read is refused.
 #   security.sh BIN_DIR
 set -euo pipefail
 bin=$1
@@ -26,18 +28,20 @@ for who in coordinator client; do
   chmod 600 "$pki/$who.key"
 done
 printf 's3cret-%s\n' "$RANDOM$RANDOM" > "$pki/token"
-chmod 600 "$pki/token"
+printf 'daemons-%s\n' "$RANDOM$RANDOM" > "$pki/daemon-token"
+chmod 600 "$pki/token" "$pki/daemon-token"
 
 cat > "$work/job.json" <<JSON
 {"name": "tls", "model": "dsv3-mini", "sourceParallel": "pp=2,ep=2",
  "destinationParallel": "tp=2,dp=2", "epochDeadlineMs": 60000}
 JSON
 coordinator_flags=(--tls_cert="$pki/coordinator.pem" --tls_key="$pki/coordinator.key"
-                   --tls_client_ca="$pki/ca.pem" --token_file="$pki/token")
+                   --tls_client_ca="$pki/ca.pem" --token_file="$pki/token"
+                   --daemon_token_file="$pki/daemon-token")
 start_coordinator "$work/job.json"
 export REFIT_TLS_CA=$pki/ca.pem REFIT_TLS_CERT=$pki/client.pem REFIT_TLS_KEY=$pki/client.key
 export REFIT_TOKEN_FILE=$pki/token
-start_daemons train-node-0 infer-node-0
+REFIT_DAEMON_TOKEN_FILE=$pki/daemon-token start_daemons train-node-0 infer-node-0
 
 # A refit with every credential in place.
 "$bin/refit-synthetic-ranks" --side=destination --refit=mini --host=infer-node-0 \
@@ -69,6 +73,16 @@ refused "requires a token" -u REFIT_TOKEN_FILE
 printf 'wrong\n' > "$pki/wrong-token"
 chmod 600 "$pki/wrong-token"
 refused "the token is wrong" REFIT_TOKEN_FILE="$pki/wrong-token"
+# The daemons' token opens no door of the public API...
+refused "the token is wrong" REFIT_TOKEN_FILE="$pki/daemon-token"
+# ...and the public token none of the control streams: such a refitd is never a member.
+start_daemons intruder-node
+for _ in $(seq 100); do grep -q "the token is wrong" "$work/intruder-node.log" && break; sleep 0.1; done
+grep -q "the token is wrong" "$work/intruder-node.log" || { cat "$work/intruder-node.log"; exit 1; }
+if "$bin/refitctl" status --coordinator="$coordinator" | grep -q intruder-node; then
+  echo "a refitd with the public API's token joined" >&2
+  exit 1
+fi
 refused "UNAVAILABLE" -u REFIT_TLS_CERT -u REFIT_TLS_KEY
 refused "UNAVAILABLE" -u REFIT_TLS_CA -u REFIT_TLS_CERT -u REFIT_TLS_KEY
 chmod 644 "$pki/wrong-token"

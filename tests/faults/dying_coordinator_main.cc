@@ -73,7 +73,7 @@ class DieAtCommitFactory : public grpc::experimental::ServerInterceptorFactoryIn
  public:
   grpc::experimental::Interceptor* CreateServerInterceptor(
       grpc::experimental::ServerRpcInfo* info) override {
-    if (std::string(info->method()) != "/refit.v1.Coordinator/Control") return nullptr;
+    if (std::string(info->method()) != "/refit.v1.CoordinatorControl/Control") return nullptr;
     return new DieAtCommit;
   }
 };
