@@ -66,6 +66,23 @@ void CoordinatorLink::Start() {
     }
     Write(message);  // when not connected, the next session sends everything anyway
   });
+  // Each worker's address goes into the hello; a session already open said another one
+  // (or none), so it ends, and the next hello carries the new one.
+  executor_ = std::make_unique<EpochExecutor>(
+      node_, registry_, metrics_, &interrupt_, &stopping_, [this](const std::string& address) {
+        absl::MutexLock lock(&mu_);
+        data_plane_address_ = address;
+        if (context_ != nullptr) {
+          spdlog::info("refitd {}: new data-plane worker; reconnecting to say its address", node_);
+          context_->TryCancel();
+        }
+      });
+  // Without a data-plane worker the daemon still connects (its ranks register, the
+  // coordinator and refitctl see it), and the epoch thread keeps trying to make one.
+  executor_->EnsureWorker();
+  epochs_ = std::make_unique<EpochQueue>(
+      &interrupt_, [this]() { return executor_->EnsureWorker(); },
+      [this](const EpochQueue::Job& job) { RunEpoch(job.execute, job.slice.get()); });
   thread_ = std::thread([this]() { Run(); });
   heartbeat_thread_ = std::thread([this]() { Heartbeat(); });
 }
@@ -85,19 +102,15 @@ void CoordinatorLink::Stop() {
   stopping_ = true;
   // A running epoch stops at once and reports its interruption while the stream is up.
   interrupt_ = true;
-  {
-    absl::MutexLock lock(&epoch_mu_);
-    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(epoch_mu_) {
-      return !epoch_busy_ && !queued_epoch_.has_value();
-    };
-    epoch_mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(5));
-  }
+  epochs_->AwaitIdle(absl::Seconds(5));
   {
     absl::MutexLock lock(&mu_);
     if (context_ != nullptr) context_->TryCancel();
   }
   thread_.join();
   heartbeat_thread_.join();
+  epochs_.reset();  // runs what is queued, then joins the epoch thread
+  executor_.reset();
   registry_->SetListener(nullptr);
 }
 
@@ -107,21 +120,6 @@ bool CoordinatorLink::Write(const v1::DaemonMessage& message) {
 }
 
 void CoordinatorLink::Run() {
-  // Each worker's address goes into the hello; a session already open said another one
-  // (or none), so it ends, and the next hello carries the new one.
-  executor_ = std::make_unique<EpochExecutor>(
-      node_, registry_, metrics_, &interrupt_, &stopping_, [this](const std::string& address) {
-        absl::MutexLock lock(&mu_);
-        data_plane_address_ = address;
-        if (context_ != nullptr) {
-          spdlog::info("refitd {}: new data-plane worker; reconnecting to say its address", node_);
-          context_->TryCancel();
-        }
-      });
-  // Without a data-plane worker the daemon still connects (its ranks register, the
-  // coordinator and refitctl see it), and the epoch thread keeps trying to make one.
-  executor_->EnsureWorker();
-  epoch_thread_ = std::thread(&CoordinatorLink::EpochLoop, this);
   // Reconnects with exponential backoff (0.1 s doubling to 5 s), from the start again
   // after a session that was welcomed.
   absl::Duration backoff = absl::Milliseconds(100);
@@ -134,12 +132,6 @@ void CoordinatorLink::Run() {
     while (!stopping_ && absl::Now() < retry) absl::SleepFor(absl::Milliseconds(20));
     backoff = std::min(backoff * 2, absl::Seconds(5));
   }
-  {
-    absl::MutexLock lock(&epoch_mu_);
-    epoch_loop_exit_ = true;
-  }
-  epoch_thread_.join();
-  executor_.reset();
 }
 
 void CoordinatorLink::Session() {
@@ -248,7 +240,7 @@ bool CoordinatorLink::SayHello(Stream* stream) {
 void CoordinatorLink::OnExecute(const v1::ExecuteEpoch& execute) {
   // The coordinator runs one epoch at a time; one still running here was aborted
   // there, so it is interrupted (if the abort has not done so already).
-  FinishEpoch();
+  epochs_->Finish();
   interrupt_ = stopping_.load();
   {
     std::string superseded;
@@ -272,10 +264,7 @@ void CoordinatorLink::OnExecute(const v1::ExecuteEpoch& execute) {
                        "a newer epoch began before its outcome was known");
     }
   }
-  {
-    absl::MutexLock lock(&epoch_mu_);
-    queued_epoch_ = EpochJob{execute, slice_};
-  }
+  epochs_->Submit({execute, slice_});
   if (stopping_) interrupt_ = true;  // Stop may have raced with the reset above
 }
 
@@ -293,7 +282,7 @@ void CoordinatorLink::OnAbort(const v1::AbortEpoch& abort) {
     if (executed) executed_reported_ = false;
   }
   if (executed) {
-    FinishEpoch();  // no write into the buffers after they are marked
+    epochs_->Finish();  // no write into the buffers after they are marked
     registry_->Abort(abort.version(), abort.epoch_id(), abort.reason());
   }
 }
@@ -318,7 +307,7 @@ void CoordinatorLink::OnCommit(const v1::CommitEpoch& commit) {
 }
 
 void CoordinatorLink::EndSession() {
-  FinishEpoch();  // the coordinator is gone: so is its epoch
+  epochs_->Finish();  // the coordinator is gone: so is its epoch
   std::string unsettled;
   int64_t unsettled_version = -1;
   {
@@ -351,44 +340,6 @@ void CoordinatorLink::EndSession() {
 void CoordinatorLink::WarnOnce(const std::string& problem) {
   if (problem != last_stream_error_) spdlog::warn("refitd {}: {}", node_, problem);
   last_stream_error_ = problem;
-}
-
-void CoordinatorLink::FinishEpoch() {
-  absl::MutexLock lock(&epoch_mu_);
-  if (!epoch_busy_ && !queued_epoch_.has_value()) return;
-  interrupt_ = true;
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(epoch_mu_) {
-    return !epoch_busy_ && !queued_epoch_.has_value();
-  };
-  epoch_mu_.Await(absl::Condition(&idle));
-}
-
-void CoordinatorLink::EpochLoop() {
-  while (true) {
-    const bool have_worker = executor_->EnsureWorker();
-    EpochJob job;
-    {
-      absl::MutexLock lock(&epoch_mu_);
-      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(epoch_mu_) {
-        return queued_epoch_.has_value() || epoch_loop_exit_;
-      };
-      if (!have_worker) {  // try again in a moment
-        epoch_mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(500));
-      } else {
-        epoch_mu_.Await(absl::Condition(&ready));
-      }
-      if (!queued_epoch_.has_value()) {
-        if (epoch_loop_exit_) return;
-        continue;
-      }
-      job = std::move(*queued_epoch_);
-      queued_epoch_.reset();
-      epoch_busy_ = true;
-    }
-    RunEpoch(job.execute, job.slice.get());
-    absl::MutexLock lock(&epoch_mu_);
-    epoch_busy_ = false;
-  }
 }
 
 void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice) {

@@ -20,6 +20,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "daemon/epoch_executor.h"
+#include "daemon/epoch_queue.h"
 #include "daemon/metrics.h"
 #include "daemon/rank_registry.h"
 #include "proto/refit.grpc.pb.h"
@@ -73,10 +74,6 @@ class CoordinatorLink {
   bool Write(const v1::DaemonMessage& message);
   // Logs a connection problem once, not at every retry, until a different one comes.
   void WarnOnce(const std::string& problem);
-  // Interrupts the running or queued epoch (if any) and waits until it has reported.
-  void FinishEpoch();
-  // The epoch thread: runs each epoch handed to it, one at a time, until told to exit.
-  void EpochLoop();
   // Runs the epoch (EpochExecutor) and reports it to the coordinator.
   void RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice);
 
@@ -95,23 +92,14 @@ class CoordinatorLink {
   std::atomic<bool> welcomed_{false};
   // Set to stop the running epoch; the UCX worker and the executor both watch it.
   std::atomic<bool> interrupt_{false};
-  std::thread epoch_thread_;  // started and joined by the link's thread
-  // The data plane: made by the link's thread before the epoch thread starts (its first
-  // UCX worker), then used only by the epoch thread.
+  // Made by Start, gone after Stop. The executor is used by the epoch thread only (and by
+  // Start for the first UCX worker).
   std::unique_ptr<EpochExecutor> executor_;
-
-  struct EpochJob {
-    v1::ExecuteEpoch execute;
-    std::shared_ptr<const v1::PlanSlice> slice;
-  };
-  absl::Mutex epoch_mu_;
-  std::optional<EpochJob> queued_epoch_ ABSL_GUARDED_BY(epoch_mu_);
-  bool epoch_busy_ ABSL_GUARDED_BY(epoch_mu_) = false;
-  bool epoch_loop_exit_ ABSL_GUARDED_BY(epoch_mu_) = false;
+  std::unique_ptr<EpochQueue> epochs_;
 
   absl::Mutex mu_;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
-  std::string data_plane_address_ ABSL_GUARDED_BY(mu_);  // worker_'s, for the hello
+  std::string data_plane_address_ ABSL_GUARDED_BY(mu_);  // the UCX worker's, for the hello
   Stream* stream_ ABSL_GUARDED_BY(mu_) = nullptr;
 
   std::string running_epoch_ ABSL_GUARDED_BY(mu_);
