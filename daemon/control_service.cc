@@ -85,7 +85,9 @@ void ControlService::UpdateRankGauges() {
 grpc::Status ControlService::Control(
     grpc::ServerContext* context,
     grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::DaemonMessage>* stream) {
-  if (grpc::Status allowed = security::CheckToken(token_, *context); !allowed.ok()) return allowed;
+  if (grpc::Status allowed = security::CheckToken(token_, *context, "REFIT_DAEMON_TOKEN_FILE");
+      !allowed.ok())
+    return allowed;
   v1::DaemonMessage message;
   {
     absl::MutexLock lock(&hello_mu_);

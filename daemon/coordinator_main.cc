@@ -91,7 +91,7 @@ int main(int argc, char** argv) {
     }
     *token = *read;
   }
-  if (!security.token.empty() && security.cert_file.empty()) {
+  if ((!security.token.empty() || !security.daemon_token.empty()) && security.cert_file.empty()) {
     spdlog::warn("refit-coordinator: a token without --tls_cert crosses the network in plaintext");
   }
   if (security.daemon_token.empty() && !security.token.empty()) {
@@ -115,9 +115,9 @@ int main(int argc, char** argv) {
       return 2;
     }
     spdlog::warn(
-        "refit-coordinator: --insecure: no token; any process that reaches {} may join "
-        "as a daemon or trigger refits",
-        absl::GetFlag(FLAGS_listen));
+        "refit-coordinator: --insecure: no token; any process that reaches {} may {}",
+        absl::GetFlag(FLAGS_listen),
+        security.daemon_token.empty() ? "join as a daemon or trigger refits" : "trigger refits");
   }
   auto registry = std::make_shared<prometheus::Registry>();
   refit::daemon::CoordinatorMetrics metrics(registry);

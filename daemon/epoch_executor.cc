@@ -156,7 +156,7 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
   absl::StatusOr<transport::ExecutionStats> stats =
       executor.Run(slice.plan(), execute.epoch_number(), deadline);
   if (!stats.ok()) return fail(stats.status());
-  RecordStats(slice, *stats);
+  RecordStats(execute.epoch_id(), slice, *stats);
   for (const auto& [rank, seconds] : stats->destination_finish_seconds) {
     v1::RankFinish* finish = done.add_finished();
     finish->set_rank(rank);
@@ -191,10 +191,10 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
   return done;
 }
 
-void EpochExecutor::RecordStats(const v1::PlanSlice& slice,
+void EpochExecutor::RecordStats(const std::string& epoch_id, const v1::PlanSlice& slice,
                                 const transport::ExecutionStats& stats) {
   if (stats.relay_buffers_left > 0) {
-    spdlog::error("refitd {}: an epoch left {} relay buffers allocated", node_,
+    spdlog::error("refitd {}: epoch {} left {} relay buffers allocated", node_, epoch_id,
                   stats.relay_buffers_left);
   }
   if (metrics_ == nullptr) return;

@@ -46,7 +46,8 @@ class EpochExecutor {
  private:
   v1::EpochDone Execute(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
                         const transport::BufferMap& buffers, const Progress& progress);
-  void RecordStats(const v1::PlanSlice& slice, const transport::ExecutionStats& stats);
+  void RecordStats(const std::string& epoch_id, const v1::PlanSlice& slice,
+                   const transport::ExecutionStats& stats);
 
   const std::string node_;
   RankRegistry* registry_;

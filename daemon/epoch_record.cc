@@ -62,7 +62,14 @@ absl::Status EpochRecord::Verifying() {
   return Move(EpochPhase::kExecuting, EpochPhase::kVerifying);
 }
 
-absl::Status EpochRecord::Commit() { return Move(EpochPhase::kVerifying, EpochPhase::kCommitted); }
+absl::Status EpochRecord::Commit() {
+  if (phase_ == EpochPhase::kVerifying && !failure_.ok()) {
+    return absl::Status(
+        failure_.code(),
+        absl::StrCat("epoch ", id_, " failed while verified: ", failure_.message()));
+  }
+  return Move(EpochPhase::kVerifying, EpochPhase::kCommitted);
+}
 
 absl::Status EpochRecord::Abort() {
   if (!running()) {

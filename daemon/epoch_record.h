@@ -52,7 +52,8 @@ class EpochRecord {
   absl::Status Launched();
   // executing -> verifying: every daemon reported success (Settled() and failure() OK).
   absl::Status Verifying();
-  // verifying -> committed.
+  // verifying -> committed; refused with the failure's own kind if one came meanwhile (a
+  // daemon lost: its ranks would miss the commit).
   absl::Status Commit();
   // Any running phase -> aborted.
   absl::Status Abort();

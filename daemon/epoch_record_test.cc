@@ -101,6 +101,20 @@ TEST(EpochRecordTest, TheFirstFailureIsKeptWithTheDaemonsKindAndBlocksVerificati
   EXPECT_EQ(epoch.phase(), EpochPhase::kExecuting);
 }
 
+TEST(EpochRecordTest, ADaemonLostWhileTheChecksumsAreComparedRefusesTheCommit) {
+  EpochRecord epoch("job-6", 6, {0, 1}, 10);
+  ASSERT_TRUE(epoch.Launched().ok());
+  epoch.OnDone(0, Node(0), Success("job-6", 0.1));
+  epoch.OnDone(1, Node(1), Success("job-6", 0.2));
+  ASSERT_TRUE(epoch.Verifying().ok());
+  epoch.OnDaemonLost(1, absl::UnavailableError("refitd on node-1 left"));
+  absl::Status commit = epoch.Commit();
+  EXPECT_EQ(commit.code(), absl::StatusCode::kUnavailable) << commit;
+  EXPECT_TRUE(absl::StrContains(commit.message(), "node-1 left")) << commit;
+  EXPECT_EQ(epoch.phase(), EpochPhase::kVerifying);
+  EXPECT_TRUE(epoch.Abort().ok());
+}
+
 TEST(EpochRecordTest, ADaemonsCancellationOrUnknownKindReadsAsAborted) {
   EXPECT_EQ(DaemonFailure("n", Failure("e", absl::StatusCode::kCancelled, "stopping")).code(),
             absl::StatusCode::kAborted);

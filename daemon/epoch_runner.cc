@@ -215,15 +215,12 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
   // is over for them.
   SettleDaemonsInDoubt(/*superseded=*/true);
   const auto [epoch_id, number] = StartEpoch(version, planned->wire, *snapshot);
-  absl::Status outcome =
+  const absl::Status launched =
       Launch(*snapshot, planned->wire, epoch_id, number, version, deadline).status();
-  if (outcome.ok()) outcome = AwaitExecution(deadline, cancelled);
-  absl::StatusOr<std::pair<int64_t, int64_t>> checksummed = std::pair<int64_t, int64_t>{0, 0};
-  if (outcome.ok()) {
-    checksummed = Verify(*snapshot, planned->wire);
-    outcome = checksummed.status();
-  }
-  EndEpoch(outcome, *snapshot);
+  std::pair<int64_t, int64_t> checksummed{0, 0};
+  const absl::Status outcome =
+      Decide(launched, deadline, cancelled, *snapshot, planned->wire, &checksummed);
+  TellDaemons(epoch_id, version, outcome, *snapshot);
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (!outcome.ok()) {
     spdlog::warn("epoch {} version {} aborted after {:.3f} s: {}", epoch_id, version, seconds,
@@ -232,18 +229,20 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
     return outcome;
   }
   const planner::PlanStats& stats = planned->plan->stats;
+  const v1::RefitReport report = Report(*planned, *snapshot, checksummed, seconds);
   spdlog::info(
       "epoch {} version {} committed: {} bytes in {:.3f} s ({:.2f} GB/s), {} daemons, "
-      "{} views and {} pieces checksummed, plan {}",
+      "slowest {} ({:.3f} s), {} views and {} pieces checksummed, plan {}",
       epoch_id, version, stats.total_bytes, seconds,
       stats.total_bytes / std::max(seconds, 1e-9) / 1e9, snapshot->channels.size(),
-      checksummed->first, checksummed->second, planned->wire.digest());
+      report.slowest_node().empty() ? "-" : report.slowest_node(), report.slowest_node_seconds(),
+      checksummed.first, checksummed.second, planned->wire.digest());
   if (metrics_ != nullptr) {
     metrics_->EpochCommitted(seconds, stats.network_bytes, stats.nvlink_bytes, stats.local_bytes,
                              version);
     metrics_->plan_build_seconds.Set(planned->plan->plan_seconds);
   }
-  return Report(*planned, *snapshot, *checksummed, seconds);
+  return report;
 }
 
 std::optional<absl::StatusOr<v1::RefitReport>> EpochRunner::AnswerRepeat(
@@ -361,8 +360,28 @@ std::pair<std::string, uint32_t> EpochRunner::StartEpoch(int64_t version, const 
   return {epoch_id, number};
 }
 
-absl::Status EpochRunner::AwaitExecution(absl::Time deadline, const Cancelled& cancelled) {
+absl::Status EpochRunner::Decide(absl::Status launched, absl::Time deadline,
+                                 const Cancelled& cancelled, const ClusterSnapshot& snapshot,
+                                 const v1::Plan& wire, std::pair<int64_t, int64_t>* checksummed) {
   absl::MutexLock lock(&mu_);
+  absl::Status outcome = std::move(launched);
+  if (outcome.ok()) outcome = AwaitExecutionLocked(deadline, cancelled);
+  if (outcome.ok()) {
+    absl::StatusOr<std::pair<int64_t, int64_t>> verified = VerifyLocked(snapshot, wire);
+    if (verified.ok()) *checksummed = *verified;
+    outcome = verified.status();
+  }
+  if (outcome.ok()) outcome = epoch_->Commit();
+  if (!outcome.ok() && epoch_->running()) epoch_->Abort().IgnoreError();  // running: accepted
+  // Decided here, atomically with the epoch no longer running: a daemon in doubt about it
+  // from now on hears this outcome, and a watcher of it hears how it ended.
+  DecidedLocked(epoch_->id(), outcome.ok());
+  finished_ = FinishedEpoch{epoch_->version(), epoch_->Progress()};
+  ++progress_events_;
+  return outcome;
+}
+
+absl::Status EpochRunner::AwaitExecutionLocked(absl::Time deadline, const Cancelled& cancelled) {
   if (absl::Status launched = epoch_->Launched(); !launched.ok()) return launched;
   auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return epoch_->Settled(); };
   if (!AwaitCancellable(mu_, absl::Condition(&settled), deadline, cancelled) && cancelled &&
@@ -372,9 +391,8 @@ absl::Status EpochRunner::AwaitExecution(absl::Time deadline, const Cancelled& c
   return epoch_->ExecutionOutcome([this](int32_t daemon) { return cluster_->NodeOf(daemon); });
 }
 
-absl::StatusOr<std::pair<int64_t, int64_t>> EpochRunner::Verify(const ClusterSnapshot& snapshot,
-                                                                const v1::Plan& wire) {
-  absl::MutexLock lock(&mu_);
+absl::StatusOr<std::pair<int64_t, int64_t>> EpochRunner::VerifyLocked(
+    const ClusterSnapshot& snapshot, const v1::Plan& wire) {
   if (absl::Status verifying = epoch_->Verifying(); !verifying.ok()) return verifying;
   if (job_.skip_checksums()) return std::pair<int64_t, int64_t>{0, 0};
   absl::StatusOr<int64_t> views =
@@ -391,25 +409,8 @@ absl::StatusOr<std::pair<int64_t, int64_t>> EpochRunner::Verify(const ClusterSna
   return std::pair<int64_t, int64_t>{*views, *pieces};
 }
 
-void EpochRunner::EndEpoch(const absl::Status& outcome, const ClusterSnapshot& snapshot) {
-  std::string epoch_id;
-  int64_t version;
-  {
-    absl::MutexLock lock(&mu_);
-    epoch_id = epoch_->id();
-    version = epoch_->version();
-    absl::Status ended = outcome.ok() ? epoch_->Commit() : epoch_->Abort();
-    if (!ended.ok()) {
-      // Only a commit can be refused here (an epoch not verified): abort it instead.
-      spdlog::error("{}", std::string(ended.message()));
-      epoch_->Abort().IgnoreError();  // running: cannot fail
-    }
-    // Decided here, atomically with the epoch no longer running: a daemon in doubt about
-    // it from now on hears this outcome.
-    DecidedLocked(epoch_id, epoch_->phase() == EpochPhase::kCommitted);
-    ++progress_events_;
-  }
-  // Commit or abort everywhere.
+void EpochRunner::TellDaemons(const std::string& epoch_id, int64_t version,
+                              const absl::Status& outcome, const ClusterSnapshot& snapshot) {
   const v1::CoordinatorMessage message =
       OutcomeMessage(epoch_id, version, outcome.ok(), outcome.message());
   for (const auto& [index, channel] : snapshot.channels) channel->Send(message);
@@ -467,28 +468,34 @@ bool EpochRunner::Watch(const std::string& epoch_id, absl::Time deadline,
                         const std::function<bool(const v1::EpochProgress&)>& emit,
                         const std::function<bool()>& cancelled, int64_t version) {
   absl::MutexLock lock(&mu_);
+  const bool running = epoch_ && epoch_->running();
   std::string watched = epoch_id;
   int64_t seen = -1;
   // With a version, an epoch that moved it and already ended counts: a watch opened late
   // hears how it ended instead of waiting for another.
-  if (watched.empty() && version > 0 && epoch_ && !epoch_->running() &&
-      epoch_->version() == version) {
-    watched = epoch_->id();
+  if (watched.empty() && version > 0 && !running && finished_ && finished_->version == version) {
+    watched = finished_->progress.epoch_id();
   }
   while (true) {
     if (watched.empty() && epoch_ && epoch_->running() &&
         (version <= 0 || epoch_->version() == version)) {
       watched = epoch_->id();
     }
-    // The record now is another epoch's: the watched one is forgotten.
-    if (!watched.empty() && (!epoch_ || epoch_->id() != watched)) return false;
-    if (!watched.empty() && seen != progress_events_) {
+    // The running epoch, or the last one that ended (kept while the next one runs).
+    std::optional<v1::EpochProgress> progress;
+    if (!watched.empty() && epoch_ && epoch_->id() == watched) {
+      progress = epoch_->Progress();
+    } else if (!watched.empty() && finished_ && finished_->progress.epoch_id() == watched) {
+      progress = finished_->progress;
+    } else if (!watched.empty()) {
+      return false;  // forgotten, or never was
+    }
+    if (progress.has_value() && seen != progress_events_) {
       seen = progress_events_;
-      const v1::EpochProgress progress = epoch_->Progress();
       mu_.Unlock();
-      const bool more = emit(progress);
+      const bool more = emit(*progress);
       mu_.Lock();
-      if (!more || progress.finished()) return true;
+      if (!more || progress->finished()) return true;
     }
     const int64_t before = progress_events_;
     auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return progress_events_ != before; };

@@ -3,8 +3,8 @@
 // (PlanEpoch), waits until every source rank has published the version (AwaitPublishes),
 // opens the epoch's record (StartEpoch: daemon/epoch_record.h holds its phases), sends every
 // daemon its plan slice and the execute command (Launch), waits for every report until the
-// deadline (AwaitExecution), compares checksums (Verify), then commits the version
-// everywhere or aborts it everywhere (EndEpoch). One epoch at a time.
+// deadline, compares checksums and decides, under one lock (Decide), then commits the
+// version everywhere or aborts it everywhere (TellDaemons). One epoch at a time.
 #ifndef REFIT_DAEMON_EPOCH_RUNNER_H_
 #define REFIT_DAEMON_EPOCH_RUNNER_H_
 
@@ -126,15 +126,21 @@ class EpochRunner {
   std::pair<std::string, uint32_t> StartEpoch(int64_t version, const v1::Plan& wire,
                                               const ClusterSnapshot& snapshot)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Waits for every report of the running epoch; how execution ended.
-  absl::Status AwaitExecution(absl::Time deadline, const Cancelled& cancelled)
-      ABSL_LOCKS_EXCLUDED(mu_);
-  // Compares the reported view and piece checksums (phase verifying); how many of each.
-  absl::StatusOr<std::pair<int64_t, int64_t>> Verify(const ClusterSnapshot& snapshot,
-                                                     const v1::Plan& wire) ABSL_LOCKS_EXCLUDED(mu_);
-  // Ends the running epoch with `outcome` (committed when OK) and tells every daemon.
-  void EndEpoch(const absl::Status& outcome, const ClusterSnapshot& snapshot)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits for every report (unless the launch failed), compares the checksums and commits
+  // or aborts the record, all under one hold of mu_, so a daemon lost meanwhile either
+  // fails the epoch or comes after the decision. The outcome (OK: committed), and how many
+  // views and pieces were checksummed.
+  absl::Status Decide(absl::Status launched, absl::Time deadline, const Cancelled& cancelled,
+                      const ClusterSnapshot& snapshot, const v1::Plan& wire,
+                      std::pair<int64_t, int64_t>* checksummed) ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status AwaitExecutionLocked(absl::Time deadline, const Cancelled& cancelled)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::pair<int64_t, int64_t>> VerifyLocked(const ClusterSnapshot& snapshot,
+                                                           const v1::Plan& wire)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends the decided outcome to every daemon of the epoch, then settles those in doubt.
+  void TellDaemons(const std::string& epoch_id, int64_t version, const absl::Status& outcome,
+                   const ClusterSnapshot& snapshot) ABSL_LOCKS_EXCLUDED(mu_);
   // The report of a committed epoch, remembered for repeats and Status.
   v1::RefitReport Report(const PlannedEpoch& planned, const ClusterSnapshot& snapshot,
                          std::pair<int64_t, int64_t> checksummed, double seconds)
@@ -157,6 +163,12 @@ class EpochRunner {
   uint32_t next_epoch_ ABSL_GUARDED_BY(mu_) = 1;
   // The running epoch, or when none runs the last one (empty before the first launch).
   std::optional<EpochRecord> epoch_ ABSL_GUARDED_BY(mu_);
+  // How the last decided epoch ended, for watchers of it while the next one runs.
+  struct FinishedEpoch {
+    int64_t version = -1;
+    v1::EpochProgress progress;
+  };
+  std::optional<FinishedEpoch> finished_ ABSL_GUARDED_BY(mu_);
   // Changes each time a watcher may see something new (epoch_ started, progressed, ended).
   int64_t progress_events_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t current_version_ ABSL_GUARDED_BY(mu_) = -1;

@@ -1,7 +1,8 @@
 // refitd: the per-node refit daemon. Serves the local API to the node's ranks on a unix
 // socket, keeps a control stream to the coordinator, and runs its part of every epoch.
-// TLS and the coordinator's token come from REFIT_TLS_CA, REFIT_TLS_CERT, REFIT_TLS_KEY and
-// REFIT_TOKEN_FILE (security/grpc_security.h).
+// TLS and the token of the coordinator's control streams come from REFIT_TLS_CA,
+// REFIT_TLS_CERT, REFIT_TLS_KEY and REFIT_DAEMON_TOKEN_FILE, else REFIT_TOKEN_FILE
+// (security/grpc_security.h).
 #include <cstdio>
 #include <string>
 

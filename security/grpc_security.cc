@@ -128,7 +128,8 @@ void AttachToken(const ClientSecurity& security, grpc::ClientContext* context) {
   if (!security.token.empty()) context->AddMetadata(kAuthorization, "Bearer " + security.token);
 }
 
-grpc::Status CheckToken(const std::string& required, const grpc::ServerContext& context) {
+grpc::Status CheckToken(const std::string& required, const grpc::ServerContext& context,
+                        const char* token_variable) {
   if (required.empty()) return grpc::Status::OK;
   const auto& metadata = context.client_metadata();
   auto it = metadata.find(kAuthorization);
@@ -136,9 +137,9 @@ grpc::Status CheckToken(const std::string& required, const grpc::ServerContext& 
       it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
   if (!SameSecret(presented, "Bearer " + required)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        it == metadata.end()
-                            ? "this coordinator requires a token (REFIT_TOKEN_FILE)"
-                            : "the token is wrong");
+                        it == metadata.end() ? absl::StrCat("this coordinator requires a token (",
+                                                            token_variable, ")")
+                                             : "the token is wrong");
   }
   return grpc::Status::OK;
 }

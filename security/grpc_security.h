@@ -52,8 +52,10 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
 
 // Adds the token, if any, to a call.
 void AttachToken(const ClientSecurity& security, grpc::ClientContext* context);
-// OK when no token is required or the call carries it; UNAUTHENTICATED otherwise.
-grpc::Status CheckToken(const std::string& required, const grpc::ServerContext& context);
+// OK when no token is required or the call carries it; UNAUTHENTICATED otherwise, naming
+// `token_variable`, where a client of that service takes its token from.
+grpc::Status CheckToken(const std::string& required, const grpc::ServerContext& context,
+                        const char* token_variable = "REFIT_TOKEN_FILE");
 
 // Reads a token file: refused if group or others may read it, or if it is empty.
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path);
