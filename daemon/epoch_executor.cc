@@ -65,11 +65,12 @@ EpochExecutor::~EpochExecutor() {
 
 v1::EpochDone EpochExecutor::Run(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
                                  const Progress& progress) {
-  std::optional<RankRegistry::BufferHold> hold =
-      registry_->BeginEpoch(slice == nullptr ? std::set<int64_t>{} : DestinationsHere(*slice));
+  const std::set<int64_t> destinations_here =
+      slice == nullptr ? std::set<int64_t>{} : DestinationsHere(*slice);
+  std::optional<RankRegistry::BufferHold> hold = registry_->BeginEpoch(destinations_here);
   v1::EpochDone done;
   if (data_plane_.worker() != nullptr) {
-    done = Execute(execute, slice, hold->buffers(), progress);
+    done = Execute(execute, slice, destinations_here, hold->buffers(), progress);
   } else {
     done.set_epoch_id(execute.epoch_id());
     done.set_code(static_cast<int32_t>(absl::StatusCode::kUnavailable));
@@ -92,6 +93,7 @@ v1::EpochDone EpochExecutor::Run(const v1::ExecuteEpoch& execute, const v1::Plan
 
 v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
                                      const v1::PlanSlice* slice_or_null,
+                                     const std::set<int64_t>& destinations_here,
                                      const transport::BufferMap& buffers,
                                      const Progress& progress) {
   v1::EpochDone done;
@@ -149,7 +151,7 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
   // Bucketed destination ranks here: their pieces go through their buckets to their
   // processes, each bucket hashed on the way when the epoch checks its pieces.
   std::unique_ptr<transport::DestinationSink> buckets = registry_->bucket_streams().SinkFor(
-      buffers, DestinationsHere(slice),
+      buffers, destinations_here,
       BucketStreams::EpochContext{execute.epoch_id(), execute.version(), deadline, interrupt_});
   executor.UseSink(buckets.get(), execute.checksums());
   executor.OnProgress(progress);

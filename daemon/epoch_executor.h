@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 
 #include "daemon/data_plane_endpoint.h"
@@ -44,7 +45,9 @@ class EpochExecutor {
                     const Progress& progress);
 
  private:
+  // `destinations_here`: the slice's destination ranks on this daemon (the buffer hold's).
   v1::EpochDone Execute(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
+                        const std::set<int64_t>& destinations_here,
                         const transport::BufferMap& buffers, const Progress& progress);
   void RecordStats(const std::string& epoch_id, const v1::PlanSlice& slice,
                    const transport::ExecutionStats& stats);
