@@ -6,7 +6,6 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "daemon/cancellable_wait.h"
-#include "daemon/nccl_members.h"
 #include "daemon/piece_checksums.h"
 #include "daemon/view_checksums.h"
 #include "planner/layout.h"
@@ -14,6 +13,7 @@
 #include "planner/topology.h"
 #include "spdlog/spdlog.h"
 #include "transport/gpu/nccl_group.h"
+#include "transport/gpu/nccl_members.h"
 #include "transport/plan_executor.h"
 #include "transport/plan_slice.h"
 
@@ -65,7 +65,7 @@ v1::CoordinatorMessage OutcomeMessage(const std::string& epoch_id, int64_t versi
 
 absl::StatusOr<std::optional<v1::NcclSetup>> EpochRunner::NcclSetupFor(
     const ClusterSnapshot& snapshot, const v1::Plan& plan) {
-  std::optional<v1::NcclSetup> setup = NcclMembers(snapshot.placement, plan);
+  std::optional<v1::NcclSetup> setup = transport::gpu::NcclMembers(snapshot.placement, plan);
   if (!setup.has_value()) return std::nullopt;
   std::string key;
   for (const v1::NcclMember& member : setup->members()) {

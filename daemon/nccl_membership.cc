@@ -10,14 +10,12 @@ namespace refit::daemon {
 absl::Status NcclMembership::Join(const v1::PlanSlice& slice, absl::Time deadline,
                                   transport::NcclRoute* route) {
   const v1::NcclSetup& setup = slice.nccl();
+  route->ranks = transport::gpu::CommunicatorRanks::FromSetup(setup, slice.placement());
+  route->gpus = route->ranks.OfDaemon(slice.daemon_index());
   std::vector<transport::gpu::NcclGroup::Member> mine;
-  for (int rank = 0; rank < setup.members_size(); ++rank) {
-    const v1::NcclMember& member = setup.members(rank);
-    route->rank_of[{member.daemon(), member.device()}] = rank;
-    if (member.daemon() == slice.daemon_index()) {
-      route->member_of[rank] = static_cast<int>(mine.size());
-      mine.push_back({rank, member.device()});
-    }
+  for (int32_t rank : route->gpus) {
+    route->member_of[rank] = static_cast<int>(mine.size());
+    mine.push_back({rank, route->ranks.DeviceOf(rank)});
   }
   if (mine.empty()) return absl::OkStatus();  // no GPU here takes part
   // Joined once per communicator; an aborted one (a failed epoch) is joined anew.

@@ -1,8 +1,8 @@
 // refitd's place in the NCCL group of the refit: joins the communicator named by a plan
 // slice with this daemon's GPUs (once per unique id; again after a failed epoch aborted
-// it), says which NCCL rank each (daemon, device) is, and keeps the GPU staging of NCCL
-// messages across epochs (allocating it synchronizes the device). Used by the epoch
-// thread only.
+// it), says which communicator rank each member GPU and each rank placed on one is, and
+// keeps the GPU staging of NCCL messages across epochs (allocating it synchronizes the
+// device). Used by the epoch thread only.
 #ifndef REFIT_DAEMON_NCCL_MEMBERSHIP_H_
 #define REFIT_DAEMON_NCCL_MEMBERSHIP_H_
 
@@ -25,9 +25,9 @@ class NcclMembership {
   NcclMembership(std::string node, const std::atomic<bool>* interrupt)
       : node_(std::move(node)), interrupt_(interrupt) {}
 
-  // Fills `route` for `slice`'s NCCL setup: every member's rank, and the group when one of
-  // this daemon's GPUs is a member (joined by `deadline`). A slice none of whose members
-  // is here joins nothing.
+  // Fills `route` for `slice`'s NCCL setup: the communicator ranks (as every daemon numbers
+  // them), this daemon's GPUs among them, and the group when one of them is a member
+  // (joined by `deadline`). A slice none of whose members is here joins nothing.
   absl::Status Join(const v1::PlanSlice& slice, absl::Time deadline, transport::NcclRoute* route);
   transport::StagingPool* device_staging() { return &device_staging_; }
   void Leave() { group_.reset(); }

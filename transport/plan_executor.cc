@@ -39,13 +39,6 @@ absl::Status InTransfer(absl::Status copied, const v1::Transfer& t) {
 
 }  // namespace
 
-v1::Role EndpointRole(v1::EndpointKind kind) {
-  return kind == v1::ENDPOINT_SOURCE_VIEW || kind == v1::ENDPOINT_SOURCE_SCRATCH ||
-                 kind == v1::ENDPOINT_RELAY_BUFFER
-             ? v1::ROLE_SOURCE
-             : v1::ROLE_DESTINATION;
-}
-
 absl::StatusOr<int32_t> RankPlacement::DaemonOf(v1::Role role, int64_t rank) const {
   auto it = daemons_.find({role, rank});
   if (it != daemons_.end()) return it->second;
@@ -113,14 +106,12 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
                                     uint32_t epoch, absl::Time deadline, RunMemory* run_memory,
                                     ExecutionStats* stats) {
   std::map<int32_t, std::vector<const v1::Transfer*>> outgoing, incoming;
-  std::vector<const v1::Transfer*> local;
-  NcclMessages nccl_outgoing, nccl_incoming;
+  std::vector<const v1::Transfer*> local, nccl;
   for (const Resolved& r : transfers) {
-    std::pair<int32_t, int32_t> nccl_pair;
     if (r.src_daemon == self_ && r.dst_daemon == self_) {
       local.push_back(r.transfer);
-    } else if ((r.src_daemon == self_ || r.dst_daemon == self_) && ViaNccl(r, &nccl_pair)) {
-      (r.src_daemon == self_ ? nccl_outgoing : nccl_incoming)[nccl_pair].push_back(r.transfer);
+    } else if ((r.src_daemon == self_ || r.dst_daemon == self_) && ViaNccl(*r.transfer)) {
+      nccl.push_back(r.transfer);
     } else if (r.src_daemon == self_) {
       outgoing[r.dst_daemon].push_back(r.transfer);
     } else if (r.dst_daemon == self_) {
@@ -180,9 +171,9 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
           waited.code(), absl::StrCat("batch ", batch, "'s local copies: ", waited.message())));
     }
   }
-  if (!nccl_outgoing.empty() || !nccl_incoming.empty()) {
+  if (!nccl.empty()) {
     absl::Status sent =
-        RunNcclStep(nccl_outgoing, nccl_incoming, batch, deadline, run_memory, stats);
+        RunNcclStep(nccl, absl::StrCat("batch ", batch), deadline, run_memory, stats);
     if (!sent.ok()) return fail(sent);
   }
   if (!operations.empty()) {
@@ -242,54 +233,29 @@ absl::Status PlanExecutor::CopyPieces(const std::vector<const v1::Transfer*>& li
   return copies.Wait();
 }
 
-bool PlanExecutor::ViaNccl(const Resolved& r, std::pair<int32_t, int32_t>* pair) const {
-  if (nccl_ == nullptr || nccl_->group == nullptr) return false;
-  const v1::Transfer& t = *r.transfer;
-  const int32_t src_device = placement_.DeviceOf(EndpointRole(t.src().kind()), t.src().rank());
-  const int32_t dst_device = placement_.DeviceOf(EndpointRole(t.dst().kind()), t.dst().rank());
-  if (src_device < 0 || dst_device < 0) return false;
-  auto from = nccl_->rank_of.find({r.src_daemon, src_device});
-  auto to = nccl_->rank_of.find({r.dst_daemon, dst_device});
-  if (from == nccl_->rank_of.end() || to == nccl_->rank_of.end()) return false;
-  *pair = {from->second, to->second};
-  return true;
+bool PlanExecutor::ViaNccl(const v1::Transfer& t) const {
+  return nccl_ != nullptr && nccl_->group != nullptr && nccl_->ranks.PairOf(t).has_value();
 }
 
-absl::Status PlanExecutor::RunNcclStep(const NcclMessages& outgoing, const NcclMessages& incoming,
-                                       int32_t batch, absl::Time deadline, RunMemory* run_memory,
-                                       ExecutionStats* stats) {
-  auto device_of = [&](const v1::Endpoint& e) {
-    return placement_.DeviceOf(EndpointRole(e.kind()), e.rank());
-  };
-  auto daemon_of = [&](const v1::Endpoint& e) {
-    return *placement_.DaemonOf(EndpointRole(e.kind()), e.rank());
-  };
-  // One message per (pair, direction), sends first; its staging lives on its own GPU.
-  struct Staged {
-    bool send;
-    int32_t peer;
-    int member;
-    int32_t device;
-    const std::vector<const v1::Transfer*>* list;
-    int64_t bytes;
-    uint8_t* memory = nullptr;
-  };
-  std::vector<Staged> staged;
+absl::Status PlanExecutor::RunNcclStep(const std::vector<const v1::Transfer*>& transfers,
+                                       const std::string& step_name, absl::Time deadline,
+                                       RunMemory* run_memory, ExecutionStats* stats) {
+  const gpu::CommunicatorRanks& ranks = nccl_->ranks;
+  const std::vector<gpu::NcclMessage> messages = gpu::ScheduleStep(transfers, ranks, nccl_->gpus);
+  // Each message's staging lives on its own GPU.
   std::map<int32_t, std::vector<int64_t>> sizes_by_device;
-  for (const bool send : {true, false}) {
-    for (const auto& [pair, list] : send ? outgoing : incoming) {
-      const int32_t mine = send ? pair.first : pair.second;
-      auto member = nccl_->member_of.find(mine);
-      if (member == nccl_->member_of.end()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("batch ", batch, ": NCCL rank ", mine, " is not a GPU of this daemon"));
-      }
-      const v1::Transfer& first = *list.front();
-      const int32_t device = device_of(send ? first.src() : first.dst());
-      staged.push_back({send, send ? pair.second : pair.first, member->second, device, &list,
-                        PackedBytes(list)});
-      sizes_by_device[device].push_back(staged.back().bytes);
+  for (const gpu::NcclMessage& message : messages) {
+    if (!nccl_->member_of.count(message.gpu)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(step_name, ": NCCL rank ", message.gpu, " is not a GPU of this daemon"));
     }
+    // The call's size is the plan's; the staging is packed with what the tensors hold.
+    if (const int64_t packed = PackedBytes(message.pieces); packed != message.call.bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          step_name, ": the plan's pieces between NCCL ranks ", message.gpu, " and ",
+          message.call.peer, " say ", message.call.bytes, " bytes, their boxes hold ", packed));
+    }
+    sizes_by_device[ranks.DeviceOf(message.gpu)].push_back(message.call.bytes);
   }
   std::unique_ptr<StagingPool> own_pool;
   StagingPool* pool = device_staging_;
@@ -297,37 +263,42 @@ absl::Status PlanExecutor::RunNcclStep(const NcclMessages& outgoing, const NcclM
     own_pool = std::make_unique<StagingPool>(DeviceStagingAllocator());
     pool = own_pool.get();
   }
+  std::vector<uint8_t*> staging(messages.size(), nullptr);
   for (const auto& [device, sizes] : sizes_by_device) {
     absl::StatusOr<std::vector<uint8_t*>> carved = pool->Carve(device, sizes);
     if (!carved.ok()) {
       return absl::Status(carved.status().code(),
-                          absl::StrCat("batch ", batch, ": ", carved.status().message()));
+                          absl::StrCat(step_name, ": ", carved.status().message()));
     }
     size_t next = 0;
-    for (Staged& message : staged) {
-      if (message.device == device) message.memory = (*carved)[next++];
+    for (size_t i = 0; i < messages.size(); ++i) {
+      if (ranks.DeviceOf(messages[i].gpu) == device) staging[i] = (*carved)[next++];
     }
   }
-  std::vector<gpu::NcclGroup::Message> messages;
-  for (Staged& message : staged) {
-    const v1::Transfer& first = *message.list->front();
-    if (message.send) {
-      absl::Status packed = CopyPieces(*message.list, message.memory, message.device,
+  std::vector<gpu::NcclGroup::Message> issued;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const gpu::NcclMessage& message = messages[i];
+    const int32_t peer_daemon = ranks.DaemonOf(message.call.peer);
+    if (message.call.send) {
+      absl::Status packed = CopyPieces(message.pieces, staging[i], ranks.DeviceOf(message.gpu),
                                        /*pack=*/true, run_memory, stats);
       if (!packed.ok()) return packed;
-      stats->bytes_sent_to[daemon_of(first.dst())] += message.bytes;
+      stats->bytes_sent_to[peer_daemon] += message.call.bytes;
     } else {
-      stats->bytes_received_from[daemon_of(first.src())] += message.bytes;
+      stats->bytes_received_from[peer_daemon] += message.call.bytes;
     }
-    messages.push_back({message.member, message.send, message.peer, message.memory, message.bytes});
+    issued.push_back({nccl_->member_of.at(message.gpu), message.call.send, message.call.peer,
+                      staging[i], message.call.bytes});
   }
-  absl::Status done = nccl_->group->RunStep(messages, deadline);
-  if (!done.ok())
-    return absl::Status(done.code(), absl::StrCat("batch ", batch, ": ", done.message()));
-  for (const Staged& message : staged) {
-    if (message.send) continue;
-    absl::Status unpacked = CopyPieces(*message.list, message.memory, message.device,
-                                       /*pack=*/false, run_memory, stats);
+  absl::Status done = nccl_->group->RunStep(issued, deadline);
+  if (!done.ok()) {
+    return absl::Status(done.code(), absl::StrCat(step_name, ": ", done.message()));
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i].call.send) continue;
+    absl::Status unpacked =
+        CopyPieces(messages[i].pieces, staging[i], ranks.DeviceOf(messages[i].gpu),
+                   /*pack=*/false, run_memory, stats);
     if (!unpacked.ok()) return unpacked;
   }
   return absl::OkStatus();
@@ -351,6 +322,12 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
     if (r.src_daemon != self_ && r.dst_daemon != self_) continue;
     if (interrupt_ != nullptr && *interrupt_) {
       return absl::CancelledError(absl::StrCat("interrupted before transfer ", ordinal));
+    }
+    if (ViaNccl(t)) {  // a step of its own
+      absl::Status sent =
+          RunNcclStep({&t}, absl::StrCat("transfer ", ordinal), deadline, run_memory, stats);
+      if (!sent.ok()) return sent;
+      continue;
     }
     if (worker_ == nullptr) {
       return absl::FailedPreconditionError(

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -21,6 +23,7 @@
 #include "transport/execution_stats.h"
 #include "transport/gpu/device_copy.h"
 #include "transport/gpu/nccl_group.h"
+#include "transport/gpu/nccl_schedule.h"
 #include "transport/rank_key.h"
 #include "transport/relay_buffers.h"
 #include "transport/scratch_arena.h"
@@ -28,9 +31,6 @@
 #include "transport/ucx_worker.h"
 
 namespace refit::transport {
-
-// Whether an endpoint lives on a source rank or a destination rank.
-v1::Role EndpointRole(v1::EndpointKind kind);
 
 // Which daemon (by index) serves each rank of the refit group.
 class RankPlacement {
@@ -54,12 +54,13 @@ class RankPlacement {
 };
 
 // How pieces between GPU buffers of different daemons travel: over this daemon's NCCL
-// group, one packed message per (GPU, peer GPU) and batch, in plan order (the order
-// gpu::ScheduleSlice describes and its checker proves consistent).
+// group, each step's messages exactly as gpu::ScheduleStep lays them out (the schedule
+// gpu::CheckSchedules proves consistent across daemons).
 struct NcclRoute {
   gpu::NcclGroup* group = nullptr;
-  std::map<std::pair<int32_t, int32_t>, int32_t> rank_of;  // (daemon, device) -> NCCL rank
-  std::map<int32_t, int> member_of;  // NCCL rank of one of this daemon's GPUs -> member index
+  gpu::CommunicatorRanks ranks;
+  std::set<int32_t> gpus;            // the communicator ranks of this daemon's GPUs
+  std::map<int32_t, int> member_of;  // such a communicator rank -> its member index in `group`
 };
 
 class PlanExecutor {
@@ -130,12 +131,13 @@ class PlanExecutor {
   absl::Status CopyPieces(const std::vector<const v1::Transfer*>& list, uint8_t* staging,
                           int32_t staging_device, bool pack, RunMemory* run_memory,
                           ExecutionStats* stats);
-  // (sender NCCL rank, receiver NCCL rank) -> the batch's pieces between them, plan order.
-  using NcclMessages = std::map<std::pair<int32_t, int32_t>, std::vector<const v1::Transfer*>>;
-  // True when `r` goes over NCCL; sets the pair of NCCL ranks.
-  bool ViaNccl(const Resolved& r, std::pair<int32_t, int32_t>* pair) const;
-  absl::Status RunNcclStep(const NcclMessages& outgoing, const NcclMessages& incoming,
-                           int32_t batch, absl::Time deadline, RunMemory* run_memory,
+  // True when transfer `t` goes over the NCCL group.
+  bool ViaNccl(const v1::Transfer& t) const;
+  // Runs one step (`step_name`: "batch 3", "transfer 7") of NCCL messages: `transfers` are
+  // the step's pieces over NCCL that touch this daemon, in plan order; what is issued is
+  // gpu::ScheduleStep's messages for this daemon's GPUs, in its order.
+  absl::Status RunNcclStep(const std::vector<const v1::Transfer*>& transfers,
+                           const std::string& step_name, absl::Time deadline, RunMemory* run_memory,
                            ExecutionStats* stats);
   absl::Status RunOrdered(const std::vector<Resolved>& transfers, uint32_t epoch,
                           absl::Time deadline, RunMemory* run_memory, ExecutionStats* stats);

@@ -18,6 +18,15 @@ inline std::string RankName(v1::Role role, int64_t rank) {
   return absl::StrCat(role == v1::ROLE_SOURCE ? "source" : "destination", " rank ", rank);
 }
 
+// Whether an endpoint of a transfer lives on a source rank (its views, scratch or relay
+// buffers) or a destination rank.
+inline v1::Role EndpointRole(v1::EndpointKind kind) {
+  return kind == v1::ENDPOINT_SOURCE_VIEW || kind == v1::ENDPOINT_SOURCE_SCRATCH ||
+                 kind == v1::ENDPOINT_RELAY_BUFFER
+             ? v1::ROLE_SOURCE
+             : v1::ROLE_DESTINATION;
+}
+
 struct RankKey {
   v1::Role role = v1::ROLE_UNSPECIFIED;
   int64_t rank = 0;

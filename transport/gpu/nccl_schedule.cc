@@ -2,13 +2,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "transport/plan_executor.h"
 
 namespace refit::transport::gpu {
 namespace {
 
 std::string Gpu(const CommunicatorRanks& ranks, int32_t gpu) {
-  return absl::StrCat("GPU ", gpu, " (", ranks.HostOf(gpu), ")");
+  return absl::StrCat("GPU ", gpu, " (daemon ", ranks.DaemonOf(gpu), ", device ",
+                      ranks.DeviceOf(gpu), ")");
 }
 
 std::string Sizes(const std::vector<int64_t>& sizes) {
@@ -17,70 +17,83 @@ std::string Sizes(const std::vector<int64_t>& sizes) {
 
 }  // namespace
 
-CommunicatorRanks CommunicatorRanks::FromLayouts(const v1::LayoutSpec& sources,
-                                                 const v1::LayoutSpec& destinations) {
-  std::map<std::pair<std::string, int32_t>, std::vector<std::pair<int, int64_t>>> by_gpu;
-  for (auto [spec, role] :
-       {std::pair{&sources, v1::ROLE_SOURCE}, std::pair{&destinations, v1::ROLE_DESTINATION}}) {
-    for (const v1::RankLayout& r : spec->ranks()) {
-      by_gpu[{r.host(), r.device()}].push_back({role, r.rank()});
-    }
-  }
+CommunicatorRanks CommunicatorRanks::FromSetup(
+    const v1::NcclSetup& setup,
+    const google::protobuf::RepeatedPtrField<v1::RankPlacement>& placement) {
   CommunicatorRanks ranks;
-  for (const auto& [gpu, members] : by_gpu) {
-    const int32_t index = static_cast<int32_t>(ranks.gpus_.size());
-    ranks.gpus_.push_back(gpu);
-    for (const auto& member : members) ranks.of_[member] = index;
+  std::map<std::pair<int32_t, int32_t>, int32_t> index;
+  for (const v1::NcclMember& member : setup.members()) {
+    index.emplace(std::pair{member.daemon(), member.device()}, ranks.size());
+    ranks.members_.push_back({member.daemon(), member.device()});
+  }
+  for (const v1::RankPlacement& p : placement) {
+    if (!p.gpu()) continue;
+    auto it = index.find({p.daemon(), p.device()});
+    if (it != index.end()) ranks.of_[RankKey{p.role(), p.rank()}] = it->second;
   }
   return ranks;
 }
 
-absl::StatusOr<int32_t> CommunicatorRanks::Of(v1::Role role, int64_t rank) const {
-  auto it = of_.find({role, rank});
-  if (it == of_.end()) {
-    return absl::NotFoundError(absl::StrCat(role == v1::ROLE_SOURCE ? "source" : "destination",
-                                            " rank ", rank, " has no GPU in the communicator"));
-  }
-  return it->second;
+std::optional<std::pair<int32_t, int32_t>> CommunicatorRanks::PairOf(const v1::Transfer& t) const {
+  auto from = of_.find(RankKey{EndpointRole(t.src().kind()), t.src().rank()});
+  auto to = of_.find(RankKey{EndpointRole(t.dst().kind()), t.dst().rank()});
+  if (from == of_.end() || to == of_.end()) return std::nullopt;
+  if (DaemonOf(from->second) == DaemonOf(to->second)) return std::nullopt;  // CUDA IPC
+  return std::pair{from->second, to->second};
 }
 
-std::set<int32_t> CommunicatorRanks::OnHost(const std::string& host) const {
+std::set<int32_t> CommunicatorRanks::OfDaemon(int32_t daemon) const {
   std::set<int32_t> out;
   for (int32_t g = 0; g < size(); ++g) {
-    if (gpus_[g].first == host) out.insert(g);
+    if (members_[g].first == daemon) out.insert(g);
   }
   return out;
 }
 
-absl::StatusOr<std::map<int32_t, GpuSchedule>> ScheduleSlice(const v1::Plan& slice,
-                                                             const CommunicatorRanks& ranks,
-                                                             const std::set<int32_t>& gpus) {
-  // step -> (sender, receiver) -> bytes, for the pairs that cross hosts.
-  std::map<int64_t, std::map<std::pair<int32_t, int32_t>, int64_t>> messages;
+std::vector<NcclMessage> ScheduleStep(const std::vector<const v1::Transfer*>& transfers,
+                                      const CommunicatorRanks& ranks,
+                                      const std::set<int32_t>& gpus) {
+  // (sender, receiver) -> the pieces between them, plan order.
+  std::map<std::pair<int32_t, int32_t>, std::vector<const v1::Transfer*>> pairs;
+  for (const v1::Transfer* t : transfers) {
+    std::optional<std::pair<int32_t, int32_t>> pair = ranks.PairOf(*t);
+    if (!pair.has_value() || (!gpus.count(pair->first) && !gpus.count(pair->second))) continue;
+    pairs[*pair].push_back(t);
+  }
+  // gpu -> (peer, receive?) -> pieces: sends sort before receives to the same peer.
+  std::map<int32_t, std::map<std::pair<int32_t, bool>, const std::vector<const v1::Transfer*>*>>
+      by_gpu;
+  for (const auto& [pair, pieces] : pairs) {
+    if (gpus.count(pair.first)) by_gpu[pair.first][{pair.second, false}] = &pieces;
+    if (gpus.count(pair.second)) by_gpu[pair.second][{pair.first, true}] = &pieces;
+  }
+  std::vector<NcclMessage> messages;
+  for (const auto& [gpu, calls] : by_gpu) {
+    for (const auto& [peer_and_receive, pieces] : calls) {
+      int64_t bytes = 0;
+      for (const v1::Transfer* t : *pieces) bytes += t->bytes();
+      messages.push_back(NcclMessage{
+          gpu, NcclCall{!peer_and_receive.second, peer_and_receive.first, bytes}, *pieces});
+    }
+  }
+  return messages;
+}
+
+std::map<int32_t, GpuSchedule> ScheduleSlice(const v1::Plan& slice, const CommunicatorRanks& ranks,
+                                             const std::set<int32_t>& gpus) {
+  // step -> its transfers, as the data plane groups them: a batch, or for ordered plans
+  // one transfer.
+  std::map<int64_t, std::vector<const v1::Transfer*>> steps;
   for (int b = 0; b < slice.batches_size(); ++b) {
     for (const v1::Transfer& t : slice.batches(b).transfers()) {
-      absl::StatusOr<int32_t> from = ranks.Of(EndpointRole(t.src().kind()), t.src().rank());
-      if (!from.ok()) return from.status();
-      absl::StatusOr<int32_t> to = ranks.Of(EndpointRole(t.dst().kind()), t.dst().rank());
-      if (!to.ok()) return to.status();
-      if (ranks.HostOf(*from) == ranks.HostOf(*to)) continue;  // CUDA IPC, not NCCL
-      if (!gpus.count(*from) && !gpus.count(*to)) continue;
-      const int64_t step = slice.ordered_batches() ? t.sequence() : b;
-      messages[step][{*from, *to}] += t.bytes();
+      steps[slice.ordered_batches() ? t.sequence() : b].push_back(&t);
     }
   }
   std::map<int32_t, GpuSchedule> schedules;
   for (int32_t gpu : gpus) schedules[gpu];
-  for (const auto& [step, pairs] : messages) {
-    for (int32_t gpu : gpus) {
-      std::vector<NcclCall> calls;
-      for (int32_t peer = 0; peer < ranks.size(); ++peer) {
-        auto send = pairs.find({gpu, peer});
-        if (send != pairs.end()) calls.push_back(NcclCall{true, peer, send->second});
-        auto receive = pairs.find({peer, gpu});
-        if (receive != pairs.end()) calls.push_back(NcclCall{false, peer, receive->second});
-      }
-      if (!calls.empty()) schedules[gpu][step] = std::move(calls);
+  for (const auto& [step, transfers] : steps) {
+    for (NcclMessage& message : ScheduleStep(transfers, ranks, gpus)) {
+      schedules[message.gpu][step].push_back(message.call);
     }
   }
   return schedules;

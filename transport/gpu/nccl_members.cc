@@ -1,19 +1,19 @@
-#include "daemon/nccl_members.h"
+#include "transport/gpu/nccl_members.h"
 
 #include <map>
 #include <set>
 #include <utility>
 
-#include "transport/plan_executor.h"
+#include "transport/rank_key.h"
 
-namespace refit::daemon {
+namespace refit::transport::gpu {
 
 std::optional<v1::NcclSetup> NcclMembers(const std::vector<v1::RankPlacement>& placement,
                                          const v1::Plan& plan) {
   std::map<std::pair<int, int64_t>, const v1::RankPlacement*> where;
   for (const v1::RankPlacement& p : placement) where[{p.role(), p.rank()}] = &p;
   auto placed = [&](const v1::Endpoint& e) -> const v1::RankPlacement* {
-    auto it = where.find({transport::EndpointRole(e.kind()), e.rank()});
+    auto it = where.find({EndpointRole(e.kind()), e.rank()});
     return it == where.end() ? nullptr : it->second;
   };
   bool crosses = false;
@@ -39,4 +39,4 @@ std::optional<v1::NcclSetup> NcclMembers(const std::vector<v1::RankPlacement>& p
   return setup;
 }
 
-}  // namespace refit::daemon
+}  // namespace refit::transport::gpu

@@ -1,10 +1,10 @@
 // The NCCL communicator's members: only when a GPU piece crosses daemons, one rank per
 // (daemon, device) holding GPU buffers, in that order.
-#include "daemon/nccl_members.h"
+#include "transport/gpu/nccl_members.h"
 
 #include "gtest/gtest.h"
 
-namespace refit::daemon {
+namespace refit::transport::gpu {
 namespace {
 
 v1::RankPlacement Placed(v1::Role role, int64_t rank, int32_t daemon, int32_t device) {
@@ -57,4 +57,4 @@ TEST(NcclMembersTest, HostMemoryOrOneDaemonNeedsNoGroup) {
 }
 
 }  // namespace
-}  // namespace refit::daemon
+}  // namespace refit::transport::gpu
