@@ -22,22 +22,22 @@ class BucketSink final : public transport::DestinationSink {
   }
 
   void Add(int64_t rank, transport::MappedBuffer* bucket) {
-    fillers_.emplace(
-        rank, std::make_unique<transport::BucketFiller>(
-                  bucket->data(), bucket->bytes(),
-                  [this, rank](const std::vector<transport::BucketPart>& parts, bool last) {
-                    return streams_->Send(rank, parts, last, epoch_);
-                  },
-                  [this, rank](int64_t sequence) {
-                    return streams_->AwaitTaken(rank, sequence, epoch_);
-                  }));
+    fillers_.emplace(rank,
+                     std::make_unique<transport::BucketFiller>(
+                         bucket->data(), bucket->bytes(),
+                         [this, rank](const std::vector<transport::BucketPart>& parts, bool last) {
+                           return streams_->Send(rank, parts, last, epoch_);
+                         },
+                         [this, rank](int64_t sequence) {
+                           return streams_->AwaitTaken(rank, sequence, epoch_);
+                         }));
   }
 
   bool Takes(int64_t rank) const override { return fillers_.count(rank) > 0; }
 
   absl::Status Write(int64_t rank, const std::string& tensor, const transport::Dims& offset,
                      const transport::Dims& extent, int element_bytes,
-                     const transport::StridedRef& from) override {
+                     const transport::ConstStridedRef& from) override {
     return fillers_.at(rank)->Write(tensor, offset, extent, element_bytes, from);
   }
 
@@ -59,12 +59,12 @@ class BucketSink final : public transport::DestinationSink {
 
 }  // namespace
 
-std::unique_ptr<transport::DestinationSink> BucketStreams::SinkFor(
-    const transport::BufferMap& buffers, const std::set<int64_t>& planned,
-    const EpochContext& epoch) {
+std::unique_ptr<transport::DestinationSink> BucketStreams::SinkFor(transport::BufferMap* buffers,
+                                                                   const std::set<int64_t>& planned,
+                                                                   const EpochContext& epoch) {
   auto sink = std::make_unique<BucketSink>(this, epoch);
   for (int64_t rank : planned) {
-    absl::StatusOr<transport::MappedBuffer*> bucket = buffers.BucketOf(rank);
+    absl::StatusOr<transport::MappedBuffer*> bucket = buffers->BucketOf(rank);
     if (bucket.ok()) sink->Add(rank, *bucket);
   }
   return sink;
@@ -127,9 +127,11 @@ absl::Status BucketStreams::Done(int64_t rank, const std::string& session,
   }
   Channel& channel = it->second;
   if (epoch_id != channel.epoch_id) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        Who(rank), ": bucket ", sequence, " of epoch ", epoch_id, " is from an epoch that ended ("
-        "epoch ", channel.epoch_id, " runs now)"));
+    return absl::FailedPreconditionError(absl::StrCat(Who(rank), ": bucket ", sequence,
+                                                      " of epoch ", epoch_id,
+                                                      " is from an epoch that ended ("
+                                                      "epoch ",
+                                                      channel.epoch_id, " runs now)"));
   }
   if (sequence != channel.taken + 1 || sequence > channel.sent) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -150,9 +152,10 @@ absl::StatusOr<int64_t> BucketStreams::Send(int64_t rank,
   absl::MutexLock lock(&mu_);
   auto it = channels_.find(rank);
   if (it == channels_.end()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        Who(rank), " receives its weights in buckets, but its process holds no bucket stream "
-                   "open (LocalDaemon.ReceiveBuckets)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(Who(rank),
+                     " receives its weights in buckets, but its process holds no bucket stream "
+                     "open (LocalDaemon.ReceiveBuckets)"));
   }
   Channel& channel = it->second;
   if (channel.epoch_id != epoch.epoch_id) {  // the epoch's first hand-over
@@ -202,13 +205,14 @@ absl::Status BucketStreams::AwaitTaken(int64_t rank, int64_t sequence, const Epo
     if (channel.taken >= sequence) return absl::OkStatus();
     if (epoch.interrupt != nullptr && epoch.interrupt->load()) {
       channel.outgoing.clear();
-      return absl::CancelledError(
-          absl::StrCat(Who(rank), ": interrupted while its process held bucket ", channel.taken + 1));
+      return absl::CancelledError(absl::StrCat(
+          Who(rank), ": interrupted while its process held bucket ", channel.taken + 1));
     }
     if (absl::Now() >= epoch.deadline) {
       channel.outgoing.clear();
-      return absl::DeadlineExceededError(absl::StrCat(
-          Who(rank), ": its process did not take bucket ", channel.taken + 1, " before the deadline"));
+      return absl::DeadlineExceededError(absl::StrCat(Who(rank),
+                                                      ": its process did not take bucket ",
+                                                      channel.taken + 1, " before the deadline"));
     }
     auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       auto now = channels_.find(rank);

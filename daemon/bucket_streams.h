@@ -40,7 +40,7 @@ class BucketStreams {
 
   // A sink for the executor over the bucketed ranks of `buffers` among `planned` (this
   // daemon's destination ranks the epoch writes); it lives for one Run.
-  std::unique_ptr<transport::DestinationSink> SinkFor(const transport::BufferMap& buffers,
+  std::unique_ptr<transport::DestinationSink> SinkFor(transport::BufferMap* buffers,
                                                       const std::set<int64_t>& planned,
                                                       const EpochContext& epoch);
 
@@ -50,8 +50,8 @@ class BucketStreams {
   // process went away, or the rank left) or `send` fails. A newer attachment for the rank
   // replaces this one.
   void Serve(int64_t rank, const std::string& session,
-             const std::function<bool(const v1::Bucket&)>& send,
-             const std::function<bool()>& ended) ABSL_LOCKS_EXCLUDED(mu_);
+             const std::function<bool(const v1::Bucket&)>& send, const std::function<bool()>& ended)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // BucketDone: the process of `rank` has taken bucket `sequence` of `epoch_id` (or could
   // not: `error`).
@@ -75,9 +75,9 @@ class BucketStreams {
     uint64_t attachment = 0;          // which Serve call owns it
     std::deque<v1::Bucket> outgoing;  // handed over, not yet sent
     std::string epoch_id;
-    int64_t sent = 0;   // the last sequence handed over in this epoch
-    int64_t taken = 0;  // the last sequence the process said it took (they come in order)
-    std::string error;  // what the process said it could not do
+    int64_t sent = 0;    // the last sequence handed over in this epoch
+    int64_t taken = 0;   // the last sequence the process said it took (they come in order)
+    std::string error;   // what the process said it could not do
     int64_t failed = 0;  // the sequence it said that of (0: none)
   };
 

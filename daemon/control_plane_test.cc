@@ -138,7 +138,7 @@ class ControlPlaneTest : public ::testing::Test {
 TEST_F(ControlPlaneTest, ARepeatMovesTheVersionAgainToARankRegisteredSinceOrSaysWhyNot) {
   ASSERT_TRUE(GroupSeen(2, 2));
   for (const v1::RankLayout& r : sources_.ranks()) {
-    transport::testing::FillViews(trainer_.HoldBuffers().buffers(), v1::ROLE_SOURCE, r);
+    transport::testing::FillViews(&trainer_.HoldBuffers().mutable_buffers(), v1::ROLE_SOURCE, r);
     ASSERT_TRUE(trainer_.Publish(r.rank(), 1).ok());
   }
   v1::RefitReport first;
@@ -214,7 +214,7 @@ TEST_F(ControlPlaneTest, ARefitKeepsItsDeadlineAndACancelledOneFreesTheGroup) {
   holder.join();
   // The group is free: a published version refits at once.
   for (const v1::RankLayout& r : sources_.ranks()) {
-    transport::testing::FillViews(trainer_.HoldBuffers().buffers(), v1::ROLE_SOURCE, r);
+    transport::testing::FillViews(&trainer_.HoldBuffers().mutable_buffers(), v1::ROLE_SOURCE, r);
     ASSERT_TRUE(trainer_.Publish(r.rank(), 8).ok());
   }
   const grpc::Status next = Refit(8, &report);
@@ -225,7 +225,7 @@ TEST_F(ControlPlaneTest, ARefitKeepsItsDeadlineAndACancelledOneFreesTheGroup) {
 TEST_F(ControlPlaneTest, RefitMovesEveryByteAndCommitsTheVersion) {
   ASSERT_TRUE(GroupSeen(2, 2));
   for (const v1::RankLayout& r : sources_.ranks()) {
-    transport::testing::FillViews(trainer_.HoldBuffers().buffers(), v1::ROLE_SOURCE, r);
+    transport::testing::FillViews(&trainer_.HoldBuffers().mutable_buffers(), v1::ROLE_SOURCE, r);
   }
   // The trainers publish after the refit was asked for: Refit waits for them.
   std::thread trainers([&]() {
@@ -336,7 +336,7 @@ TEST_F(ControlPlaneTest, ARankThatLeftMakesTheNextRefitFailNamingTheGap) {
 // Publishes `version` from every trainer with fresh bytes.
 void PublishAll(RankRegistry* trainer, const v1::LayoutSpec& sources, int64_t version) {
   for (const v1::RankLayout& r : sources.ranks()) {
-    transport::testing::FillViews(trainer->HoldBuffers().buffers(), v1::ROLE_SOURCE, r);
+    transport::testing::FillViews(&trainer->HoldBuffers().mutable_buffers(), v1::ROLE_SOURCE, r);
     ASSERT_TRUE(trainer->Publish(r.rank(), version).ok());
   }
 }
@@ -743,8 +743,8 @@ TEST(ControlPlaneReplicasTest, ALostSourceIsPlannedAroundWhenAReplicaHoldsItsDat
   ASSERT_NO_FATAL_FAILURE(RegisterAll(
       sources, destinations, [&](const v1::RankLayout& r) { return registries[r.host()].get(); }));
   for (const v1::RankLayout& r : sources.ranks()) {
-    transport::testing::FillViews(registries[r.host()]->HoldBuffers().buffers(), v1::ROLE_SOURCE,
-                                  r);
+    transport::testing::FillViews(&registries[r.host()]->HoldBuffers().mutable_buffers(),
+                                  v1::ROLE_SOURCE, r);
     ASSERT_TRUE(registries[r.host()]->Publish(r.rank(), 1).ok());
   }
   for (int i = 0; i < 250 && cluster.RankCount(v1::ROLE_DESTINATION) < 2; ++i) {
@@ -819,7 +819,8 @@ TEST(ControlPlaneFourDaemonsTest, RandomLayoutsOverSeveralEpochs) {
       for (int64_t version = 1; version <= 2; ++version) {
         for (const v1::RankLayout& r : sources.ranks()) {
           RankRegistry& registry = *registries[node_of(r.host())];
-          transport::testing::FillViews(registry.HoldBuffers().buffers(), v1::ROLE_SOURCE, r);
+          transport::testing::FillViews(&registry.HoldBuffers().mutable_buffers(), v1::ROLE_SOURCE,
+                                        r);
           ASSERT_TRUE(registry.Publish(r.rank(), version).ok());
         }
         absl::StatusOr<v1::RefitReport> report =
@@ -838,15 +839,15 @@ TEST(ControlPlaneFourDaemonsTest, RandomLayoutsOverSeveralEpochs) {
                     0)
               << "destination rank " << r.rank() << ", version " << version;
           // Scramble the destination so the next epoch must write every byte anew.
+          RankRegistry::BufferHold hold = registry.HoldBuffers();
           for (int v = 0; v < r.views_size(); ++v) {
             const v1::ShardView& view = r.views(v);
             const transport::Dims offset(view.offset().begin(), view.offset().end());
             const transport::Dims extent(view.extent().begin(), view.extent().end());
-            auto memory = registry.HoldBuffers().buffers().Locate(v1::ROLE_DESTINATION, r.rank(), v,
-                                                                  view.tensor(), offset, extent);
+            auto memory = hold.mutable_buffers().LocateForWrite(v1::ROLE_DESTINATION, r.rank(), v,
+                                                                view.tensor(), offset, extent);
             ASSERT_TRUE(memory.ok());
-            const transport::TensorShape& shape =
-                registry.HoldBuffers().buffers().tensors().at(view.tensor());
+            const transport::TensorShape& shape = hold.buffers().tensors().at(view.tensor());
             transport::FillBox(view.tensor(), shape.shape, shape.element_bytes, offset, extent,
                                *memory, /*version=*/-1);
           }

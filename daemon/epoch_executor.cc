@@ -70,7 +70,7 @@ v1::EpochDone EpochExecutor::Run(const v1::ExecuteEpoch& execute, const v1::Plan
   std::optional<RankRegistry::BufferHold> hold = registry_->BeginEpoch(destinations_here);
   v1::EpochDone done;
   if (data_plane_.worker() != nullptr) {
-    done = Execute(execute, slice, destinations_here, hold->buffers(), progress);
+    done = Execute(execute, slice, destinations_here, &hold->mutable_buffers(), progress);
   } else {
     done.set_epoch_id(execute.epoch_id());
     done.set_code(static_cast<int32_t>(absl::StatusCode::kUnavailable));
@@ -94,8 +94,7 @@ v1::EpochDone EpochExecutor::Run(const v1::ExecuteEpoch& execute, const v1::Plan
 v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
                                      const v1::PlanSlice* slice_or_null,
                                      const std::set<int64_t>& destinations_here,
-                                     const transport::BufferMap& buffers,
-                                     const Progress& progress) {
+                                     transport::BufferMap* buffers, const Progress& progress) {
   v1::EpochDone done;
   done.set_epoch_id(execute.epoch_id());
   const absl::Time start = absl::Now();
@@ -116,7 +115,7 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
   }
   const v1::PlanSlice& slice = *slice_or_null;
   // A segment its owner truncated since registration would fault at the first touch.
-  if (absl::Status backed = buffers.CheckBacked(); !backed.ok()) return fail(backed);
+  if (absl::Status backed = buffers->CheckBacked(); !backed.ok()) return fail(backed);
   int64_t transfers = 0;
   for (const v1::Batch& batch : slice.plan().batches()) transfers += batch.transfers_size();
   spdlog::info("refitd {}: epoch {} (version {}) started: {} transfers in {} batches", node_,
@@ -178,11 +177,11 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
                                   }),
                    hashed.end());
     }
-    absl::StatusOr<std::vector<v1::ViewChecksum>> checksums = ChecksumViews(hashed, buffers);
+    absl::StatusOr<std::vector<v1::ViewChecksum>> checksums = ChecksumViews(hashed, *buffers);
     if (!checksums.ok()) return fail(checksums.status());
     for (v1::ViewChecksum& c : *checksums) *done.add_checksums() = std::move(c);
     absl::StatusOr<std::vector<v1::PieceChecksum>> pieces = ChecksumPieces(
-        slice.plan(), placement, slice.daemon_index(), buffers, &stats->bucketed_piece_hashes);
+        slice.plan(), placement, slice.daemon_index(), *buffers, &stats->bucketed_piece_hashes);
     if (!pieces.ok()) return fail(pieces.status());
     for (v1::PieceChecksum& p : *pieces) *done.add_pieces() = std::move(p);
   }

@@ -47,8 +47,8 @@ class EpochExecutor {
  private:
   // `destinations_here`: the slice's destination ranks on this daemon (the buffer hold's).
   v1::EpochDone Execute(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
-                        const std::set<int64_t>& destinations_here,
-                        const transport::BufferMap& buffers, const Progress& progress);
+                        const std::set<int64_t>& destinations_here, transport::BufferMap* buffers,
+                        const Progress& progress);
   void RecordStats(const std::string& epoch_id, const v1::PlanSlice& slice,
                    const transport::ExecutionStats& stats);
 

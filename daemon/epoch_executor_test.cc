@@ -33,7 +33,7 @@ class EpochExecutorTest : public ::testing::Test {
     {
       RankRegistry::BufferHold hold = registry_.HoldBuffers();
       for (const v1::RankLayout& r : sources_.ranks()) {
-        transport::testing::FillViews(hold.buffers(), v1::ROLE_SOURCE, r);
+        transport::testing::FillViews(&hold.mutable_buffers(), v1::ROLE_SOURCE, r);
       }
     }
     const planner::Layout src = *planner::CompileLayout(pair.sources, "source");

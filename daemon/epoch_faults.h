@@ -18,7 +18,7 @@ namespace refit::daemon {
 // buffers and before they are hashed.
 void AfterDataPlane(const std::string& node, const std::string& epoch_id, int64_t version,
                     const std::vector<v1::RankRegistration>& registrations,
-                    const transport::BufferMap& buffers);
+                    transport::BufferMap* buffers);
 
 }  // namespace refit::daemon
 

@@ -4,6 +4,6 @@
 namespace refit::daemon {
 
 void AfterDataPlane(const std::string&, const std::string&, int64_t,
-                    const std::vector<v1::RankRegistration>&, const transport::BufferMap&) {}
+                    const std::vector<v1::RankRegistration>&, transport::BufferMap*) {}
 
 }  // namespace refit::daemon

@@ -81,7 +81,7 @@ absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
         auto [known, fresh] =
             hashed.try_emplace({role, end.rank(), end.view(), t.tensor(), offset, extent}, 0);
         if (fresh) {
-          absl::StatusOr<transport::StridedRef> memory =
+          absl::StatusOr<transport::ConstStridedRef> memory =
               buffers.Locate(role, end.rank(), end.view(), t.tensor(), offset, extent);
           if (!memory.ok()) return memory.status();
           if (memory->device >= 0) {  // GPU memory: no device-side hash yet

@@ -37,7 +37,7 @@ void Execute(const refit::testing::LayoutPair& pair, const char* strategy, Execu
       std::make_unique<transport::BufferMap>(transport::testing::TensorsOf(out->sources));
   for (const v1::RankLayout& r : out->sources.ranks()) {
     ASSERT_TRUE(out->buffers->AddRank(v1::ROLE_SOURCE, r).ok());
-    transport::testing::FillViews(*out->buffers, v1::ROLE_SOURCE, r);
+    transport::testing::FillViews(out->buffers.get(), v1::ROLE_SOURCE, r);
   }
   for (const v1::RankLayout& r : out->destinations.ranks()) {
     ASSERT_TRUE(out->buffers->AddRank(v1::ROLE_DESTINATION, r).ok());
@@ -50,7 +50,7 @@ void Execute(const refit::testing::LayoutPair& pair, const char* strategy, Execu
   auto plan = planner::BuildPlan(src, dst, topology, options);
   ASSERT_TRUE(plan.ok()) << plan.status();
   out->plan = planner::PlanToProto(**plan, src, dst);
-  ASSERT_TRUE(transport::ExecuteLocally(out->plan, *out->buffers).ok());
+  ASSERT_TRUE(transport::ExecuteLocally(out->plan, out->buffers.get()).ok());
   out->placement.SetDefault(0);
 }
 
@@ -86,7 +86,7 @@ TEST(PieceChecksumsTest, AFlippedDestinationByteNamesThePiece) {
   ASSERT_NO_FATAL_FAILURE(ExecuteRowsToColumns(&run));
   // Element [5, 4] lands in destination rank 1's view at [5, 1].
   absl::StatusOr<transport::StridedRef> memory =
-      run.buffers->Locate(v1::ROLE_DESTINATION, 1, 0, "w", {5, 4}, {1, 1});
+      run.buffers->LocateForWrite(v1::ROLE_DESTINATION, 1, 0, "w", {5, 4}, {1, 1});
   ASSERT_TRUE(memory.ok()) << memory.status();
   memory->base[0] ^= 0x40;
   auto pieces = ChecksumPieces(run.plan, run.placement, 0, *run.buffers);
@@ -147,8 +147,8 @@ TEST(PieceChecksumsTest, PiecesThroughRelayBuffersAreComparedEndToEnd) {
   EXPECT_EQ(*ComparePieceChecksums(run.plan, *pieces), direct + through_buffers);
   // One flipped byte of a piece that came through a buffer is caught and named.
   absl::StatusOr<transport::StridedRef> memory =
-      run.buffers->Locate(v1::ROLE_DESTINATION, 0, relayed->dst().view(), "w",
-                          {relayed->offset().begin(), relayed->offset().end()}, {1, 1});
+      run.buffers->LocateForWrite(v1::ROLE_DESTINATION, 0, relayed->dst().view(), "w",
+                                  {relayed->offset().begin(), relayed->offset().end()}, {1, 1});
   ASSERT_TRUE(memory.ok()) << memory.status();
   memory->base[0] ^= 0x40;
   pieces = ChecksumPieces(run.plan, run.placement, 0, *run.buffers);

@@ -318,6 +318,8 @@ const transport::BufferMap& RankRegistry::BufferHold::buffers() const {
   return registry_->buffers_;
 }
 
+transport::BufferMap& RankRegistry::BufferHold::mutable_buffers() { return registry_->buffers_; }
+
 RankRegistry::BufferHold RankRegistry::HoldBuffers() {
   absl::MutexLock lock(&mu_);
   ++holds_;

@@ -105,8 +105,11 @@ class RankRegistry {
     BufferHold& operator=(const BufferHold&) = delete;
     BufferHold& operator=(BufferHold&&) = delete;
     ~BufferHold();
-    // The map cannot change while the hold lives, so reading it needs no lock.
+    // The map cannot change while the hold lives, so reading it needs no lock. A const
+    // map only reads the ranks' memory; the epoch's data plane (and tests that fill
+    // views) write through the mutable one.
     const transport::BufferMap& buffers() const ABSL_NO_THREAD_SAFETY_ANALYSIS;
+    transport::BufferMap& mutable_buffers() ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
    private:
     friend class RankRegistry;

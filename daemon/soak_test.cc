@@ -111,7 +111,7 @@ TEST(SoakTest, AThousandEpochsWithFaultsLeakNothing) {
     if (version == 50) warm = Measure(shm_prefix);  // after everything has been created once
     const int fault = version > 20 && rng() % 6 == 0 ? 1 + rng() % 4 : 0;
     for (const v1::RankLayout& r : sources.ranks()) {
-      transport::testing::FillViews(trainer.HoldBuffers().buffers(), v1::ROLE_SOURCE, r);
+      transport::testing::FillViews(&trainer.HoldBuffers().mutable_buffers(), v1::ROLE_SOURCE, r);
     }
     ASSERT_TRUE(trainer.Publish(0, version).ok());
     if (fault != 2) {

@@ -29,9 +29,9 @@ std::string Describe(const ViewRef& v) {
 namespace {
 
 // The memory of view `v` of registration `r`, and the view's extent.
-absl::StatusOr<transport::StridedRef> LocateView(const v1::RankRegistration& r, int v,
-                                                 const transport::BufferMap& buffers,
-                                                 transport::Dims* extent) {
+absl::StatusOr<transport::ConstStridedRef> LocateView(const v1::RankRegistration& r, int v,
+                                                      const transport::BufferMap& buffers,
+                                                      transport::Dims* extent) {
   const v1::ShardView& view = r.layout().views(v);
   const transport::Dims offset(view.offset().begin(), view.offset().end());
   extent->assign(view.extent().begin(), view.extent().end());
@@ -49,7 +49,7 @@ absl::StatusOr<std::vector<v1::ViewChecksum>> ChecksumViews(
     for (int v = 0; v < r.layout().views_size(); ++v) {
       const v1::ShardView& view = r.layout().views(v);
       transport::Dims extent;
-      absl::StatusOr<transport::StridedRef> memory = LocateView(r, v, buffers, &extent);
+      absl::StatusOr<transport::ConstStridedRef> memory = LocateView(r, v, buffers, &extent);
       if (!memory.ok()) return memory.status();
       if (memory->device >= 0) continue;  // GPU views: no device-side hash yet
       if (transport::HoldsNothing(extent)) continue;

@@ -36,12 +36,12 @@ class ViewChecksumsTest : public ::testing::Test {
     buffers_ = std::make_unique<transport::BufferMap>(transport::testing::TensorsOf(sources_));
     for (const v1::RankLayout& r : sources_.ranks()) {
       ASSERT_TRUE(buffers_->AddRank(v1::ROLE_SOURCE, r).ok());
-      transport::testing::FillViews(*buffers_, v1::ROLE_SOURCE, r);
+      transport::testing::FillViews(buffers_.get(), v1::ROLE_SOURCE, r);
     }
     for (const v1::RankLayout& r : destinations_.ranks()) {
       ASSERT_TRUE(buffers_->AddRank(v1::ROLE_DESTINATION, r).ok());
       // What a correct epoch leaves: the same values the sources hold.
-      transport::testing::FillViews(*buffers_, v1::ROLE_DESTINATION, r);
+      transport::testing::FillViews(buffers_.get(), v1::ROLE_DESTINATION, r);
     }
   }
 
@@ -59,9 +59,10 @@ class ViewChecksumsTest : public ::testing::Test {
   // Flips one byte of the first element of a rank's first view.
   void Corrupt(v1::Role role, const v1::RankLayout& rank) {
     const v1::ShardView& view = rank.views(0);
-    auto memory = buffers_->Locate(role, rank.rank(), 0, view.tensor(),
-                                   transport::Dims(view.offset().begin(), view.offset().end()),
-                                   transport::Dims(view.extent().begin(), view.extent().end()));
+    auto memory =
+        buffers_->LocateForWrite(role, rank.rank(), 0, view.tensor(),
+                                 transport::Dims(view.offset().begin(), view.offset().end()),
+                                 transport::Dims(view.extent().begin(), view.extent().end()));
     ASSERT_TRUE(memory.ok());
     memory->base[0] ^= 1;
   }

@@ -95,7 +95,7 @@ int Run(const std::string& name, int repeats) {
   double best_local = 1e9, best_memcpy = 1e9;
   for (int i = 0; i < repeats; ++i) {
     auto start = std::chrono::steady_clock::now();
-    absl::StatusOr<ExecutionStats> stats = ExecuteLocally(wire, both);
+    absl::StatusOr<ExecutionStats> stats = ExecuteLocally(wire, &both);
     best_local = std::min(best_local, Seconds(start));
     if (!stats.ok()) return Fail(stats.status());
     start = std::chrono::steady_clock::now();
@@ -122,7 +122,7 @@ int Run(const std::string& name, int repeats) {
       failure = endpoint.status();
       return;
     }
-    PlanExecutor executor(inference, placement, 1, worker1->get(), {endpoint->get(), nullptr});
+    PlanExecutor executor(&inference, placement, 1, worker1->get(), {endpoint->get(), nullptr});
     for (int i = 0; i < repeats; ++i) {
       auto result = executor.Run(wire, 100 + i, absl::Now() + absl::Seconds(120));
       if (!result.ok()) failure = result.status();
@@ -133,7 +133,7 @@ int Run(const std::string& name, int repeats) {
   {
     auto endpoint = (*worker0)->Connect((*worker1)->address());
     if (!endpoint.ok()) return Fail(endpoint.status());
-    PlanExecutor executor(trainer, placement, 0, worker0->get(), {nullptr, endpoint->get()});
+    PlanExecutor executor(&trainer, placement, 0, worker0->get(), {nullptr, endpoint->get()});
     for (int i = 0; i < repeats; ++i) {
       auto start = std::chrono::steady_clock::now();
       auto result = executor.Run(wire, 100 + i, absl::Now() + absl::Seconds(120));

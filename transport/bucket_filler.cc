@@ -1,7 +1,6 @@
 #include "transport/bucket_filler.h"
 
 #include <algorithm>
-
 #include <utility>
 
 #include "absl/status/status.h"
@@ -29,8 +28,8 @@ absl::StatusOr<std::vector<std::pair<Dims, Dims>>> SplitRowMajor(const Dims& ext
   std::vector<std::pair<Dims, Dims>> parts;
   if (HoldsNothing(extent)) return parts;
   if (element_bytes > max_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("an element of ", element_bytes,
-                                                   " bytes does not fit in ", max_bytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("an element of ", element_bytes, " bytes does not fit in ", max_bytes));
   }
   if (Volume(extent) * element_bytes <= max_bytes) {
     parts.emplace_back(Dims(extent.size(), 0), extent);
@@ -61,20 +60,19 @@ absl::StatusOr<std::vector<std::pair<Dims, Dims>>> SplitRowMajor(const Dims& ext
   return parts;
 }
 
-BucketFiller::BucketFiller(uint8_t* bucket, int64_t capacity, SendFn send,
-                           AwaitTakenFn await_taken)
+BucketFiller::BucketFiller(uint8_t* bucket, int64_t capacity, SendFn send, AwaitTakenFn await_taken)
     : bucket_(bucket),
       half_bytes_(capacity / 2 / kPartAlignment * kPartAlignment),
       send_(std::move(send)),
       await_taken_(std::move(await_taken)) {}
 
 absl::Status BucketFiller::Write(const std::string& tensor, const Dims& offset, const Dims& extent,
-                                 int element_bytes, const StridedRef& from) {
+                                 int element_bytes, const ConstStridedRef& from) {
   absl::StatusOr<std::vector<std::pair<Dims, Dims>>> parts =
       SplitRowMajor(extent, element_bytes, half_bytes_);
   if (!parts.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "\"", tensor, "\": ", parts.status().message(), " (half of the rank's bucket)"));
+    return absl::InvalidArgumentError(absl::StrCat("\"", tensor, "\": ", parts.status().message(),
+                                                   " (half of the rank's bucket)"));
   }
   for (const auto& [relative, part] : *parts) {
     const int64_t bytes = Volume(part) * element_bytes;
@@ -83,7 +81,7 @@ absl::Status BucketFiller::Write(const std::string& tensor, const Dims& offset, 
       if (!switched.ok()) return switched;
     }
     const int64_t at = half_ * half_bytes_ + Aligned(used_);
-    StridedRef source = from;
+    ConstStridedRef source = from;
     int64_t element_offset = 0;
     for (size_t d = 0; d < relative.size(); ++d) element_offset += relative[d] * from.strides[d];
     source.base += element_offset * element_bytes;

@@ -52,7 +52,7 @@ class BucketFiller {
   // Copies the box (global `offset`, `extent`) of `tensor` from `from` into the bucket,
   // handing a half over whenever the next part does not fit in it.
   absl::Status Write(const std::string& tensor, const Dims& offset, const Dims& extent,
-                     int element_bytes, const StridedRef& from);
+                     int element_bytes, const ConstStridedRef& from);
   // Hands over what is left, as the epoch's last bucket (also when empty), and waits until
   // the process has taken everything.
   absl::Status Finish();

@@ -279,9 +279,23 @@ int64_t BufferMap::ShadowBytes() const {
   return bytes;
 }
 
-absl::StatusOr<StridedRef> BufferMap::Locate(v1::Role role, int64_t rank, int32_t view,
-                                             const std::string& tensor, const Dims& offset,
-                                             const Dims& extent) const {
+absl::StatusOr<ConstStridedRef> BufferMap::Locate(v1::Role role, int64_t rank, int32_t view,
+                                                  const std::string& tensor, const Dims& offset,
+                                                  const Dims& extent) const {
+  absl::StatusOr<StridedRef> found = Find(role, rank, view, tensor, offset, extent);
+  if (!found.ok()) return found.status();
+  return ConstStridedRef(*found);
+}
+
+absl::StatusOr<StridedRef> BufferMap::LocateForWrite(v1::Role role, int64_t rank, int32_t view,
+                                                     const std::string& tensor, const Dims& offset,
+                                                     const Dims& extent) {
+  return Find(role, rank, view, tensor, offset, extent);
+}
+
+absl::StatusOr<StridedRef> BufferMap::Find(v1::Role role, int64_t rank, int32_t view,
+                                           const std::string& tensor, const Dims& offset,
+                                           const Dims& extent) const {
   auto it = ranks_.find({role, rank});
   if (it == ranks_.end()) {
     return absl::NotFoundError(absl::StrCat(RankName(role, rank), " is not registered here"));
@@ -312,7 +326,7 @@ absl::StatusOr<StridedRef> BufferMap::Locate(v1::Role role, int64_t rank, int32_
 
 absl::Status BufferMap::CheckBucketedBox(int64_t rank, int32_t view, const std::string& tensor,
                                          const Dims& offset, const Dims& extent) const {
-  absl::StatusOr<StridedRef> located =
+  absl::StatusOr<ConstStridedRef> located =
       Locate(v1::ROLE_DESTINATION, rank, view, tensor, offset, extent);
   if (located.ok()) {
     return absl::FailedPreconditionError(
@@ -328,7 +342,7 @@ bool BufferMap::IsBucketed(int64_t rank) const {
   return it != ranks_.end() && it->second.bucketed;
 }
 
-absl::StatusOr<MappedBuffer*> BufferMap::BucketOf(int64_t rank) const {
+absl::StatusOr<MappedBuffer*> BufferMap::BucketOf(int64_t rank) {
   auto it = ranks_.find({v1::ROLE_DESTINATION, rank});
   if (it == ranks_.end() || !it->second.bucketed) {
     return absl::NotFoundError(

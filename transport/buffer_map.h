@@ -1,7 +1,8 @@
 // The memory of the ranks one refitd serves: each registered rank's buffers (mapped
 // shared-memory segments, or GPU memory opened from CUDA IPC handles, kept open until the
 // rank leaves) and its views inside them, bounds-checked at registration so that no
-// transfer can read or write outside a buffer.
+// transfer can read or write outside a buffer. Through a const map the memory can only be
+// read: writable refs come from a non-const map (the epoch's BufferHold hands one out).
 #ifndef REFIT_TRANSPORT_BUFFER_MAP_H_
 #define REFIT_TRANSPORT_BUFFER_MAP_H_
 
@@ -59,11 +60,16 @@ class BufferMap {
                        const TensorTable* rank_tensors = nullptr);
   void RemoveRank(v1::Role role, int64_t rank);
 
-  // Memory of the box [offset, offset + extent) of view `view` of a rank; an error when
-  // the rank or view is unknown, the tensor differs, or the box leaves the view.
-  absl::StatusOr<StridedRef> Locate(v1::Role role, int64_t rank, int32_t view,
-                                    const std::string& tensor, const Dims& offset,
-                                    const Dims& extent) const;
+  // Memory of the box [offset, offset + extent) of view `view` of a rank, to read; an error
+  // when the rank or view is unknown, the tensor differs, or the box leaves the view. A
+  // const map only reads.
+  absl::StatusOr<ConstStridedRef> Locate(v1::Role role, int64_t rank, int32_t view,
+                                         const std::string& tensor, const Dims& offset,
+                                         const Dims& extent) const;
+  // The same box, to write (the data plane's destinations, test fills).
+  absl::StatusOr<StridedRef> LocateForWrite(v1::Role role, int64_t rank, int32_t view,
+                                            const std::string& tensor, const Dims& offset,
+                                            const Dims& extent);
 
   const TensorTable& tensors() const { return tensors_; }
 
@@ -72,7 +78,8 @@ class BufferMap {
   // A bucket is two halves of whole 64-byte-aligned parts: at least this large.
   static constexpr int64_t kMinBucketBytes = 256;
   bool IsBucketed(int64_t rank) const;
-  absl::StatusOr<MappedBuffer*> BucketOf(int64_t rank) const;
+  // The rank's bucket, which the data plane writes.
+  absl::StatusOr<MappedBuffer*> BucketOf(int64_t rank);
   // OK when the box is inside view `view` of bucketed destination rank `rank`.
   absl::Status CheckBucketedBox(int64_t rank, int32_t view, const std::string& tensor,
                                 const Dims& offset, const Dims& extent) const;
@@ -98,6 +105,10 @@ class BufferMap {
   int64_t ShadowBytes() const;
 
  private:
+  // Locate and LocateForWrite.
+  absl::StatusOr<StridedRef> Find(v1::Role role, int64_t rank, int32_t view,
+                                  const std::string& tensor, const Dims& offset,
+                                  const Dims& extent) const;
   // AddRank's mapping and view checks, with the tensor table as it is.
   absl::Status MapRank(v1::Role role, const v1::RankLayout& layout);
 

@@ -8,6 +8,8 @@
 
 #include <cstring>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
@@ -59,7 +61,7 @@ TEST_F(StagedBufferMapTest, TheBuffersChangeOnlyAtCommitAndOnlyForRanksTheEpochW
 
   // An epoch writes every view (through the map, as the data plane does) and fails.
   map_.StageEpoch({0, 1});
-  testing::FillViews(map_, v1::ROLE_DESTINATION, staged);
+  testing::FillViews(&map_, v1::ROLE_DESTINATION, staged);
   EXPECT_EQ(testing::WrongBytes(map_, v1::ROLE_DESTINATION, staged), 0);
   EXPECT_EQ(Buffers(staged), before);
   map_.DiscardStaged();
@@ -68,7 +70,7 @@ TEST_F(StagedBufferMapTest, TheBuffersChangeOnlyAtCommitAndOnlyForRanksTheEpochW
 
   // The next epoch commits: the buffers hold every view's bytes.
   map_.StageEpoch({0, 1});
-  testing::FillViews(map_, v1::ROLE_DESTINATION, staged);
+  testing::FillViews(&map_, v1::ROLE_DESTINATION, staged);
   map_.CommitStaged();
   EXPECT_EQ(WrongInBuffers(staged), 0);
 
@@ -87,7 +89,7 @@ TEST_F(StagedBufferMapTest, ARankWhoseSegmentWasTruncatedIsReportedTornAndLeftAl
   staged.set_staged(true);
   ASSERT_TRUE(map_.AddRank(v1::ROLE_DESTINATION, staged).ok());
   map_.StageEpoch({0});
-  testing::FillViews(map_, v1::ROLE_DESTINATION, staged);
+  testing::FillViews(&map_, v1::ROLE_DESTINATION, staged);
   // Its owner shrinks the segment before the commit.
   const std::string name = staged.buffers(0).shm_name();
   const int fd = shm_open(name.c_str(), O_RDWR, 0);
@@ -114,7 +116,7 @@ TEST_F(StagedBufferMapTest, UnstagedRanksAreWrittenInPlace) {
   ASSERT_TRUE(map_.AddRank(v1::ROLE_DESTINATION, rank).ok());
   EXPECT_FALSE(map_.IsStaged(v1::ROLE_DESTINATION, 0));
   EXPECT_EQ(map_.ShadowBytes(), 0);
-  testing::FillViews(map_, v1::ROLE_DESTINATION, rank);
+  testing::FillViews(&map_, v1::ROLE_DESTINATION, rank);
   EXPECT_EQ(WrongInBuffers(rank), 0);
 }
 
@@ -123,6 +125,31 @@ v1::LayoutSpec OneRankOf(int64_t rows, testing::BackedLayouts* backed) {
   refit::testing::LayoutBuilder builder;
   builder.Tensor("w", {rows, 8}).Rank(0, "node", 0).View(0, "w", {0, 0}, {rows, 8});
   return backed->Back(builder.spec(), "source");
+}
+
+// A const map hands out memory to read only; writable refs need the map itself.
+static_assert(std::is_same_v<decltype(std::declval<const BufferMap&>().Locate(v1::ROLE_SOURCE, 0, 0,
+                                                                              "", Dims(), Dims())),
+                             absl::StatusOr<ConstStridedRef>>);
+static_assert(std::is_same_v<decltype(std::declval<BufferMap&>().LocateForWrite(
+                                 v1::ROLE_SOURCE, 0, 0, "", Dims(), Dims())),
+                             absl::StatusOr<StridedRef>>);
+static_assert(!std::is_assignable_v<decltype(*ConstStridedRef().base)&, uint8_t>);
+
+TEST(BufferMapTest, ReadAndWriteRefsPointAtTheSameBox) {
+  testing::BackedLayouts backed;
+  const v1::LayoutSpec spec = OneRankOf(4, &backed);
+  BufferMap map(testing::TensorsOf(spec));
+  ASSERT_TRUE(map.AddRank(v1::ROLE_SOURCE, spec.ranks(0)).ok());
+  absl::StatusOr<StridedRef> write = map.LocateForWrite(v1::ROLE_SOURCE, 0, 0, "w", {1, 2}, {2, 3});
+  absl::StatusOr<ConstStridedRef> read =
+      std::as_const(map).Locate(v1::ROLE_SOURCE, 0, 0, "w", {1, 2}, {2, 3});
+  ASSERT_TRUE(write.ok() && read.ok());
+  EXPECT_EQ(read->base, write->base);
+  EXPECT_EQ(read->strides, write->strides);
+  // Both say the same when the box leaves the view.
+  EXPECT_EQ(map.LocateForWrite(v1::ROLE_SOURCE, 0, 0, "w", {3, 0}, {2, 8}).status().code(),
+            absl::StatusCode::kOutOfRange);
 }
 
 TEST(BufferMapTest, TensorsAreForgottenWithTheLastRankThatDeclaredThem) {

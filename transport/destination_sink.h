@@ -20,7 +20,8 @@ class DestinationSink {
   // Takes the box [offset, offset + extent) of `tensor` for `rank`, read from `from`; may
   // block until the rank's process has made room.
   virtual absl::Status Write(int64_t rank, const std::string& tensor, const Dims& offset,
-                             const Dims& extent, int element_bytes, const StridedRef& from) = 0;
+                             const Dims& extent, int element_bytes,
+                             const ConstStridedRef& from) = 0;
   // The plan has written everything: hands every rank what is left (its last bucket).
   virtual absl::Status Finish() = 0;
 };

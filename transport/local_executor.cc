@@ -4,7 +4,7 @@
 
 namespace refit::transport {
 
-absl::StatusOr<ExecutionStats> ExecuteLocally(const v1::Plan& plan, const BufferMap& buffers) {
+absl::StatusOr<ExecutionStats> ExecuteLocally(const v1::Plan& plan, BufferMap* buffers) {
   RankPlacement everything_here;
   everything_here.SetDefault(0);
   PlanExecutor executor(buffers, everything_here, /*self=*/0, /*worker=*/nullptr, {});

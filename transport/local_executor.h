@@ -14,7 +14,7 @@ namespace refit::transport {
 
 // Executes `plan`. Fails, naming the transfer, when an endpoint is not registered here or
 // a box leaves its view; transfers before the failing one have run.
-absl::StatusOr<ExecutionStats> ExecuteLocally(const v1::Plan& plan, const BufferMap& buffers);
+absl::StatusOr<ExecutionStats> ExecuteLocally(const v1::Plan& plan, BufferMap* buffers);
 
 }  // namespace refit::transport
 

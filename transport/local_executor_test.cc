@@ -31,7 +31,7 @@ TEST(LocalExecutorTest, RandomLayoutsArriveByteForByte) {
       BufferMap map(testing::TensorsOf(sources));
       for (const v1::RankLayout& r : sources.ranks()) {
         ASSERT_TRUE(map.AddRank(v1::ROLE_SOURCE, r).ok());
-        testing::FillViews(map, v1::ROLE_SOURCE, r);
+        testing::FillViews(&map, v1::ROLE_SOURCE, r);
       }
       for (const v1::RankLayout& r : destinations.ranks()) {
         ASSERT_TRUE(map.AddRank(v1::ROLE_DESTINATION, r).ok());
@@ -43,7 +43,7 @@ TEST(LocalExecutorTest, RandomLayoutsArriveByteForByte) {
       auto plan = planner::BuildPlan(src, dst, planner::DgxH100Topology(), options);
       ASSERT_TRUE(plan.ok()) << plan.status();
       absl::StatusOr<ExecutionStats> stats =
-          ExecuteLocally(planner::PlanToProto(**plan, src, dst), map);
+          ExecuteLocally(planner::PlanToProto(**plan, src, dst), &map);
       ASSERT_TRUE(stats.ok()) << stats.status();
       EXPECT_EQ(stats->bytes, (*plan)->stats.total_bytes);
       for (const v1::RankLayout& r : destinations.ranks()) {
@@ -90,6 +90,35 @@ TEST(BufferMapTest, RegistrationErrorsNameRankViewAndBuffer) {
   status = map.AddRank(v1::ROLE_SOURCE, missing);
   EXPECT_EQ(status.code(), absl::StatusCode::kNotFound);
   EXPECT_NE(status.message().find("source rank 4: buffer \"weights\""), std::string::npos);
+}
+
+TEST(LocalExecutorTest, APlanThatWritesIntoASourceViewIsRefusedAndTheViewKeepsItsBytes) {
+  refit::testing::LayoutBuilder builder;
+  builder.Tensor("w", {4, 8}).Rank(0, "node", 0).View(0, "w", {0, 0}, {4, 8});
+  testing::BackedLayouts backed;
+  const v1::LayoutSpec sources = backed.Back(builder.spec(), "source");
+  const v1::LayoutSpec destinations = backed.Back(builder.spec(), "destination");
+  BufferMap map(testing::TensorsOf(sources));
+  ASSERT_TRUE(map.AddRank(v1::ROLE_SOURCE, sources.ranks(0)).ok());
+  ASSERT_TRUE(map.AddRank(v1::ROLE_DESTINATION, destinations.ranks(0)).ok());
+  testing::FillViews(&map, v1::ROLE_SOURCE, sources.ranks(0));
+  // A destination view copied back over the trainer's weights.
+  v1::Plan plan;
+  v1::Transfer* t = plan.add_batches()->add_transfers();
+  t->set_tensor("w");
+  t->mutable_src()->set_kind(v1::ENDPOINT_DESTINATION_VIEW);
+  t->mutable_dst()->set_kind(v1::ENDPOINT_SOURCE_VIEW);
+  for (int64_t e : {4, 8}) {
+    t->add_offset(0);
+    t->add_extent(e);
+  }
+  t->set_bytes(4 * 8 * 4);
+  const absl::StatusOr<ExecutionStats> ran = ExecuteLocally(plan, &map);
+  EXPECT_EQ(ran.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(ran.status().message().find("would write into source rank 0's view 0"),
+            std::string::npos)
+      << ran.status();
+  EXPECT_EQ(testing::WrongBytes(map, v1::ROLE_SOURCE, sources.ranks(0)), 0);
 }
 
 }  // namespace

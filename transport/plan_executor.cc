@@ -1,6 +1,7 @@
 #include "transport/plan_executor.h"
 
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -50,14 +51,39 @@ UcxEndpoint* PlanExecutor::PeerOf(int32_t daemon) const {
   return daemon >= 0 && daemon < static_cast<int32_t>(peers_.size()) ? peers_[daemon] : nullptr;
 }
 
-absl::StatusOr<StridedRef> PlanExecutor::Locate(const v1::Endpoint& endpoint, const v1::Transfer& t,
-                                                RunMemory* run_memory) const {
-  const v1::Role role = EndpointRole(endpoint.kind());
+absl::StatusOr<ConstStridedRef> PlanExecutor::LocateSource(const v1::Endpoint& endpoint,
+                                                           const v1::Transfer& t,
+                                                           RunMemory* run_memory) const {
   if (endpoint.kind() == v1::ENDPOINT_SOURCE_VIEW ||
       endpoint.kind() == v1::ENDPOINT_DESTINATION_VIEW) {
-    return buffers_.Locate(role, endpoint.rank(), endpoint.view(), t.tensor(), OffsetOf(t),
-                           ExtentOf(t));
+    return std::as_const(buffers_).Locate(EndpointRole(endpoint.kind()), endpoint.rank(),
+                                          endpoint.view(), t.tensor(), OffsetOf(t), ExtentOf(t));
   }
+  absl::StatusOr<StridedRef> memory = LocateRunMemory(endpoint, t, run_memory);
+  if (!memory.ok()) return memory.status();
+  return ConstStridedRef(*memory);
+}
+
+absl::StatusOr<StridedRef> PlanExecutor::LocateDestination(const v1::Endpoint& endpoint,
+                                                           const v1::Transfer& t,
+                                                           RunMemory* run_memory) {
+  if (endpoint.kind() == v1::ENDPOINT_SOURCE_VIEW) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a transfer of \"", t.tensor(), "\" would write into ",
+                     RankName(v1::ROLE_SOURCE, endpoint.rank()), "'s view ", endpoint.view(),
+                     ": source views are only read"));
+  }
+  if (endpoint.kind() == v1::ENDPOINT_DESTINATION_VIEW) {
+    return buffers_.LocateForWrite(v1::ROLE_DESTINATION, endpoint.rank(), endpoint.view(),
+                                   t.tensor(), OffsetOf(t), ExtentOf(t));
+  }
+  return LocateRunMemory(endpoint, t, run_memory);
+}
+
+absl::StatusOr<StridedRef> PlanExecutor::LocateRunMemory(const v1::Endpoint& endpoint,
+                                                         const v1::Transfer& t,
+                                                         RunMemory* run_memory) const {
+  const v1::Role role = EndpointRole(endpoint.kind());
   if (endpoint.kind() == v1::ENDPOINT_RELAY_BUFFER) {
     return run_memory->relays.Locate(endpoint, t.tensor(), OffsetOf(t), ExtentOf(t),
                                      placement_.DeviceOf(role, endpoint.rank()));
@@ -70,12 +96,12 @@ absl::StatusOr<StridedRef> PlanExecutor::Locate(const v1::Endpoint& endpoint, co
 
 absl::Status PlanExecutor::CopyLocal(const v1::Transfer& t, RunMemory* run_memory,
                                      ExecutionStats* stats, gpu::DeviceCopyChain* copies) {
-  absl::StatusOr<StridedRef> from = Locate(t.src(), t, run_memory);
+  absl::StatusOr<ConstStridedRef> from = LocateSource(t.src(), t, run_memory);
   if (!from.ok()) return from.status();
   return WriteDestination(t, *from, run_memory, stats, copies);
 }
 
-absl::Status PlanExecutor::WriteDestination(const v1::Transfer& t, const StridedRef& from,
+absl::Status PlanExecutor::WriteDestination(const v1::Transfer& t, const ConstStridedRef& from,
                                             RunMemory* run_memory, ExecutionStats* stats,
                                             gpu::DeviceCopyChain* copies) {
   const Dims extent = ExtentOf(t);
@@ -94,7 +120,7 @@ absl::Status PlanExecutor::WriteDestination(const v1::Transfer& t, const Strided
     return InTransfer(sink_->Write(t.dst().rank(), t.tensor(), offset, extent, element_bytes, from),
                       t);
   }
-  absl::StatusOr<StridedRef> to = Locate(t.dst(), t, run_memory);
+  absl::StatusOr<StridedRef> to = LocateDestination(t.dst(), t, run_memory);
   if (!to.ok()) return to.status();
   absl::Status copied = InTransfer(copies->Copy(extent, element_bytes, from, *to), t);
   if (!copied.ok()) return copied;
@@ -184,16 +210,15 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
   }
   size_t op = 0;
   for (const auto& [peer, list] : incoming) {
-    const std::vector<uint8_t>& staging = inbox[peer];
+    std::vector<uint8_t>& staging = inbox[peer];
     if (operations[op++].length != staging.size()) {
       return absl::DataLossError(absl::StrCat("batch ", batch, ": daemon ", peer, " sent ",
                                               operations[op - 1].length, " bytes, expected ",
                                               staging.size()));
     }
     stats->bytes_received_from[peer] += staging.size();
-    absl::Status unpacked =
-        CopyPieces(list, const_cast<uint8_t*>(staging.data()), /*staging_device=*/-1,
-                   /*pack=*/false, run_memory, stats);
+    absl::Status unpacked = CopyPieces(list, staging.data(), /*staging_device=*/-1,
+                                       /*pack=*/false, run_memory, stats);
     if (!unpacked.ok()) return unpacked;
   }
   return absl::OkStatus();
@@ -223,7 +248,7 @@ absl::Status PlanExecutor::CopyPieces(const std::vector<const v1::Transfer*>& li
       cursor += Volume(extent) * element_bytes;
       continue;
     }
-    absl::StatusOr<StridedRef> side = Locate(t->src(), *t, run_memory);
+    absl::StatusOr<ConstStridedRef> side = LocateSource(t->src(), *t, run_memory);
     if (!side.ok()) return side.status();
     absl::Status copied = InTransfer(copies.Copy(extent, element_bytes, *side, dense), *t);
     if (!copied.ok()) return copied;
@@ -343,7 +368,7 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
         return absl::FailedPreconditionError(
             absl::StrCat("no connection to daemon ", r.dst_daemon));
       }
-      absl::StatusOr<StridedRef> from = Locate(t.src(), t, run_memory);
+      absl::StatusOr<ConstStridedRef> from = LocateSource(t.src(), t, run_memory);
       if (!from.ok()) return from.status();
       absl::Status packed = InTransfer(gpu::CopyAnyBox(extent, element_bytes, *from, dense), t);
       if (!packed.ok()) return packed;

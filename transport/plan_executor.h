@@ -66,10 +66,11 @@ struct NcclRoute {
 class PlanExecutor {
  public:
   // `peers[d]` reaches daemon d (null for this daemon, `self`); `worker` owns them and may
-  // be null when every rank is local.
-  PlanExecutor(const BufferMap& buffers, const RankPlacement& placement, int32_t self,
-               UcxWorker* worker, std::vector<UcxEndpoint*> peers)
-      : buffers_(buffers),
+  // be null when every rank is local. The run reads source views and writes destination
+  // views of `*buffers`; a plan that would write into a source view is refused.
+  PlanExecutor(BufferMap* buffers, const RankPlacement& placement, int32_t self, UcxWorker* worker,
+               std::vector<UcxEndpoint*> peers)
+      : buffers_(*buffers),
         placement_(placement),
         self_(self),
         worker_(worker),
@@ -141,20 +142,26 @@ class PlanExecutor {
                            ExecutionStats* stats);
   absl::Status RunOrdered(const std::vector<Resolved>& transfers, uint32_t epoch,
                           absl::Time deadline, RunMemory* run_memory, ExecutionStats* stats);
-  absl::StatusOr<StridedRef> Locate(const v1::Endpoint& endpoint, const v1::Transfer& t,
-                                    RunMemory* run_memory) const;
+  // Where transfer `t`'s endpoint is read (`LocateSource`) or written (`LocateDestination`):
+  // a view of a rank here, or the run's scratch or relay memory.
+  absl::StatusOr<ConstStridedRef> LocateSource(const v1::Endpoint& endpoint, const v1::Transfer& t,
+                                               RunMemory* run_memory) const;
+  absl::StatusOr<StridedRef> LocateDestination(const v1::Endpoint& endpoint, const v1::Transfer& t,
+                                               RunMemory* run_memory);
+  absl::StatusOr<StridedRef> LocateRunMemory(const v1::Endpoint& endpoint, const v1::Transfer& t,
+                                             RunMemory* run_memory) const;
   // Issues the copy of local transfer `t` on `copies` (waited for by the caller).
   absl::Status CopyLocal(const v1::Transfer& t, RunMemory* run_memory, ExecutionStats* stats,
                          gpu::DeviceCopyChain* copies);
   // Writes transfer `t`'s box, read from `from`, where its destination endpoint is: its
   // memory (a copy issued on `copies`), or the sink for a bucketed rank (at once, after
   // waiting for `copies`).
-  absl::Status WriteDestination(const v1::Transfer& t, const StridedRef& from,
+  absl::Status WriteDestination(const v1::Transfer& t, const ConstStridedRef& from,
                                 RunMemory* run_memory, ExecutionStats* stats,
                                 gpu::DeviceCopyChain* copies);
   UcxEndpoint* PeerOf(int32_t daemon) const;
 
-  const BufferMap& buffers_;
+  BufferMap& buffers_;
   const RankPlacement& placement_;
   const int32_t self_;
   UcxWorker* worker_;

@@ -41,7 +41,7 @@ void AddEveryRank(const v1::LayoutSpec& sources, const v1::LayoutSpec& destinati
                   BufferMap* everything) {
   for (const v1::RankLayout& r : sources.ranks()) {
     ASSERT_TRUE(everything->AddRank(v1::ROLE_SOURCE, r).ok());
-    testing::FillViews(*everything, v1::ROLE_SOURCE, r);
+    testing::FillViews(everything, v1::ROLE_SOURCE, r);
   }
   for (const v1::RankLayout& r : destinations.ranks()) {
     ASSERT_TRUE(everything->AddRank(v1::ROLE_DESTINATION, r).ok());
@@ -88,7 +88,7 @@ std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
         endpoints[p] = std::move(*endpoint);
         peers[p] = endpoints[p].get();
       }
-      PlanExecutor executor(*daemons[d].buffers, placement, d, daemons[d].worker.get(), peers);
+      PlanExecutor executor(daemons[d].buffers.get(), placement, d, daemons[d].worker.get(), peers);
       executor.SetInterrupt(interrupt);
       daemons[d].result = executor.Run(plan, epoch, absl::Now() + timeout);
     });

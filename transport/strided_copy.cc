@@ -79,7 +79,8 @@ bool HoldsNothing(const Dims& extent) {
   return std::any_of(extent.begin(), extent.end(), [](int64_t e) { return e <= 0; });
 }
 
-void CopyBox(const Dims& extent, int element_bytes, const StridedRef& src, const StridedRef& dst) {
+void CopyBox(const Dims& extent, int element_bytes, const ConstStridedRef& src,
+             const StridedRef& dst) {
   if (HoldsNothing(extent)) return;
   const Collapsed c = Collapse(extent, src.strides, dst.strides);
   const size_t rank = c.extent.size();
@@ -119,7 +120,7 @@ void CopyBox(const Dims& extent, int element_bytes, const StridedRef& src, const
   }
 }
 
-void ForEachRun(const Dims& extent, int element_bytes, const StridedRef& box,
+void ForEachRun(const Dims& extent, int element_bytes, const ConstStridedRef& box,
                 const std::function<void(const uint8_t* data, int64_t bytes)>& visit) {
   if (HoldsNothing(extent)) return;
   // Against a dense row-major twin, runs are contiguous in memory and in logical order.
@@ -148,7 +149,7 @@ void ForEachRun(const Dims& extent, int element_bytes, const StridedRef& box,
   }
 }
 
-uint64_t HashBox(const Dims& extent, int element_bytes, const StridedRef& box) {
+uint64_t HashBox(const Dims& extent, int element_bytes, const ConstStridedRef& box) {
   XXH3_state_t* state = XXH3_createState();
   XXH3_64bits_reset(state);
   ForEachRun(extent, element_bytes, box,

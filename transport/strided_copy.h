@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 
 #include "absl/container/inlined_vector.h"
 
@@ -14,11 +15,26 @@ namespace refit::transport {
 
 using Dims = absl::InlinedVector<int64_t, 4>;
 
-// The first element of a box in memory and the element strides of its dims.
+// The first element of a box in memory that may be written, and the element strides of
+// its dims.
 struct StridedRef {
   uint8_t* base = nullptr;
   Dims strides;
   int32_t device = -1;  // the CUDA device holding the memory; -1: host memory
+};
+
+// The same for memory that is only read (what a const BufferMap hands out). Every
+// StridedRef is one.
+struct ConstStridedRef {
+  const uint8_t* base = nullptr;
+  Dims strides;
+  int32_t device = -1;
+
+  ConstStridedRef() = default;
+  ConstStridedRef(const uint8_t* base, Dims strides, int32_t device = -1)
+      : base(base), strides(std::move(strides)), device(device) {}
+  ConstStridedRef(const StridedRef& ref)  // NOLINT(google-explicit-constructor): read access
+      : base(ref.base), strides(ref.strides), device(ref.device) {}
 };
 
 // A box copy after merging every dim into the one inside it where both sides are
@@ -36,19 +52,20 @@ Dims RowMajorStrides(const Dims& extent);
 bool HoldsNothing(const Dims& extent);
 
 // Copies `extent` elements of `element_bytes` from `src` to `dst`.
-void CopyBox(const Dims& extent, int element_bytes, const StridedRef& src, const StridedRef& dst);
+void CopyBox(const Dims& extent, int element_bytes, const ConstStridedRef& src,
+             const StridedRef& dst);
 
 // Number of contiguous runs CopyBox issues for these strides (1 for dense boxes).
 int64_t CountRuns(const Dims& extent, const Dims& src_strides, const Dims& dst_strides);
 
 // Calls `visit(data, bytes)` for the box's elements in row-major order, as few contiguous
 // runs as its strides allow.
-void ForEachRun(const Dims& extent, int element_bytes, const StridedRef& box,
+void ForEachRun(const Dims& extent, int element_bytes, const ConstStridedRef& box,
                 const std::function<void(const uint8_t* data, int64_t bytes)>& visit);
 
 // XXH3-64 of the box's elements in row-major order: equal boxes hash equal whatever their
 // memory layout.
-uint64_t HashBox(const Dims& extent, int element_bytes, const StridedRef& box);
+uint64_t HashBox(const Dims& extent, int element_bytes, const ConstStridedRef& box);
 
 }  // namespace refit::transport
 

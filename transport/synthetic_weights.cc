@@ -16,9 +16,9 @@ uint8_t WeightByte(uint64_t tensor_hash, int64_t linear, int byte, int64_t versi
 }
 
 // Visits every element of a box: its global linear index and its address.
-template <typename Fn>
+template <typename Ref, typename Fn>
 void ForEachElement(const Dims& shape, int element_bytes, const Dims& offset, const Dims& extent,
-                    const StridedRef& memory, Fn fn) {
+                    const Ref& memory, Fn fn) {
   for (int64_t e : extent) {
     if (e <= 0) return;
   }
@@ -47,13 +47,15 @@ void FillBox(const std::string& tensor, const Dims& shape, int element_bytes, co
 }
 
 int64_t WrongBytesInBox(const std::string& tensor, const Dims& shape, int element_bytes,
-                        const Dims& offset, const Dims& extent, const StridedRef& memory,
+                        const Dims& offset, const Dims& extent, const ConstStridedRef& memory,
                         int64_t version) {
   const uint64_t hash = std::hash<std::string>()(tensor);
   int64_t wrong = 0;
-  ForEachElement(shape, element_bytes, offset, extent, memory, [&](int64_t linear, uint8_t* at) {
-    for (int b = 0; b < element_bytes; ++b) wrong += at[b] != WeightByte(hash, linear, b, version);
-  });
+  ForEachElement(shape, element_bytes, offset, extent, memory,
+                 [&](int64_t linear, const uint8_t* at) {
+                   for (int b = 0; b < element_bytes; ++b)
+                     wrong += at[b] != WeightByte(hash, linear, b, version);
+                 });
   return wrong;
 }
 

@@ -19,7 +19,7 @@ void FillBox(const std::string& tensor, const Dims& shape, int element_bytes, co
 
 // Bytes of the box that do not hold their value for `version`.
 int64_t WrongBytesInBox(const std::string& tensor, const Dims& shape, int element_bytes,
-                        const Dims& offset, const Dims& extent, const StridedRef& memory,
+                        const Dims& offset, const Dims& extent, const ConstStridedRef& memory,
                         int64_t version);
 
 }  // namespace refit::transport

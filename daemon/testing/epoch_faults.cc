@@ -23,7 +23,7 @@ std::set<std::pair<std::string, int64_t>>& Corruptions() ABSL_EXCLUSIVE_LOCKS_RE
 
 // Flips the first byte of the first host-memory destination view; says which it changed.
 std::string CorruptFirstDestinationByte(const std::vector<v1::RankRegistration>& registrations,
-                                        const transport::BufferMap& buffers) {
+                                        transport::BufferMap* buffers) {
   for (const v1::RankRegistration& r : registrations) {
     if (r.role() != v1::ROLE_DESTINATION || r.layout().bucketed()) continue;
     for (int v = 0; v < r.layout().views_size(); ++v) {
@@ -31,7 +31,7 @@ std::string CorruptFirstDestinationByte(const std::vector<v1::RankRegistration>&
       const transport::Dims offset(view.offset().begin(), view.offset().end());
       const transport::Dims extent(view.extent().begin(), view.extent().end());
       absl::StatusOr<transport::StridedRef> memory =
-          buffers.Locate(r.role(), r.layout().rank(), v, view.tensor(), offset, extent);
+          buffers->LocateForWrite(r.role(), r.layout().rank(), v, view.tensor(), offset, extent);
       if (!memory.ok() || memory->device >= 0 || transport::HoldsNothing(extent)) continue;
       memory->base[0] ^= 0xFF;
       return absl::StrCat("destination rank ", r.layout().rank(), " view ", v, " (", view.tensor(),
@@ -54,7 +54,7 @@ void CorruptAfterEpoch(const std::string& node, int64_t version) {
 
 void AfterDataPlane(const std::string& node, const std::string& epoch_id, int64_t version,
                     const std::vector<v1::RankRegistration>& registrations,
-                    const transport::BufferMap& buffers) {
+                    transport::BufferMap* buffers) {
   {
     absl::MutexLock lock(&faults_mu);
     if (Corruptions().erase({node, version}) == 0) return;

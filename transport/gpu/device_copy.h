@@ -26,7 +26,7 @@ class DeviceCopyChain {
   DeviceCopyChain& operator=(const DeviceCopyChain&) = delete;
   ~DeviceCopyChain() { Wait().IgnoreError(); }
 
-  absl::Status Copy(const Dims& extent, int element_bytes, const StridedRef& src,
+  absl::Status Copy(const Dims& extent, int element_bytes, const ConstStridedRef& src,
                     const StridedRef& dst);
   // Waits for every copy issued since the last Wait; the first failure among them.
   absl::Status Wait();
@@ -37,7 +37,7 @@ class DeviceCopyChain {
 };
 
 // One copy, waited for.
-absl::Status CopyAnyBox(const Dims& extent, int element_bytes, const StridedRef& src,
+absl::Status CopyAnyBox(const Dims& extent, int element_bytes, const ConstStridedRef& src,
                         const StridedRef& dst);
 
 }  // namespace refit::transport::gpu

@@ -4,8 +4,8 @@
 
 namespace refit::transport::gpu {
 
-absl::Status DeviceCopyChain::Copy(const Dims& extent, int element_bytes, const StridedRef& src,
-                                   const StridedRef& dst) {
+absl::Status DeviceCopyChain::Copy(const Dims& extent, int element_bytes,
+                                   const ConstStridedRef& src, const StridedRef& dst) {
   if (src.device >= 0 || dst.device >= 0) {
     return absl::UnimplementedError("a copy touches GPU memory but refit was built without CUDA");
   }
@@ -15,7 +15,7 @@ absl::Status DeviceCopyChain::Copy(const Dims& extent, int element_bytes, const 
 
 absl::Status DeviceCopyChain::Wait() { return absl::OkStatus(); }
 
-absl::Status CopyAnyBox(const Dims& extent, int element_bytes, const StridedRef& src,
+absl::Status CopyAnyBox(const Dims& extent, int element_bytes, const ConstStridedRef& src,
                         const StridedRef& dst) {
   DeviceCopyChain chain;
   return chain.Copy(extent, element_bytes, src, dst);

@@ -54,14 +54,14 @@ class ThreadStreams {
 
 thread_local ThreadStreams thread_streams;
 
-cudaMemcpyKind KindOf(const StridedRef& src, const StridedRef& dst) {
+cudaMemcpyKind KindOf(const ConstStridedRef& src, const StridedRef& dst) {
   return static_cast<cudaMemcpyKind>(MemcpyKindOf(src.device >= 0, dst.device >= 0));
 }
 
 }  // namespace
 
-absl::Status DeviceCopyChain::Copy(const Dims& extent, int element_bytes, const StridedRef& src,
-                                   const StridedRef& dst) {
+absl::Status DeviceCopyChain::Copy(const Dims& extent, int element_bytes,
+                                   const ConstStridedRef& src, const StridedRef& dst) {
   if (src.device < 0 && dst.device < 0) {
     // It may read what a pending GPU copy writes.
     if (absl::Status waited = Wait(); !waited.ok()) return waited;
@@ -91,7 +91,7 @@ absl::Status DeviceCopyChain::Copy(const Dims& extent, int element_bytes, const 
   pending_devices_.insert(device);
   const cudaMemcpyKind kind = KindOf(src, dst);
   for (const CopyCall& call : PlanCopyCalls(extent, element_bytes, src.strides, dst.strides)) {
-    uint8_t* from = src.base + call.src_offset;
+    const uint8_t* from = src.base + call.src_offset;
     uint8_t* to = dst.base + call.dst_offset;
     cudaError_t status = cudaSuccess;
     switch (call.kind) {
@@ -104,8 +104,9 @@ absl::Status DeviceCopyChain::Copy(const Dims& extent, int element_bytes, const 
         break;
       case CopyCallKind::k3D: {
         cudaMemcpy3DParms parameters = {};
-        parameters.srcPtr =
-            make_cudaPitchedPtr(from, call.src_pitch, call.src_pitch, call.src_rows);
+        // cudaPitchedPtr has no const form; CUDA only reads the source.
+        parameters.srcPtr = make_cudaPitchedPtr(const_cast<uint8_t*>(from), call.src_pitch,
+                                                call.src_pitch, call.src_rows);
         parameters.dstPtr = make_cudaPitchedPtr(to, call.dst_pitch, call.dst_pitch, call.dst_rows);
         parameters.extent = make_cudaExtent(call.width, call.height, call.depth);
         parameters.kind = kind;
@@ -135,7 +136,7 @@ absl::Status DeviceCopyChain::Wait() {
   return first;
 }
 
-absl::Status CopyAnyBox(const Dims& extent, int element_bytes, const StridedRef& src,
+absl::Status CopyAnyBox(const Dims& extent, int element_bytes, const ConstStridedRef& src,
                         const StridedRef& dst) {
   DeviceCopyChain chain;
   absl::Status issued = chain.Copy(extent, element_bytes, src, dst);

@@ -16,24 +16,16 @@
 namespace refit::transport::testing {
 namespace {
 
-// The box of view `view` and its memory.
-struct ViewMemory {
+// The box of view `view`.
+struct ViewBox {
   std::string tensor;
   Dims offset, extent;
-  StridedRef memory;
 };
 
-ViewMemory MemoryOf(const BufferMap& map, v1::Role role, const v1::RankLayout& rank, int view) {
+ViewBox BoxOf(const v1::RankLayout& rank, int view) {
   const v1::ShardView& v = rank.views(view);
-  ViewMemory out{v.tensor(),
-                 Dims(v.offset().begin(), v.offset().end()),
-                 Dims(v.extent().begin(), v.extent().end()),
-                 {}};
-  absl::StatusOr<StridedRef> ref =
-      map.Locate(role, rank.rank(), view, v.tensor(), out.offset, out.extent);
-  EXPECT_TRUE(ref.ok()) << ref.status();
-  if (ref.ok()) out.memory = *ref;
-  return out;
+  return ViewBox{v.tensor(), Dims(v.offset().begin(), v.offset().end()),
+                 Dims(v.extent().begin(), v.extent().end())};
 }
 
 }  // namespace
@@ -81,23 +73,30 @@ TensorTable TensorsOf(const v1::LayoutSpec& spec) {
   return tensors;
 }
 
-void FillViews(const BufferMap& map, v1::Role role, const v1::RankLayout& rank) {
+void FillViews(BufferMap* map, v1::Role role, const v1::RankLayout& rank) {
   for (int v = 0; v < rank.views_size(); ++v) {
-    const ViewMemory m = MemoryOf(map, role, rank, v);
-    const TensorShape& shape = map.tensors().at(m.tensor);
-    if (m.memory.base == nullptr) continue;
-    transport::FillBox(m.tensor, shape.shape, shape.element_bytes, m.offset, m.extent, m.memory, 0);
+    const ViewBox box = BoxOf(rank, v);
+    absl::StatusOr<StridedRef> memory =
+        map->LocateForWrite(role, rank.rank(), v, box.tensor, box.offset, box.extent);
+    EXPECT_TRUE(memory.ok()) << memory.status();
+    if (!memory.ok()) continue;
+    const TensorShape& shape = map->tensors().at(box.tensor);
+    transport::FillBox(box.tensor, shape.shape, shape.element_bytes, box.offset, box.extent,
+                       *memory, 0);
   }
 }
 
 int64_t WrongBytes(const BufferMap& map, v1::Role role, const v1::RankLayout& rank) {
   int64_t wrong = 0;
   for (int v = 0; v < rank.views_size(); ++v) {
-    const ViewMemory m = MemoryOf(map, role, rank, v);
-    const TensorShape& shape = map.tensors().at(m.tensor);
-    if (m.memory.base == nullptr) return -1;
-    wrong += transport::WrongBytesInBox(m.tensor, shape.shape, shape.element_bytes, m.offset,
-                                        m.extent, m.memory, 0);
+    const ViewBox box = BoxOf(rank, v);
+    absl::StatusOr<ConstStridedRef> memory =
+        map.Locate(role, rank.rank(), v, box.tensor, box.offset, box.extent);
+    EXPECT_TRUE(memory.ok()) << memory.status();
+    if (!memory.ok()) return -1;
+    const TensorShape& shape = map.tensors().at(box.tensor);
+    wrong += transport::WrongBytesInBox(box.tensor, shape.shape, shape.element_bytes, box.offset,
+                                        box.extent, *memory, 0);
   }
   return wrong;
 }

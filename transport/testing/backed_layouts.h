@@ -31,7 +31,7 @@ class BackedLayouts {
 TensorTable TensorsOf(const v1::LayoutSpec& spec);
 
 // Writes each element's value into every view of `rank` (registered in `map`).
-void FillViews(const BufferMap& map, v1::Role role, const v1::RankLayout& rank);
+void FillViews(BufferMap* map, v1::Role role, const v1::RankLayout& rank);
 
 // Bytes of the rank's views that do not hold their element's value.
 int64_t WrongBytes(const BufferMap& map, v1::Role role, const v1::RankLayout& rank);
