@@ -143,6 +143,7 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
   // it within this bound rather than at its deadline.
   executor.SetStallLimit(absl::Milliseconds(execute.stall_ms() > 0 ? execute.stall_ms() : 10000));
   executor.SetInterrupt(interrupt_);
+  executor.UseHostStaging(&host_staging_);
   if (nccl.group != nullptr) {
     executor.UseNccl(&nccl);
     executor.UseDeviceStaging(nccl_.device_staging());

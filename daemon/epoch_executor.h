@@ -20,6 +20,7 @@
 #include "daemon/rank_registry.h"
 #include "proto/refit.pb.h"
 #include "transport/buffer_map.h"
+#include "transport/staging_pool.h"
 
 namespace refit::daemon {
 
@@ -59,6 +60,9 @@ class EpochExecutor {
   const std::atomic<bool>* stopping_;
   DataPlaneEndpoint data_plane_;
   NcclMembership nccl_;
+  // Host staging of messages to and from other daemons, kept across epochs (the largest
+  // batch's, bounded by the staging budget): a warm epoch allocates and faults in nothing.
+  transport::StagingPool host_staging_{transport::HostStagingAllocator()};
 };
 
 }  // namespace refit::daemon

@@ -1,5 +1,7 @@
-// Private host memory that refitd allocates for itself (anonymous pages, zero-filled,
-// committed only when touched): the shadow copies of staged destination buffers.
+// Private host memory that refitd allocates for itself (anonymous pages, zero-filled): the
+// shadow copies of staged destination buffers (committed only when touched) and the host
+// staging of the data plane (prefaulted: every page is backed at allocation, so no epoch
+// pays for the first touch).
 #ifndef REFIT_TRANSPORT_HOST_MEMORY_H_
 #define REFIT_TRANSPORT_HOST_MEMORY_H_
 
@@ -13,8 +15,10 @@ namespace refit::transport {
 
 class HostMemory : public MappedBuffer {
  public:
+  enum class Backing { kOnFirstTouch, kPrefaulted };
   // RESOURCE_EXHAUSTED (with the size) when the memory cannot be had.
-  static absl::StatusOr<std::unique_ptr<HostMemory>> Allocate(int64_t bytes);
+  static absl::StatusOr<std::unique_ptr<HostMemory>> Allocate(
+      int64_t bytes, Backing backing = Backing::kOnFirstTouch);
 
   ~HostMemory() override;
   HostMemory(const HostMemory&) = delete;

@@ -145,10 +145,14 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
     }
   }
   std::vector<PendingOperation> operations;
-  std::map<int32_t, std::vector<uint8_t>> inbox, outbox;
+  StagingPool* host_staging = host_staging_ != nullptr ? host_staging_ : &run_memory->host_staging;
   auto fail = [&](const absl::Status& status) {
-    // Posted operations must not outlive their buffers: cancel them now.
-    worker_->WaitAll(&operations, absl::Now()).IgnoreError();
+    // Posted operations must not outlive their buffers: cancel them now. A receive UCX
+    // could not end keeps the staging block; the next batch gets a fresh one.
+    if (!operations.empty()) {
+      worker_->WaitAll(&operations, absl::Now()).IgnoreError();
+      host_staging->Abandon(-1);
+    }
     return status;
   };
   if (!incoming.empty() || !outgoing.empty()) {
@@ -157,33 +161,47 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
           absl::StrCat("batch ", batch, " crosses daemons but this one has no UCX worker"));
     }
   }
+  // One host staging message per peer and direction, receives first, carved from the
+  // pool that outlives the batch (and, given one, the epoch).
+  std::vector<int64_t> sizes;
+  for (const auto& [peer, list] : incoming) sizes.push_back(PackedBytes(list));
+  for (const auto& [peer, list] : outgoing) sizes.push_back(PackedBytes(list));
+  std::vector<uint8_t*> staging;
+  if (!sizes.empty()) {
+    absl::StatusOr<std::vector<uint8_t*>> carved = host_staging->Carve(-1, sizes);
+    if (!carved.ok()) {
+      return absl::Status(carved.status().code(),
+                          absl::StrCat("batch ", batch, ": ", carved.status().message()));
+    }
+    staging = std::move(*carved);
+  }
+  size_t message = 0;
   for (const auto& [peer, list] : incoming) {
-    std::vector<uint8_t>& staging = inbox[peer];
-    staging.resize(PackedBytes(list));
+    const int64_t bytes = sizes[message];
     absl::StatusOr<PendingOperation> posted =
-        worker_->PostReceive(MessageTag(epoch, false, batch, peer), staging.data(), staging.size());
+        worker_->PostReceive(MessageTag(epoch, false, batch, peer), staging[message++], bytes);
     if (!posted.ok()) return fail(posted.status());
     operations.push_back(*posted);
-    operations.back().what = absl::StrCat("the ", staging.size(), " bytes from daemon ", peer);
-    operations.back().buffer_owner = &staging;
+    operations.back().what = absl::StrCat("the ", bytes, " bytes from daemon ", peer);
+    operations.back().memory_owner = host_staging->BlockOf(-1);
   }
   for (const auto& [peer, list] : outgoing) {
+    const int64_t bytes = sizes[message];
+    uint8_t* packed_message = staging[message++];
     UcxEndpoint* endpoint = PeerOf(peer);
     if (endpoint == nullptr) {
       return fail(absl::FailedPreconditionError(
           absl::StrCat("batch ", batch, ": no connection to daemon ", peer)));
     }
-    std::vector<uint8_t>& staging = outbox[peer];
-    staging.resize(PackedBytes(list));
     absl::Status packed =
-        CopyPieces(list, staging.data(), /*staging_device=*/-1, /*pack=*/true, run_memory, stats);
+        CopyPieces(list, packed_message, /*staging_device=*/-1, /*pack=*/true, run_memory, stats);
     if (!packed.ok()) return fail(packed);
     absl::StatusOr<PendingOperation> posted =
-        endpoint->PostSend(MessageTag(epoch, false, batch, self_), staging.data(), staging.size());
+        endpoint->PostSend(MessageTag(epoch, false, batch, self_), packed_message, bytes);
     if (!posted.ok()) return fail(posted.status());
     operations.push_back(*posted);
-    operations.back().what = absl::StrCat("the ", staging.size(), " bytes to daemon ", peer);
-    stats->bytes_sent_to[peer] += staging.size();
+    operations.back().what = absl::StrCat("the ", bytes, " bytes to daemon ", peer);
+    stats->bytes_sent_to[peer] += bytes;
   }
   {
     // Issued back to back and waited for once (the NCCL step below may read what they wrote).
@@ -205,19 +223,20 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
   if (!operations.empty()) {
     absl::Status done = worker_->WaitAll(&operations, deadline, stall_limit_);
     if (!done.ok()) {
+      host_staging->Abandon(-1);  // a receive may still be written (see fail)
       return absl::Status(done.code(), absl::StrCat("batch ", batch, ": ", done.message()));
     }
   }
-  size_t op = 0;
+  message = 0;
   for (const auto& [peer, list] : incoming) {
-    std::vector<uint8_t>& staging = inbox[peer];
-    if (operations[op++].length != staging.size()) {
+    const int64_t expected = sizes[message];
+    if (static_cast<int64_t>(operations[message].length) != expected) {
       return absl::DataLossError(absl::StrCat("batch ", batch, ": daemon ", peer, " sent ",
-                                              operations[op - 1].length, " bytes, expected ",
-                                              staging.size()));
+                                              operations[message].length, " bytes, expected ",
+                                              expected));
     }
-    stats->bytes_received_from[peer] += staging.size();
-    absl::Status unpacked = CopyPieces(list, staging.data(), /*staging_device=*/-1,
+    stats->bytes_received_from[peer] += expected;
+    absl::Status unpacked = CopyPieces(list, staging[message++], /*staging_device=*/-1,
                                        /*pack=*/false, run_memory, stats);
     if (!unpacked.ok()) return unpacked;
   }
@@ -394,7 +413,8 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
                                                  absl::Time deadline) {
   RunMemory run_memory{
       ScratchArena(buffers_.tensors()),
-      RelayBuffers(buffers_.tensors(), RelayBufferAllocator(DeviceStagingAllocator()))};
+      RelayBuffers(buffers_.tensors(), RelayBufferAllocator(DeviceStagingAllocator())),
+      StagingPool(HostStagingAllocator())};
   // This daemon's relay buffers, laid out in one block per device before the run.
   absl::Status relays = run_memory.relays.Prepare(
       plan,

@@ -108,13 +108,17 @@ class PlanExecutor {
   // GPU staging for NCCL messages comes from `pool` (kept by the caller across epochs)
   // instead of a pool that lives for one Run.
   void UseDeviceStaging(StagingPool* pool) { device_staging_ = pool; }
+  // The same for the host staging of messages to and from peers over UCX (HostStagingAllocator:
+  // prefaulted, so a warm epoch touches no fresh page).
+  void UseHostStaging(StagingPool* pool) { host_staging_ = pool; }
 
  private:
-  // Memory one run creates and frees: full-tensor scratch (gather_broadcast) and relay
-  // buffers (reshard).
+  // Memory one run creates and frees: full-tensor scratch (gather_broadcast), relay
+  // buffers (reshard), and host staging when the caller keeps none across runs.
   struct RunMemory {
     ScratchArena scratch;
     RelayBuffers relays;
+    StagingPool host_staging;
   };
   struct Resolved {
     const v1::Transfer* transfer;
@@ -171,6 +175,7 @@ class PlanExecutor {
   absl::Duration stall_limit_ = absl::InfiniteDuration();
   const NcclRoute* nccl_ = nullptr;
   StagingPool* device_staging_ = nullptr;
+  StagingPool* host_staging_ = nullptr;
   DestinationSink* sink_ = nullptr;
   bool hash_sink_pieces_ = false;
 };

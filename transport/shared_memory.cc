@@ -10,6 +10,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "transport/memory_fault_guard.h"
+#include "transport/page_touch.h"
 
 namespace refit::transport {
 namespace {
@@ -123,6 +125,14 @@ absl::StatusOr<std::unique_ptr<SharedMemorySegment>> SharedMemorySegment::Open(
     }
     errno = error;
     return Errno(name, "backing its pages");
+  }
+  // The kernel's page tables are full now; a shadow MMU's are filled by touching.
+  absl::Status touched =
+      GuardMemoryAccess(absl::StrCat("touching the pages of shared memory \"", name, "\""),
+                        [&] { TouchEveryPage(static_cast<const uint8_t*>(data), info.st_size); });
+  if (!touched.ok()) {
+    munmap(data, info.st_size);
+    return touched;
   }
   closer.Release();
   return std::unique_ptr<SharedMemorySegment>(new SharedMemorySegment(

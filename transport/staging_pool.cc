@@ -1,6 +1,7 @@
 #include "transport/staging_pool.h"
 
 #include "absl/strings/str_cat.h"
+#include "transport/host_memory.h"
 
 namespace refit::transport {
 
@@ -39,6 +40,11 @@ absl::StatusOr<std::vector<uint8_t*>> StagingPool::Carve(int32_t device,
   return carved;
 }
 
+std::shared_ptr<uint8_t> StagingPool::BlockOf(int32_t device) const {
+  auto it = blocks_.find(device);
+  return it == blocks_.end() ? nullptr : it->second.memory;
+}
+
 int64_t StagingPool::HeldBytes(int32_t device) const {
   auto it = blocks_.find(device);
   return it == blocks_.end() ? 0 : it->second.bytes;
@@ -50,8 +56,11 @@ StagingPool::Allocator HostStagingAllocator() {
       return absl::InvalidArgumentError(
           absl::StrCat("the host allocator cannot place memory on GPU ", device));
     }
-    return std::shared_ptr<uint8_t>(new uint8_t[std::max<int64_t>(bytes, 1)],
-                                    std::default_delete<uint8_t[]>());
+    absl::StatusOr<std::unique_ptr<HostMemory>> memory =
+        HostMemory::Allocate(std::max<int64_t>(bytes, 1), HostMemory::Backing::kPrefaulted);
+    if (!memory.ok()) return memory.status();
+    std::shared_ptr<HostMemory> owner = std::move(*memory);
+    return std::shared_ptr<uint8_t>(owner, owner->data());
   };
 }
 

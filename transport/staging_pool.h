@@ -1,8 +1,10 @@
 // Staging memory for packed messages, kept across batches and epochs: one block per device
 // (-1: host), grown to the largest batch seen and carved into that batch's messages.
-// Allocating device memory synchronizes the GPU (cudaMalloc/cudaFree), so the NCCL path
-// must not allocate per message and batch; with the pool it allocates only when a batch
-// needs more than any batch before it, and the planner's staging budget bounds that.
+// Allocating device memory synchronizes the GPU (cudaMalloc/cudaFree), and fresh host
+// memory pays a page fault per page on first touch (about half of an epoch on the host
+// path when each batch allocated its staging), so the data plane must not allocate per
+// message and batch; with the pool it allocates only when a batch needs more than any
+// batch before it, and the planner's staging budget bounds that.
 #ifndef REFIT_TRANSPORT_STAGING_POOL_H_
 #define REFIT_TRANSPORT_STAGING_POOL_H_
 
@@ -34,6 +36,14 @@ class StagingPool {
   // not overlapping. Valid until the next Carve for the same device.
   absl::StatusOr<std::vector<uint8_t*>> Carve(int32_t device, const std::vector<int64_t>& sizes);
 
+  // The block the last Carve for `device` carved (null when none): a receive that may
+  // still be written after its batch failed keeps it alive through this reference.
+  std::shared_ptr<uint8_t> BlockOf(int32_t device) const;
+  // Forgets the block of `device` (those holding BlockOf keep it alive), so the next Carve
+  // allocates a fresh one: after a batch failed with a receive UCX could not end, whose
+  // late bytes must not land in a later batch's staging.
+  void Abandon(int32_t device) { blocks_.erase(device); }
+
   // Bytes held on `device` (0 when none).
   int64_t HeldBytes(int32_t device) const;
   // How many times memory was allocated: for tests and the allocation counter.
@@ -49,7 +59,8 @@ class StagingPool {
   int64_t allocations_ = 0;
 };
 
-// An allocator of host memory, for the host path and for tests.
+// An allocator of host memory, prefaulted (HostMemory::Backing::kPrefaulted), for the host
+// path and for tests.
 StagingPool::Allocator HostStagingAllocator();
 
 }  // namespace refit::transport

@@ -80,7 +80,10 @@ UcxWorker::~UcxWorker() {
         "UCX: {} receives and {} other operations still running; leaving the data-plane "
         "worker undestroyed (its sockets stay open until the process exits)",
         lingering_.size(), abandoned_requests_.size());
-    for (Lingering& lingering : lingering_) new std::vector<uint8_t>(std::move(lingering.buffer));
+    for (Lingering& lingering : lingering_) {
+      new std::vector<uint8_t>(std::move(lingering.buffer));
+      new std::shared_ptr<void>(std::move(lingering.memory));
+    }
     return;
   }
   ucp_worker_destroy(worker_);
@@ -141,8 +144,7 @@ absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl:
       result = absl::CancelledError(
           absl::StrCat("interrupted with ", pending, " UCX operations unfinished"));
     }
-    if (pending > 0 && result.ok() &&
-        std::chrono::steady_clock::now() - last_finished > stall) {
+    if (pending > 0 && result.ok() && std::chrono::steady_clock::now() - last_finished > stall) {
       std::vector<std::string> waiting;
       for (const PendingOperation& op : *operations) {
         if (op.request != nullptr && waiting.size() < 4) waiting.push_back(op.what);
@@ -177,11 +179,16 @@ absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl:
         }
         if (ucp_request_check_status(op.request) != UCS_INPROGRESS) {
           ucp_request_free(op.request);
-        } else if (op.receive && op.buffer_owner != nullptr) {
+        } else if (op.receive && (op.buffer_owner != nullptr || op.memory_owner != nullptr)) {
           // UCX may still write into its buffer: the worker keeps both until it ends.
           spdlog::warn("UCX: {} would not end; keeping its buffer until it does", op.what);
-          lingering_.push_back({op.request, std::move(*op.buffer_owner)});
-          op.buffer_owner->clear();
+          Lingering& lingering = lingering_.emplace_back();
+          lingering.request = op.request;
+          if (op.buffer_owner != nullptr) {
+            lingering.buffer = std::move(*op.buffer_owner);
+            op.buffer_owner->clear();
+          }
+          lingering.memory = std::move(op.memory_owner);
         } else {
           // Freeing it would let UCX touch memory the caller is about to free or unmap;
           // only destroying the worker ends it for sure (see abandoned_operations()).

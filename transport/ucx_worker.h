@@ -41,6 +41,9 @@ struct PendingOperation {
   // cancelled, the worker takes the vector's storage over (the vector is left empty) and
   // keeps it until UCX ends the receive, so a late write cannot land in freed memory.
   std::vector<uint8_t>* buffer_owner = nullptr;
+  // Receives into memory owned elsewhere (a staging pool's block): kept alive the same way
+  // while UCX may still write into it; its owner must not reuse it (StagingPool::Abandon).
+  std::shared_ptr<void> memory_owner;
 };
 
 class UcxWorker {
@@ -107,7 +110,8 @@ class UcxWorker {
   std::atomic<int64_t> abandoned_{0};
   struct Lingering {
     void* request;
-    std::vector<uint8_t> buffer;  // where UCX may still write
+    std::vector<uint8_t> buffer;   // where UCX may still write
+    std::shared_ptr<void> memory;  // or there
   };
   std::vector<Lingering> lingering_;
   std::vector<void*> abandoned_requests_;  // never freed: UCX may still complete them
