@@ -52,13 +52,17 @@ struct Daemon {
   std::unique_ptr<UcxWorker> worker;
   std::unique_ptr<BufferMap> buffers;
   absl::StatusOr<ExecutionStats> result = absl::UnknownError("not run");
+  StagingPool staging{HostStagingAllocator()};
 };
 
-// Runs `plan` on `count` daemons at once; returns each daemon's outcome.
+// Runs `plan` on `count` daemons at once, `runs` epochs in a row (numbered from `epoch`),
+// each daemon keeping its host staging pool across them as refitd does; returns each
+// daemon's outcome of the last epoch run, and, when asked, how often each pool allocated.
 std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
     const v1::Plan& plan, const v1::LayoutSpec& sources, const v1::LayoutSpec& destinations,
     const RankPlacement& placement, int32_t count, uint32_t epoch, absl::Duration timeout,
-    int32_t missing_daemon = -1, const std::atomic<bool>* interrupt = nullptr) {
+    int32_t missing_daemon = -1, const std::atomic<bool>* interrupt = nullptr, int runs = 1,
+    std::vector<int64_t>* staging_allocations = nullptr) {
   std::vector<Daemon> daemons(count);
   for (int32_t d = 0; d < count; ++d) {
     auto worker = UcxWorker::Create("daemon-" + std::to_string(d));
@@ -90,12 +94,19 @@ std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
       }
       PlanExecutor executor(daemons[d].buffers.get(), placement, d, daemons[d].worker.get(), peers);
       executor.SetInterrupt(interrupt);
-      daemons[d].result = executor.Run(plan, epoch, absl::Now() + timeout);
+      executor.UseHostStaging(&daemons[d].staging);
+      for (int run = 0; run < runs; ++run) {
+        daemons[d].result = executor.Run(plan, epoch + run, absl::Now() + timeout);
+        if (!daemons[d].result.ok()) break;
+      }
     });
   }
   for (std::thread& t : threads) t.join();
   std::vector<absl::StatusOr<ExecutionStats>> results;
-  for (Daemon& d : daemons) results.push_back(d.result);
+  for (Daemon& d : daemons) {
+    results.push_back(d.result);
+    if (staging_allocations != nullptr) staging_allocations->push_back(d.staging.allocations());
+  }
   return results;
 }
 
@@ -163,6 +174,18 @@ struct TwoHostRefit {
   v1::Plan plan;
   RankPlacement placement;
 };
+
+TEST(PlanExecutorTest, HostStagingIsAllocatedOnceAndKeptAcrossEpochs) {
+  const TwoHostRefit refit;
+  std::vector<int64_t> allocations;
+  const auto results = RunOnDaemons(refit.plan, refit.sources, refit.destinations, refit.placement,
+                                    2, 20, absl::Seconds(10), /*missing_daemon=*/-1,
+                                    /*interrupt=*/nullptr, /*runs=*/3, &allocations);
+  for (const auto& result : results) ASSERT_TRUE(result.ok()) << result.status();
+  // Both daemons stage the one message (sent, received) in the first epoch's block only.
+  EXPECT_EQ(allocations, (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(results[1]->bytes_received_from.at(0), 64 * 64 * 4);
+}
 
 TEST(PlanExecutorTest, AMissingPeerEndsTheEpochAtItsDeadline) {
   const TwoHostRefit refit;

@@ -70,5 +70,20 @@ TEST(StagingPoolTest, RejectsNegativeSizes) {
   EXPECT_EQ(pool.Carve(-1, {10, -1}).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(StagingPoolTest, AnAbandonedBlockLivesWhileHeldAndTheNextCarveGetsAFreshOne) {
+  StagingPool pool(HostStagingAllocator());
+  absl::StatusOr<std::vector<uint8_t*>> first = pool.Carve(-1, {4096});
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::shared_ptr<uint8_t> held = pool.BlockOf(-1);  // a receive UCX could not end
+  ASSERT_EQ(held.get(), (*first)[0]);
+  pool.Abandon(-1);
+  EXPECT_EQ(pool.HeldBytes(-1), 0);
+  std::memset(held.get(), 7, 4096);  // still valid memory
+  absl::StatusOr<std::vector<uint8_t*>> next = pool.Carve(-1, {4096});
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_NE((*next)[0], held.get());
+  EXPECT_EQ(pool.allocations(), 2);
+}
+
 }  // namespace
 }  // namespace refit::transport

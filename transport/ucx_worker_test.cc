@@ -2,14 +2,15 @@
 // (UCX picks shared memory or TCP on loopback); every wait ends by its deadline.
 #include "transport/ucx_worker.h"
 
-#include <ucp/api/ucp.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <ucp/api/ucp.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -166,8 +167,8 @@ std::string RunReplacingDaemon(int self, SharedRounds* shared, const std::vector
     if (endpoint == nullptr || generation != connected_generation ||
         (self == 0 && (replaces[round] & 1) != 0)) {
       endpoint.reset();  // force-closed
-      auto connected = worker->Connect(
-          std::string(shared->address[peer], shared->address_length[peer].load()));
+      auto connected =
+          worker->Connect(std::string(shared->address[peer], shared->address_length[peer].load()));
       if (!connected.ok()) return connected.status().ToString();
       endpoint = std::move(*connected);
       connected_generation = generation;
@@ -182,7 +183,8 @@ std::string RunReplacingDaemon(int self, SharedRounds* shared, const std::vector
       payload = ~uint64_t{0};
       absl::StatusOr<size_t> length = worker->Receive(round, &payload, sizeof(payload), deadline);
       if (!length.ok()) return absl::StrCat("round ", round, ": ", length.status().ToString());
-      if (payload != static_cast<uint64_t>(round)) return absl::StrCat("round ", round, ": bad bytes");
+      if (payload != static_cast<uint64_t>(round))
+        return absl::StrCat("round ", round, ": bad bytes");
     }
     shared->rounds_done[self] = round + 1;
   }
@@ -285,16 +287,24 @@ class StalledSender {
 // progress for a moment first, so the send's rendezvous request waits at the receiver;
 // the receive posted after it matches at once and then waits for data that never comes.
 absl::Status ReceiveFromStalled(StalledSender* sender, UcxWorker* receiver,
-                                std::vector<uint8_t>* buffer) {
+                                std::vector<uint8_t>* buffer,
+                                std::shared_ptr<uint8_t> memory_owner = nullptr,
+                                size_t memory_bytes = 0) {
   std::thread starting([&]() { sender->Start(); });
   char unused[8];
-  while (receiver->Receive(99, unused, sizeof(unused), absl::Now() + absl::Milliseconds(300))
-             .ok()) {
+  while (
+      receiver->Receive(99, unused, sizeof(unused), absl::Now() + absl::Milliseconds(300)).ok()) {
   }
   starting.join();
-  absl::StatusOr<PendingOperation> posted = receiver->PostReceive(5, buffer->data(), buffer->size());
+  absl::StatusOr<PendingOperation> posted =
+      memory_owner != nullptr ? receiver->PostReceive(5, memory_owner.get(), memory_bytes)
+                              : receiver->PostReceive(5, buffer->data(), buffer->size());
   if (!posted.ok()) return posted.status();
-  posted->buffer_owner = buffer;
+  if (memory_owner != nullptr) {
+    posted->memory_owner = std::move(memory_owner);
+  } else {
+    posted->buffer_owner = buffer;
+  }
   std::vector<PendingOperation> operations = {*posted};
   return receiver->WaitAll(&operations, absl::Now() + absl::Seconds(30), absl::Milliseconds(300));
 }
@@ -315,10 +325,36 @@ TEST(UcxWorkerTest, AReceiveThatCannotEndKeepsItsBufferUntilUcxEndsIt) {
   const absl::Time give_up = absl::Now() + absl::Seconds(20);
   char unused[8];
   while ((*receiver)->lingering_receives() > 0 && absl::Now() < give_up) {
-    (*receiver)->Receive(99, unused, sizeof(unused), absl::Now() + absl::Milliseconds(50))
+    (*receiver)
+        ->Receive(99, unused, sizeof(unused), absl::Now() + absl::Milliseconds(50))
         .IgnoreError();  // progresses the worker
   }
   EXPECT_EQ((*receiver)->lingering_receives(), 0u);
+}
+
+TEST(UcxWorkerTest, AReceiveIntoAStagingBlockThatCannotEndKeepsTheBlockAlive) {
+  auto receiver = UcxWorker::Create("receiver");
+  ASSERT_TRUE(receiver.ok()) << receiver.status();
+  auto sender = std::make_unique<StalledSender>((*receiver)->address(), 64 << 20);
+  // A staging pool's block: the pool drops its reference after the failed batch.
+  std::shared_ptr<uint8_t> block(new uint8_t[64 << 20], std::default_delete<uint8_t[]>());
+  const std::weak_ptr<uint8_t> watched = block;
+  const absl::Status received =
+      ReceiveFromStalled(sender.get(), receiver->get(), nullptr, std::move(block), 64 << 20);
+  EXPECT_EQ(received.code(), absl::StatusCode::kUnavailable) << received;
+  EXPECT_EQ((*receiver)->lingering_receives(), 1u);
+  EXPECT_EQ((*receiver)->abandoned_operations(), 0);
+  EXPECT_FALSE(watched.expired());  // UCX may still write into it: the worker holds it
+  sender.reset();
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  char unused[8];
+  while ((*receiver)->lingering_receives() > 0 && absl::Now() < give_up) {
+    (*receiver)
+        ->Receive(99, unused, sizeof(unused), absl::Now() + absl::Milliseconds(50))
+        .IgnoreError();
+  }
+  EXPECT_EQ((*receiver)->lingering_receives(), 0u);
+  EXPECT_TRUE(watched.expired());  // let go once UCX ended the receive
 }
 
 TEST(UcxWorkerTest, AWorkerWithAReceiveThatCannotEndIsDroppedWithoutAborting) {
