@@ -106,7 +106,7 @@ int Run(const std::string& name, int repeats) {
     best_memcpy = std::min(best_memcpy, Seconds(start));
   }
 
-  // Two daemons over UCX vs one raw UCX message of the same bytes.
+  // Two daemons over UCX vs one raw UCX message of the bytes that cross between them.
   RankPlacement placement;
   for (const v1::RankLayout& r : scenario->sources.ranks())
     placement.Place(v1::ROLE_SOURCE, r.rank(), 0);
@@ -118,7 +118,7 @@ int Run(const std::string& name, int repeats) {
   if (!worker0.ok()) return Fail(worker0.status());
   if (!worker1.ok()) return Fail(worker1.status());
   // What crosses from the trainer daemon to the inference daemon (the rest of the plan is
-  // copies inside the inference node: replicas of one destination box).
+  // copies inside one node: replicas of a destination box, relay hops).
   int64_t crossing = 0;
   for (const v1::Batch& batch : wire.batches()) {
     for (const v1::Transfer& t : batch.transfers()) {
@@ -195,7 +195,8 @@ int Run(const std::string& name, int repeats) {
   std::printf("  local backend  %6.2f GB/s | memcpy          %6.2f GB/s | ratio %.2f\n",
               bytes / best_local / 1e9, bytes / best_memcpy / 1e9, best_memcpy / best_local);
   std::printf(
-      "  ucx, 2 daemons: epoch %.3f s, both sides (%.2f GB/s delivered); the %.1f MB between "
+      "  ucx, 2 daemons: epoch %.3f s, both sides (%.2f GB/s of the plan's bytes); the %.1f MB "
+      "between "
       "the daemons %.2f GB/s | raw UCX message of those bytes %.2f GB/s | ratio %.2f\n",
       best_ucx_plan, bytes / best_ucx_plan / 1e9, crossing / 1e6, crossing / best_ucx_plan / 1e9,
       crossing / best_ucx_raw / 1e9, best_ucx_raw / best_ucx_plan);

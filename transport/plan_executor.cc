@@ -146,12 +146,20 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
   }
   std::vector<PendingOperation> operations;
   StagingPool* host_staging = host_staging_ != nullptr ? host_staging_ : &run_memory->host_staging;
-  auto fail = [&](const absl::Status& status) {
-    // Posted operations must not outlive their buffers: cancel them now. A receive UCX
-    // could not end keeps the staging block; the next batch gets a fresh one.
-    if (!operations.empty()) {
-      worker_->WaitAll(&operations, absl::Now()).IgnoreError();
+  // An operation UCX could neither finish nor cancel keeps the staging block alive (its
+  // memory_owner); the pool then forgets that block, so no later batch reuses it.
+  auto abandon_if_left_running = [&](size_t lingering, int64_t abandoned) {
+    if (worker_->lingering_receives() > lingering || worker_->abandoned_operations() > abandoned) {
       host_staging->Abandon(-1);
+    }
+  };
+  auto fail = [&](const absl::Status& status) {
+    // Posted operations must not outlive their buffers: cancel them now.
+    if (!operations.empty()) {
+      const size_t lingering = worker_->lingering_receives();
+      const int64_t abandoned = worker_->abandoned_operations();
+      worker_->WaitAll(&operations, absl::Now()).IgnoreError();
+      abandon_if_left_running(lingering, abandoned);
     }
     return status;
   };
@@ -201,6 +209,7 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
     if (!posted.ok()) return fail(posted.status());
     operations.push_back(*posted);
     operations.back().what = absl::StrCat("the ", bytes, " bytes to daemon ", peer);
+    operations.back().memory_owner = host_staging->BlockOf(-1);
     stats->bytes_sent_to[peer] += bytes;
   }
   {
@@ -221,9 +230,11 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
     if (!sent.ok()) return fail(sent);
   }
   if (!operations.empty()) {
+    const size_t lingering = worker_->lingering_receives();
+    const int64_t abandoned = worker_->abandoned_operations();
     absl::Status done = worker_->WaitAll(&operations, deadline, stall_limit_);
     if (!done.ok()) {
-      host_staging->Abandon(-1);  // a receive may still be written (see fail)
+      abandon_if_left_running(lingering, abandoned);
       return absl::Status(done.code(), absl::StrCat("batch ", batch, ": ", done.message()));
     }
   }

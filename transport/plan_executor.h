@@ -1,8 +1,11 @@
 // Runs one refitd's part of a plan: copies between its own ranks' buffers directly, and
-// exchanges the pieces that cross to other daemons over UCX, packed per (batch, peer) into
-// one staging message each way. All of a batch's receives and sends are posted before any
-// is waited on, so two daemons sending to each other cannot deadlock; every wait ends at
-// the deadline. Ordered plans (gather_broadcast) run transfer by transfer instead.
+// exchanges the pieces that cross to other daemons: between GPU memory over NCCL (the
+// messages gpu::ScheduleStep lays out), otherwise over UCX, packed per (batch, peer) into
+// one host staging message each way (from a pool kept across epochs when the caller
+// gives one). All of a batch's receives and sends are posted before any is waited on, so
+// two daemons sending to each other cannot deadlock; every wait ends at the deadline.
+// Ordered plans (gather_broadcast) run transfer by transfer instead, each NCCL piece a
+// step of its own.
 #ifndef REFIT_TRANSPORT_PLAN_EXECUTOR_H_
 #define REFIT_TRANSPORT_PLAN_EXECUTOR_H_
 

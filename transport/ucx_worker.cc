@@ -84,6 +84,7 @@ UcxWorker::~UcxWorker() {
       new std::vector<uint8_t>(std::move(lingering.buffer));
       new std::shared_ptr<void>(std::move(lingering.memory));
     }
+    new std::vector<std::shared_ptr<void>>(std::move(abandoned_memory_));
     return;
   }
   ucp_worker_destroy(worker_);
@@ -194,6 +195,7 @@ absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl:
           // only destroying the worker ends it for sure (see abandoned_operations()).
           spdlog::error("UCX: {} would not end; leaving it", op.what);
           abandoned_requests_.push_back(op.request);
+          if (op.memory_owner != nullptr) abandoned_memory_.push_back(std::move(op.memory_owner));
           ++abandoned_;
         }
         op.request = nullptr;

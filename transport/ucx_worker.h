@@ -41,8 +41,9 @@ struct PendingOperation {
   // cancelled, the worker takes the vector's storage over (the vector is left empty) and
   // keeps it until UCX ends the receive, so a late write cannot land in freed memory.
   std::vector<uint8_t>* buffer_owner = nullptr;
-  // Receives into memory owned elsewhere (a staging pool's block): kept alive the same way
-  // while UCX may still write into it; its owner must not reuse it (StagingPool::Abandon).
+  // Memory owned elsewhere (a staging pool's block) that a receive writes or a send reads:
+  // kept alive while UCX may still touch it (a lingering receive, an abandoned send); its
+  // owner must not reuse it meanwhile (StagingPool::Abandon).
   std::shared_ptr<void> memory_owner;
 };
 
@@ -83,9 +84,10 @@ class UcxWorker {
   void SetInterrupt(const std::atomic<bool>* interrupt) { interrupt_ = interrupt; }
 
   // Operations WaitAll could neither finish nor cancel (a rendezvous whose peer vanished
-  // mid-transfer) and whose memory it could not keep (sends, receives without a
-  // buffer_owner). UCX may still touch that memory if the peer comes back, so the owner
-  // must destroy this worker before reusing any of it.
+  // mid-transfer) and that are not lingering receives (sends, receives without a
+  // buffer_owner or memory_owner). UCX may still touch their memory if the peer comes
+  // back: a memory_owner is kept with them, otherwise the owner must destroy this worker
+  // before reusing any of it.
   int64_t abandoned_operations() const { return abandoned_; }
 
   // Receives WaitAll could neither finish nor cancel, kept with their buffers until UCX
@@ -114,7 +116,8 @@ class UcxWorker {
     std::shared_ptr<void> memory;  // or there
   };
   std::vector<Lingering> lingering_;
-  std::vector<void*> abandoned_requests_;  // never freed: UCX may still complete them
+  std::vector<void*> abandoned_requests_;                // never freed: UCX may still complete them
+  std::vector<std::shared_ptr<void>> abandoned_memory_;  // their memory_owners
 };
 
 class UcxEndpoint {

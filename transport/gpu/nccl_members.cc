@@ -22,6 +22,7 @@ std::optional<v1::NcclSetup> NcclMembers(const std::vector<v1::RankPlacement>& p
       const v1::RankPlacement* src = placed(t.src());
       const v1::RankPlacement* dst = placed(t.dst());
       crosses = crosses || (src != nullptr && dst != nullptr && src->gpu() && dst->gpu() &&
+                            InGpuMemory(t.src().kind()) && InGpuMemory(t.dst().kind()) &&
                             src->daemon() != dst->daemon());
     }
   }

@@ -54,6 +54,14 @@ TEST(NcclMembersTest, HostMemoryOrOneDaemonNeedsNoGroup) {
       NcclMembers({Placed(v1::ROLE_SOURCE, 0, 0, 1), Placed(v1::ROLE_DESTINATION, 0, 0, 0)},
                   OneTransfer(0, 0))
           .has_value());
+  // GPU ranks on two daemons, but the piece goes into host scratch (gather_broadcast).
+  v1::Plan to_scratch = OneTransfer(0, 0);
+  to_scratch.mutable_batches(0)->mutable_transfers(0)->mutable_dst()->set_kind(
+      v1::ENDPOINT_DESTINATION_SCRATCH);
+  EXPECT_FALSE(
+      NcclMembers({Placed(v1::ROLE_SOURCE, 0, 0, 1), Placed(v1::ROLE_DESTINATION, 0, 1, 0)},
+                  to_scratch)
+          .has_value());
 }
 
 }  // namespace

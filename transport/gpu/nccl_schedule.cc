@@ -35,6 +35,7 @@ CommunicatorRanks CommunicatorRanks::FromSetup(
 }
 
 std::optional<std::pair<int32_t, int32_t>> CommunicatorRanks::PairOf(const v1::Transfer& t) const {
+  if (!InGpuMemory(t.src().kind()) || !InGpuMemory(t.dst().kind())) return std::nullopt;
   auto from = of_.find(RankKey{EndpointRole(t.src().kind()), t.src().rank()});
   auto to = of_.find(RankKey{EndpointRole(t.dst().kind()), t.dst().rank()});
   if (from == of_.end() || to == of_.end()) return std::nullopt;

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "google/protobuf/repeated_ptr_field.h"
 #include "proto/refit.pb.h"
+#include "transport/gpu/nccl_members.h"
 #include "transport/rank_key.h"
 
 namespace refit::transport::gpu {
@@ -46,8 +47,9 @@ class CommunicatorRanks {
       const google::protobuf::RepeatedPtrField<v1::RankPlacement>& placement);
 
   // The communicator ranks (sender, receiver) of `t` when it goes over NCCL: both of its
-  // endpoints on member GPUs of different daemons. nullopt otherwise (a copy within a
-  // daemon, or host memory on either side, which UCX carries).
+  // endpoints in GPU memory (InGpuMemory) of member GPUs of different daemons. nullopt
+  // otherwise (a copy within a daemon, or host memory on either side, scratch included,
+  // which UCX carries).
   std::optional<std::pair<int32_t, int32_t>> PairOf(const v1::Transfer& t) const;
 
   int32_t DaemonOf(int32_t communicator_rank) const { return members_[communicator_rank].first; }

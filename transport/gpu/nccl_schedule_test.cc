@@ -26,7 +26,7 @@ struct Scheduled {
   absl::Status built;
   std::map<int32_t, GpuSchedule> schedules;
   int64_t nccl_bytes = 0;        // what the schedules send
-  int64_t cross_host_bytes = 0;  // what the plan moves between GPUs of different hosts
+  int64_t cross_host_bytes = 0;  // what the plan moves between GPU memory of different hosts
 };
 
 // Whether a rank's buffers are GPU memory (else host memory, which UCX carries).
@@ -77,7 +77,8 @@ Scheduled ScheduleEverywhere(
       const v1::Role dst_role = EndpointRole(t.dst().kind());
       if (*placement.DaemonOf(src_role, t.src().rank()) !=
               *placement.DaemonOf(dst_role, t.dst().rank()) &&
-          on_gpu(src_role, t.src().rank()) && on_gpu(dst_role, t.dst().rank())) {
+          on_gpu(src_role, t.src().rank()) && on_gpu(dst_role, t.dst().rank()) &&
+          InGpuMemory(t.src().kind()) && InGpuMemory(t.dst().kind())) {
         out.cross_host_bytes += t.bytes();
       }
     }
