@@ -309,6 +309,16 @@ absl::Status ReceiveFromStalled(StalledSender* sender, UcxWorker* receiver,
   return receiver->WaitAll(&operations, absl::Now() + absl::Seconds(30), absl::Milliseconds(300));
 }
 
+// Progresses `worker` (through short receives of nothing) until no receive lingers, for
+// at most 20 seconds.
+void ProgressWhileReceivesLinger(UcxWorker* worker) {
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  char unused[8];
+  while (worker->lingering_receives() > 0 && absl::Now() < give_up) {
+    worker->Receive(99, unused, sizeof(unused), absl::Now() + absl::Milliseconds(50)).IgnoreError();
+  }
+}
+
 TEST(UcxWorkerTest, AReceiveThatCannotEndKeepsItsBufferUntilUcxEndsIt) {
   auto receiver = UcxWorker::Create("receiver");
   ASSERT_TRUE(receiver.ok()) << receiver.status();
@@ -322,13 +332,7 @@ TEST(UcxWorkerTest, AReceiveThatCannotEndKeepsItsBufferUntilUcxEndsIt) {
   EXPECT_EQ((*receiver)->abandoned_operations(), 0);
   // The sender goes away: UCX fails the receive, and the worker lets it go.
   sender.reset();
-  const absl::Time give_up = absl::Now() + absl::Seconds(20);
-  char unused[8];
-  while ((*receiver)->lingering_receives() > 0 && absl::Now() < give_up) {
-    (*receiver)
-        ->Receive(99, unused, sizeof(unused), absl::Now() + absl::Milliseconds(50))
-        .IgnoreError();  // progresses the worker
-  }
+  ProgressWhileReceivesLinger(receiver->get());
   EXPECT_EQ((*receiver)->lingering_receives(), 0u);
 }
 
@@ -346,13 +350,7 @@ TEST(UcxWorkerTest, AReceiveIntoAStagingBlockThatCannotEndKeepsTheBlockAlive) {
   EXPECT_EQ((*receiver)->abandoned_operations(), 0);
   EXPECT_FALSE(watched.expired());  // UCX may still write into it: the worker holds it
   sender.reset();
-  const absl::Time give_up = absl::Now() + absl::Seconds(20);
-  char unused[8];
-  while ((*receiver)->lingering_receives() > 0 && absl::Now() < give_up) {
-    (*receiver)
-        ->Receive(99, unused, sizeof(unused), absl::Now() + absl::Milliseconds(50))
-        .IgnoreError();
-  }
+  ProgressWhileReceivesLinger(receiver->get());
   EXPECT_EQ((*receiver)->lingering_receives(), 0u);
   EXPECT_TRUE(watched.expired());  // let go once UCX ended the receive
 }
