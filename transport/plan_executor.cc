@@ -312,12 +312,7 @@ absl::Status PlanExecutor::RunNcclStep(const std::vector<const v1::Transfer*>& t
     }
     sizes_by_device[ranks.DeviceOf(message.gpu)].push_back(message.call.bytes);
   }
-  std::unique_ptr<StagingPool> own_pool;
-  StagingPool* pool = device_staging_;
-  if (pool == nullptr) {
-    own_pool = std::make_unique<StagingPool>(DeviceStagingAllocator());
-    pool = own_pool.get();
-  }
+  StagingPool* pool = device_staging_ != nullptr ? device_staging_ : &run_memory->device_staging;
   std::vector<uint8_t*> staging(messages.size(), nullptr);
   for (const auto& [device, sizes] : sizes_by_device) {
     absl::StatusOr<std::vector<uint8_t*>> carved = pool->Carve(device, sizes);
@@ -425,7 +420,7 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
   RunMemory run_memory{
       ScratchArena(buffers_.tensors()),
       RelayBuffers(buffers_.tensors(), RelayBufferAllocator(DeviceStagingAllocator())),
-      StagingPool(HostStagingAllocator())};
+      StagingPool(HostStagingAllocator()), StagingPool(DeviceStagingAllocator())};
   // This daemon's relay buffers, laid out in one block per device before the run.
   absl::Status relays = run_memory.relays.Prepare(
       plan,

@@ -117,11 +117,12 @@ class PlanExecutor {
 
  private:
   // Memory one run creates and frees: full-tensor scratch (gather_broadcast), relay
-  // buffers (reshard), and host staging when the caller keeps none across runs.
+  // buffers (reshard), and host and GPU staging when the caller keeps none across runs.
   struct RunMemory {
     ScratchArena scratch;
     RelayBuffers relays;
     StagingPool host_staging;
+    StagingPool device_staging;
   };
   struct Resolved {
     const v1::Transfer* transfer;
