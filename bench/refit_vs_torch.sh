@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# refit's live refit against the refits a user writes with torch.distributed, side by side
+# on this machine, same layouts (dsv3-mini, PP2 x EP2 -> TP2 x DP2, 1.18 GB delivered),
+# alternating within each round:
+#   refit          two refitd (trainer node, inference node), a coordinator, the synthetic
+#                  ranks in shared memory; the coordinator's epoch time; checksums on
+#   refit -cksum   the same with the job's skipChecksums (what integrity checks cost)
+#   torch g+b      gather onto one trainer rank per tensor, broadcast to every inference rank
+#   torch p2p      only the overlapping pieces, one message per (source, destination) pair
+#   memcpy         one copy of the delivered bytes in one process: the bound on this machine
+# The first epoch (connections, first touch) is shown apart; "warm" is the median of the
+# others over all rounds. Every system checks every delivered byte after each epoch.
+#   bench/refit_vs_torch.sh BIN_DIR [ROUNDS] [EPOCHS]
+# BIN_DIR holds refitd, refit-coordinator, refit-synthetic-ranks and refitctl.
+set -euo pipefail
+bin=$(cd "$1" && pwd)
+rounds=${2:-3}
+epochs=${3:-4}
+here=$(cd "$(dirname "$0")/.." && pwd)
+source "$here/tests/e2e/cluster.sh"
+open_work vs-torch
+python=/usr/bin/python3  # Debian's, with python3-torch
+model=dsv3-mini
+source_parallel=pp=2,ep=2
+destination_parallel=tp=2,dp=2
+"$bin/refitctl" plan --model "$model" --src-parallel "$source_parallel" \
+  --dst-parallel "$destination_parallel" --layouts-out "$work/layouts" > /dev/null
+results=$work/results  # lines: SYSTEM EPOCH SECONDS GB
+: > "$results"
+
+# refit_live NAME SKIP_CHECKSUMS: one cluster, $epochs versions.
+refit_live() {
+  cat > "$work/job.json" <<JSON
+{"name": "bench", "model": "$model", "sourceParallel": "$source_parallel",
+ "destinationParallel": "$destination_parallel", "epochDeadlineMs": 120000,
+ "skipChecksums": $2}
+JSON
+  start_coordinator "$work/job.json"
+  start_daemons train-node-0 infer-node-0
+  "$bin/refit-synthetic-ranks" --side=destination --model="$model" --host=infer-node-0 \
+    --socket="$work/infer-node-0.sock" --versions="$epochs" --ack_dir="$work" \
+    > "$work/inference-ranks.log" 2>&1 &
+  pids+=($!)
+  local inference_ranks=$!
+  for _ in $(seq 600); do destinations_seen 4 && break; sleep 0.1; done
+  "$bin/refit-synthetic-ranks" --side=source --model="$model" --host=train-node-0 \
+    --socket="$work/train-node-0.sock" --coordinator="$coordinator" --versions="$epochs" \
+    --ack_dir="$work" > "$work/trainer-ranks.log" 2>&1 || { cat "$work"/*.log; exit 1; }
+  wait "$inference_ranks" || { cat "$work"/*.log; exit 1; }
+  # Every version was checked byte for byte by the inference ranks.
+  (($(grep -c "^version [0-9]*: 0 of" "$work/inference-ranks.log") == epochs)) ||
+    { cat "$work/inference-ranks.log"; exit 1; }
+  # "epoch bench-1: version 1, 1180.0 MB in 0.812 s (1.45 GB/s)"
+  awk -v name="$1" '/^epoch / { print name, ++n, $(NF - 3), $(NF - 6) / 1000 }' \
+    "$work/trainer-ranks.log" >> "$results"
+  stop_all
+  rm -f "$work"/verified-* "$work"/*.sock
+}
+
+# torch_baseline NAME STRATEGY
+torch_baseline() {
+  "$python" "$here/bench/torch_refit_baselines.py" --layouts "$work/layouts" \
+    --strategy "$2" --rounds "$epochs" > "$work/torch.log" 2>&1 || { cat "$work/torch.log"; exit 1; }
+  # "torch p2p round 2: 0.445 s, 1.18 GB delivered, 2.66 GB/s, 0 wrong"
+  (($(grep -c ", 0 wrong$" "$work/torch.log") == epochs)) || { cat "$work/torch.log"; exit 1; }
+  awk -v name="$1" '/^torch / { sub(":", "", $4); print name, $4, $5, $7 }' \
+    "$work/torch.log" >> "$results"
+}
+
+memcpy_bound() {
+  "$python" - "$1" >> "$results" <<'PY'
+import sys, time, torch
+torch.set_num_threads(1)
+size = int(float(sys.argv[1]) * 1e9)
+source, destination = torch.ones(size, dtype=torch.uint8), torch.zeros(size, dtype=torch.uint8)
+for epoch in (1, 2, 3):
+    start = time.perf_counter()
+    destination.copy_(source)
+    print("memcpy", epoch, f"{time.perf_counter() - start:.4f}", size / 1e9)
+PY
+}
+
+for round in $(seq "$rounds"); do
+  echo "round $round of $rounds" >&2
+  refit_live refit false
+  refit_live "refit -cksum" true
+  torch_baseline "torch g+b" gather_broadcast
+  torch_baseline "torch p2p" p2p
+done
+gigabytes=$(awk 'NR == 1 { print $4 }' "$results")
+memcpy_bound "$gigabytes"
+
+# Table: per system, median first epoch, median warm epoch, GB/s warm, ratios to refit.
+"$python" - "$results" <<'PY'
+import statistics, sys
+systems = {}
+for line in open(sys.argv[1]):
+    *name, epoch, seconds, gigabytes = line.split()
+    entry = systems.setdefault(" ".join(name), {"first": [], "warm": [], "gb": float(gigabytes)})
+    entry["first" if epoch == "1" else "warm"].append(float(seconds))
+refit = statistics.median(systems["refit"]["warm"])
+print(f"{'system':<14} {'first s':>8} {'warm s':>8} {'warm range':>14} {'GB/s':>6} "
+      f"{'/ refit':>8}")
+for name, entry in systems.items():
+    warm = statistics.median(entry["warm"])
+    print(f"{name:<14} {statistics.median(entry['first']):8.3f} {warm:8.3f} "
+          f"{min(entry['warm']):6.3f}-{max(entry['warm']):<7.3f} {entry['gb'] / warm:6.2f} "
+          f"{warm / refit:8.2f}")
+PY
