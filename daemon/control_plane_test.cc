@@ -345,7 +345,7 @@ TEST_F(ControlPlaneTest, ACorruptedViewAbortsTheEpochAndTheWaitersLearnWhatTheBu
   // The inference daemon restarts with the corruption-injection flag for version 1.
   inference_link_.reset();
   inference_link_ = std::make_unique<CoordinatorLink>(address_, "inference", &inference_);
-  faults::CorruptAfterEpoch("inference", 1);
+  faults::CorruptOnTheWay("inference", 1);
   inference_link_->Start();
   ASSERT_TRUE(GroupSeen(2, 2));
   PublishAll(&trainer_, sources_, 1);
@@ -404,7 +404,7 @@ TEST_F(ControlPlaneTest, AStagedDestinationKeepsItsBuffersThroughAFailedEpoch) {
   }
   inference_link_.reset();
   inference_link_ = std::make_unique<CoordinatorLink>(address_, "inference", &inference_);
-  faults::CorruptAfterEpoch("inference", 1);
+  faults::CorruptOnTheWay("inference", 1);
   inference_link_->Start();
   for (v1::RankLayout& r : *destinations_.mutable_ranks()) {
     r.set_staged(true);

@@ -1,6 +1,7 @@
 #include "daemon/epoch_executor.h"
 
 #include <algorithm>
+#include <future>
 #include <memory>
 #include <optional>
 #include <set>
@@ -153,8 +154,22 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
   std::unique_ptr<transport::DestinationSink> buckets = registry_->bucket_streams().SinkFor(
       buffers, destinations_here,
       BucketStreams::EpochContext{execute.epoch_id(), execute.version(), deadline, interrupt_});
-  executor.UseSink(buckets.get(), execute.checksums());
+  executor.UseSink(buckets.get());
+  executor.HashPieces(execute.checksums());
   executor.OnProgress(progress);
+  executor.OnMessageReceived([&](uint8_t* message, int64_t bytes) {
+    OnMessageReceived(node_, execute.epoch_id(), execute.version(), message, bytes);
+  });
+  // Source views do not change during an epoch: their checksums are taken on another
+  // thread while the data plane runs, not after it. (The future waits in its destructor,
+  // so the hashing ends before the buffers' hold does, also when the epoch fails.)
+  std::future<absl::StatusOr<std::vector<v1::ViewChecksum>>> source_view_checksums;
+  if (execute.checksums()) {
+    source_view_checksums =
+        std::async(std::launch::async, [sources = RegistrationsOf(v1::ROLE_SOURCE), buffers] {
+          return ChecksumViews(sources, *buffers);
+        });
+  }
   absl::StatusOr<transport::ExecutionStats> stats =
       executor.Run(slice.plan(), execute.epoch_number(), deadline);
   if (!stats.ok()) return fail(stats.status());
@@ -164,25 +179,23 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
     finish->set_rank(rank);
     finish->set_seconds(seconds);
   }
-  AfterDataPlane(node_, execute.epoch_id(), execute.version(), registry_->Registrations(), buffers);
   if (execute.checksums()) {
+    absl::StatusOr<std::vector<v1::ViewChecksum>> checksums = source_view_checksums.get();
+    if (!checksums.ok()) return fail(checksums.status());
     // Where every destination byte arrives by a view-to-view piece (unordered plans), the
     // piece checksums cover the destination views; their view checksums would hash the
-    // same bytes again. Source views are still compared (data-parallel trainers must
-    // agree). Ordered plans go through scratch buffers: there every view is hashed.
-    std::vector<v1::RankRegistration> hashed = registry_->Registrations();
-    if (!slice.plan().ordered_batches()) {
-      hashed.erase(std::remove_if(hashed.begin(), hashed.end(),
-                                  [](const v1::RankRegistration& r) {
-                                    return r.role() == v1::ROLE_DESTINATION;
-                                  }),
-                   hashed.end());
+    // same bytes again. Ordered plans go through scratch buffers: there every view is hashed.
+    if (slice.plan().ordered_batches()) {
+      absl::StatusOr<std::vector<v1::ViewChecksum>> destination_checksums =
+          ChecksumViews(RegistrationsOf(v1::ROLE_DESTINATION), *buffers);
+      if (!destination_checksums.ok()) return fail(destination_checksums.status());
+      checksums->insert(checksums->end(), destination_checksums->begin(),
+                        destination_checksums->end());
     }
-    absl::StatusOr<std::vector<v1::ViewChecksum>> checksums = ChecksumViews(hashed, *buffers);
-    if (!checksums.ok()) return fail(checksums.status());
     for (v1::ViewChecksum& c : *checksums) *done.add_checksums() = std::move(c);
+    // Pieces hashed as they were packed, copied or unpacked keep those hashes.
     absl::StatusOr<std::vector<v1::PieceChecksum>> pieces = ChecksumPieces(
-        slice.plan(), placement, slice.daemon_index(), *buffers, &stats->bucketed_piece_hashes);
+        slice.plan(), placement, slice.daemon_index(), *buffers, &stats->piece_hashes);
     if (!pieces.ok()) return fail(pieces.status());
     for (v1::PieceChecksum& p : *pieces) *done.add_pieces() = std::move(p);
   }
@@ -191,6 +204,14 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
                 execute.epoch_id(), stats->transfers, stats->bytes, done.seconds());
   done.set_ok(true);
   return done;
+}
+
+std::vector<v1::RankRegistration> EpochExecutor::RegistrationsOf(v1::Role role) const {
+  std::vector<v1::RankRegistration> of_role = registry_->Registrations();
+  of_role.erase(std::remove_if(of_role.begin(), of_role.end(),
+                               [role](const v1::RankRegistration& r) { return r.role() != role; }),
+                of_role.end());
+  return of_role;
 }
 
 void EpochExecutor::RecordStats(const std::string& epoch_id, const v1::PlanSlice& slice,

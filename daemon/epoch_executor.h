@@ -50,6 +50,8 @@ class EpochExecutor {
   v1::EpochDone Execute(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
                         const std::set<int64_t>& destinations_here, transport::BufferMap* buffers,
                         const Progress& progress);
+  // The registrations of this daemon's ranks of one side.
+  std::vector<v1::RankRegistration> RegistrationsOf(v1::Role role) const;
   void RecordStats(const std::string& epoch_id, const v1::PlanSlice& slice,
                    const transport::ExecutionStats& stats);
 

@@ -3,7 +3,6 @@
 
 namespace refit::daemon {
 
-void AfterDataPlane(const std::string&, const std::string&, int64_t,
-                    const std::vector<v1::RankRegistration>&, transport::BufferMap*) {}
+void OnMessageReceived(const std::string&, const std::string&, int64_t, uint8_t*, int64_t) {}
 
 }  // namespace refit::daemon

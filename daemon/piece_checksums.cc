@@ -39,6 +39,17 @@ bool ReadsWholeBuffer(const v1::Transfer& t) {
                     t.src().buffer_extent().end());
 }
 
+// The hash of a transfer's end the executor took as it moved the piece, if it did.
+std::optional<uint64_t> TakenOnTheWay(const transport::PieceHashes* on_the_way, bool destination,
+                                      int64_t sequence) {
+  if (on_the_way == nullptr) return std::nullopt;
+  const std::map<int64_t, uint64_t>& taken =
+      destination ? on_the_way->at_destination : on_the_way->at_source;
+  auto hash = taken.find(sequence);
+  if (hash == taken.end()) return std::nullopt;
+  return hash->second;
+}
+
 std::string Describe(const v1::Endpoint& e) {
   if (IsRelayBuffer(e)) {
     return absl::StrCat("relay buffer ", e.relay_buffer(), " of source rank ", e.rank());
@@ -51,7 +62,7 @@ std::string Describe(const v1::Endpoint& e) {
 
 absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
     const v1::Plan& slice, const transport::RankPlacement& placement, int32_t self,
-    const transport::BufferMap& buffers, const std::map<int64_t, uint64_t>* bucketed) {
+    const transport::BufferMap& buffers, const transport::PieceHashes* on_the_way) {
   std::vector<v1::PieceChecksum> out;
   // A source box sent to several replicas is hashed once.
   std::map<std::tuple<int, int64_t, int32_t, std::string, transport::Dims, transport::Dims>,
@@ -68,16 +79,14 @@ absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
         const v1::Role role = transport::EndpointRole(end.kind());
         absl::StatusOr<int32_t> daemon = placement.DaemonOf(role, end.rank());
         if (!daemon.ok() || *daemon != self) continue;
-        if (destination && buffers.IsBucketed(end.rank())) {
-          if (bucketed == nullptr) continue;
-          auto handed = bucketed->find(t.sequence());
-          if (handed == bucketed->end()) continue;
+        if (std::optional<uint64_t> taken = TakenOnTheWay(on_the_way, destination, t.sequence())) {
           v1::PieceChecksum& checksum = out.emplace_back();
           checksum.set_sequence(t.sequence());
-          checksum.set_destination(true);
-          checksum.set_xxh64(handed->second);
+          checksum.set_destination(destination);
+          checksum.set_xxh64(*taken);
           continue;
         }
+        if (destination && buffers.IsBucketed(end.rank())) continue;  // handed over, gone
         auto [known, fresh] =
             hashed.try_emplace({role, end.rank(), end.view(), t.tensor(), offset, extent}, 0);
         if (fresh) {

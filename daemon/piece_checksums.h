@@ -18,17 +18,18 @@
 #include "absl/status/statusor.h"
 #include "proto/refit.pb.h"
 #include "transport/buffer_map.h"
+#include "transport/execution_stats.h"
 #include "transport/plan_executor.h"
 
 namespace refit::daemon {
 
 // This daemon's (`self`) ends of the view-to-view transfers of `slice` in host memory.
-// The destination end of a piece into a bucketed rank is the hash taken as it was handed
-// to the bucket (`bucketed`, by transfer sequence; left out when absent).
+// An end hashed on the way (`on_the_way`, the executor's ExecutionStats::piece_hashes)
+// keeps that hash; the others are hashed now, through `buffers`. The destination end of a
+// piece into a bucketed rank exists only as hashed on the way (left out when absent).
 absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
     const v1::Plan& slice, const transport::RankPlacement& placement, int32_t self,
-    const transport::BufferMap& buffers,
-    const std::map<int64_t, uint64_t>* bucketed = nullptr);
+    const transport::BufferMap& buffers, const transport::PieceHashes* on_the_way = nullptr);
 
 // Compares both ends of every transfer of `plan` that has them. Returns how many transfers
 // were compared, or DATA_LOSS naming the first piece whose ends differ.

@@ -100,6 +100,42 @@ TEST(PieceChecksumsTest, AFlippedDestinationByteNamesThePiece) {
       << compared.status();
 }
 
+// Ends the executor hashed on the way are reported as it hashed them, not hashed again:
+// equal hashes give the same report, and one that differs (what a byte that changed on its
+// way would give) is the mismatch named.
+TEST(PieceChecksumsTest, EndsHashedOnTheWayAreReportedAsTaken) {
+  Executed run;
+  ASSERT_NO_FATAL_FAILURE(ExecuteRowsToColumns(&run));
+  auto after = ChecksumPieces(run.plan, run.placement, 0, *run.buffers);
+  ASSERT_TRUE(after.ok()) << after.status();
+  transport::PieceHashes on_the_way;
+  for (const v1::PieceChecksum& p : *after) {
+    (p.destination() ? on_the_way.at_destination : on_the_way.at_source)[p.sequence()] = p.xxh64();
+  }
+  auto taken = ChecksumPieces(run.plan, run.placement, 0, *run.buffers, &on_the_way);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  ASSERT_EQ(taken->size(), after->size());
+  for (size_t i = 0; i < after->size(); ++i) {
+    EXPECT_EQ((*taken)[i].SerializeAsString(), (*after)[i].SerializeAsString()) << i;
+  }
+  const int64_t changed = on_the_way.at_destination.begin()->first;
+  on_the_way.at_destination[changed] ^= 1;
+  taken = ChecksumPieces(run.plan, run.placement, 0, *run.buffers, &on_the_way);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  absl::StatusOr<int64_t> compared = ComparePieceChecksums(run.plan, *taken);
+  ASSERT_EQ(compared.status().code(), absl::StatusCode::kDataLoss);
+  const v1::Transfer* named = nullptr;
+  for (const v1::Batch& batch : run.plan.batches()) {
+    for (const v1::Transfer& t : batch.transfers()) {
+      if (t.sequence() == changed) named = &t;
+    }
+  }
+  ASSERT_NE(named, nullptr);
+  EXPECT_TRUE(absl::StrContains(compared.status().message(),
+                                absl::StrCat("destination rank ", named->dst().rank())))
+      << compared.status();
+}
+
 TEST(PieceChecksumsTest, OnlyTheDaemonsOwnEndsAreHashed) {
   Executed run;
   ASSERT_NO_FATAL_FAILURE(ExecuteRowsToColumns(&run));

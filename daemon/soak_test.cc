@@ -117,7 +117,7 @@ TEST(SoakTest, AThousandEpochsWithFaultsLeakNothing) {
     if (fault != 2) {
       ASSERT_TRUE(trainer.Publish(1, version).ok());
     }
-    if (fault == 1) faults::CorruptAfterEpoch("inference", version);
+    if (fault == 1) faults::CorruptOnTheWay("inference", version);
     if (fault == 3) {
       ASSERT_TRUE(inference.Deregister(v1::ROLE_DESTINATION, 1).ok());
       for (int i = 0; i < 500 && cluster.RankCount(v1::ROLE_DESTINATION) != 1; ++i) {

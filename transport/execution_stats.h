@@ -11,6 +11,15 @@
 
 namespace refit::transport {
 
+// XXH3-64 of the boxes transfers moved (HashBox), taken while they were copied, by transfer
+// sequence: at the transfer's source view as it was read (packed or copied), and at its
+// destination view as it was written (for a bucketed rank: as it was handed to the sink).
+// Host memory only: ends in GPU memory are not hashed.
+struct PieceHashes {
+  std::map<int64_t, uint64_t> at_source;
+  std::map<int64_t, uint64_t> at_destination;
+};
+
 struct ExecutionStats {
   int64_t transfers = 0;
   int64_t bytes = 0;
@@ -29,9 +38,8 @@ struct ExecutionStats {
   int64_t relay_buffer_peak_bytes = 0;
   int64_t relay_buffers_left = 0;
   int64_t relay_buffer_block_bytes = 0;
-  // Pieces handed to the destination sink (bucketed ranks), by transfer sequence: the
-  // XXH3-64 of each box as handed over (host memory only; PlanExecutor only).
-  std::map<int64_t, uint64_t> bucketed_piece_hashes;
+  // With PlanExecutor::HashPieces: the hashes taken on the way.
+  PieceHashes piece_hashes;
 };
 
 }  // namespace refit::transport

@@ -23,6 +23,10 @@ uint64_t MessageTag(uint32_t epoch, bool ordered, int64_t index, int32_t sender)
 Dims OffsetOf(const v1::Transfer& t) { return Dims(t.offset().begin(), t.offset().end()); }
 Dims ExtentOf(const v1::Transfer& t) { return Dims(t.extent().begin(), t.extent().end()); }
 
+bool IsView(const v1::Endpoint& e) {
+  return e.kind() == v1::ENDPOINT_SOURCE_VIEW || e.kind() == v1::ENDPOINT_DESTINATION_VIEW;
+}
+
 int64_t Volume(const Dims& extent) {
   int64_t v = 1;
   for (int64_t e : extent) v *= e;
@@ -98,14 +102,15 @@ absl::Status PlanExecutor::CopyLocal(const v1::Transfer& t, RunMemory* run_memor
                                      ExecutionStats* stats, gpu::DeviceCopyChain* copies) {
   absl::StatusOr<ConstStridedRef> from = LocateSource(t.src(), t, run_memory);
   if (!from.ok()) return from.status();
-  return WriteDestination(t, *from, run_memory, stats, copies);
+  return WriteDestination(t, *from, /*from_source_end=*/IsView(t.src()), run_memory, stats, copies);
 }
 
 absl::Status PlanExecutor::WriteDestination(const v1::Transfer& t, const ConstStridedRef& from,
-                                            RunMemory* run_memory, ExecutionStats* stats,
-                                            gpu::DeviceCopyChain* copies) {
+                                            bool from_source_end, RunMemory* run_memory,
+                                            ExecutionStats* stats, gpu::DeviceCopyChain* copies) {
   const Dims extent = ExtentOf(t);
   const int element_bytes = buffers_.tensors().at(t.tensor()).element_bytes;
+  PieceHashes& hashes = stats->piece_hashes;
   if (sink_ != nullptr && t.dst().kind() == v1::ENDPOINT_DESTINATION_VIEW &&
       sink_->Takes(t.dst().rank())) {
     const Dims offset = OffsetOf(t);
@@ -114,16 +119,27 @@ absl::Status PlanExecutor::WriteDestination(const v1::Transfer& t, const ConstSt
     if (!inside.ok()) return InTransfer(inside, t);
     // The sink reads `from` now, which a pending copy may still be writing.
     if (absl::Status waited = copies->Wait(); !waited.ok()) return InTransfer(waited, t);
-    if (hash_sink_pieces_ && from.device < 0) {
-      stats->bucketed_piece_hashes[t.sequence()] = HashBox(extent, element_bytes, from);
+    if (hash_pieces_ && from.device < 0) {
+      const uint64_t handed = HashBox(extent, element_bytes, from);
+      hashes.at_destination[t.sequence()] = handed;
+      if (from_source_end) hashes.at_source[t.sequence()] = handed;
     }
     return InTransfer(sink_->Write(t.dst().rank(), t.tensor(), offset, extent, element_bytes, from),
                       t);
   }
   absl::StatusOr<StridedRef> to = LocateDestination(t.dst(), t, run_memory);
   if (!to.ok()) return to.status();
-  absl::Status copied = InTransfer(copies->Copy(extent, element_bytes, from, *to), t);
+  const bool in_host_memory = hash_pieces_ && from.device < 0 && to->device < 0;
+  const bool hash_source = in_host_memory && from_source_end;
+  const bool hash_destination = in_host_memory && t.dst().kind() == v1::ENDPOINT_DESTINATION_VIEW;
+  uint64_t source_hash = 0, destination_hash = 0;
+  absl::Status copied = InTransfer(
+      copies->Copy(extent, element_bytes, from, *to, hash_source ? &source_hash : nullptr,
+                   hash_destination ? &destination_hash : nullptr),
+      t);
   if (!copied.ok()) return copied;
+  if (hash_source) hashes.at_source[t.sequence()] = source_hash;
+  if (hash_destination) hashes.at_destination[t.sequence()] = destination_hash;
   stats->runs += CountRuns(extent, from.strides, to->strides);
   return absl::OkStatus();
 }
@@ -247,6 +263,7 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
                                               expected));
     }
     stats->bytes_received_from[peer] += expected;
+    if (on_message_received_) on_message_received_(staging[message], expected);
     absl::Status unpacked = CopyPieces(list, staging[message++], /*staging_device=*/-1,
                                        /*pack=*/false, run_memory, stats);
     if (!unpacked.ok()) return unpacked;
@@ -273,15 +290,21 @@ absl::Status PlanExecutor::CopyPieces(const std::vector<const v1::Transfer*>& li
     const int element_bytes = buffers_.tensors().at(t->tensor()).element_bytes;
     const StridedRef dense{cursor, RowMajorStrides(extent), staging_device};
     if (!pack) {
-      absl::Status unpacked = WriteDestination(*t, dense, run_memory, stats, &copies);
+      absl::Status unpacked =
+          WriteDestination(*t, dense, /*from_source_end=*/false, run_memory, stats, &copies);
       if (!unpacked.ok()) return unpacked;
       cursor += Volume(extent) * element_bytes;
       continue;
     }
     absl::StatusOr<ConstStridedRef> side = LocateSource(t->src(), *t, run_memory);
     if (!side.ok()) return side.status();
-    absl::Status copied = InTransfer(copies.Copy(extent, element_bytes, *side, dense), *t);
+    const bool hash_source =
+        hash_pieces_ && IsView(t->src()) && side->device < 0 && staging_device < 0;
+    uint64_t source_hash = 0;
+    absl::Status copied = InTransfer(
+        copies.Copy(extent, element_bytes, *side, dense, hash_source ? &source_hash : nullptr), *t);
     if (!copied.ok()) return copied;
+    if (hash_source) stats->piece_hashes.at_source[t->sequence()] = source_hash;
     stats->runs += CountRuns(extent, side->strides, dense.strides);
     cursor += Volume(extent) * element_bytes;
   }
@@ -406,8 +429,10 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
           worker_->Receive(MessageTag(epoch, true, ordinal, r.src_daemon), &staging, deadline);
       if (!got.ok()) return got.status();
       stats->bytes_received_from[r.src_daemon] += *got;
+      if (on_message_received_) on_message_received_(staging.data(), *got);
       gpu::DeviceCopyChain copies;  // the staging is reused for the next transfer
-      absl::Status unpacked = WriteDestination(t, dense, run_memory, stats, &copies);
+      absl::Status unpacked =
+          WriteDestination(t, dense, /*from_source_end=*/false, run_memory, stats, &copies);
       if (unpacked.ok()) unpacked = copies.Wait();
       if (!unpacked.ok()) return unpacked;
     }

@@ -98,11 +98,18 @@ class PlanExecutor {
   void SetStallLimit(absl::Duration limit) { stall_limit_ = limit; }
 
   // Pieces for bucketed destination ranks go to `sink` (kept by the caller), which is
-  // finished after the last batch. With `hash_pieces`, each such piece is hashed as it is
-  // handed over (ExecutionStats::bucketed_piece_hashes), for the piece checksums.
-  void UseSink(DestinationSink* sink, bool hash_pieces) {
-    sink_ = sink;
-    hash_sink_pieces_ = hash_pieces;
+  // finished after the last batch.
+  void UseSink(DestinationSink* sink) { sink_ = sink; }
+
+  // Hashes every piece in host memory at its views as it is packed, copied, unpacked or
+  // handed to the sink (ExecutionStats::piece_hashes), for the piece checksums: the bytes
+  // are hashed while they are in cache instead of read again after the run.
+  void HashPieces(bool hash) { hash_pieces_ = hash; }
+
+  // Called with each host-memory message received from another daemon, before its pieces
+  // are unpacked (where refitd's test builds damage an epoch on purpose).
+  void OnMessageReceived(std::function<void(uint8_t* message, int64_t bytes)> received) {
+    on_message_received_ = std::move(received);
   }
 
   // Sends pieces between GPU buffers of different daemons over NCCL instead of UCX.
@@ -163,9 +170,10 @@ class PlanExecutor {
                          gpu::DeviceCopyChain* copies);
   // Writes transfer `t`'s box, read from `from`, where its destination endpoint is: its
   // memory (a copy issued on `copies`), or the sink for a bucketed rank (at once, after
-  // waiting for `copies`).
+  // waiting for `copies`). `from_source_end`: `from` is `t`'s source endpoint itself (a
+  // local copy), not staging, so with HashPieces its hash is that end's too.
   absl::Status WriteDestination(const v1::Transfer& t, const ConstStridedRef& from,
-                                RunMemory* run_memory, ExecutionStats* stats,
+                                bool from_source_end, RunMemory* run_memory, ExecutionStats* stats,
                                 gpu::DeviceCopyChain* copies);
   UcxEndpoint* PeerOf(int32_t daemon) const;
 
@@ -175,13 +183,14 @@ class PlanExecutor {
   UcxWorker* worker_;
   std::vector<UcxEndpoint*> peers_;
   std::function<void(int64_t)> progress_;
+  std::function<void(uint8_t*, int64_t)> on_message_received_;
   const std::atomic<bool>* interrupt_ = nullptr;
   absl::Duration stall_limit_ = absl::InfiniteDuration();
   const NcclRoute* nccl_ = nullptr;
   StagingPool* device_staging_ = nullptr;
   StagingPool* host_staging_ = nullptr;
   DestinationSink* sink_ = nullptr;
-  bool hash_sink_pieces_ = false;
+  bool hash_pieces_ = false;
 };
 
 // Device memory for a StagingPool (cudaMalloc); UNIMPLEMENTED without CUDA in the build.

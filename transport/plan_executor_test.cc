@@ -95,6 +95,7 @@ std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
       PlanExecutor executor(daemons[d].buffers.get(), placement, d, daemons[d].worker.get(), peers);
       executor.SetInterrupt(interrupt);
       executor.UseHostStaging(&daemons[d].staging);
+      executor.HashPieces(true);
       for (int run = 0; run < runs; ++run) {
         daemons[d].result = executor.Run(plan, epoch + run, absl::Now() + timeout);
         if (!daemons[d].result.ok()) break;
@@ -108,6 +109,47 @@ std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
     if (staging_allocations != nullptr) staging_allocations->push_back(d.staging.allocations());
   }
   return results;
+}
+
+// Each hash a daemon took on the way (packing, copying, unpacking) equals the hash of the
+// box it names as that view holds it after the run; with `every_view_end` (reshard plans:
+// every transfer is view to view), every view end of every transfer was hashed by its
+// daemon.
+void ExpectPieceHashesOfWhatMoved(const v1::Plan& plan, const RankPlacement& placement,
+                                  const BufferMap& everything,
+                                  const std::vector<absl::StatusOr<ExecutionStats>>& results,
+                                  bool every_view_end) {
+  int64_t checked = 0;
+  for (const v1::Batch& batch : plan.batches()) {
+    for (const v1::Transfer& t : batch.transfers()) {
+      for (const bool destination : {false, true}) {
+        const v1::Endpoint& end = destination ? t.dst() : t.src();
+        if (end.kind() != v1::ENDPOINT_SOURCE_VIEW && end.kind() != v1::ENDPOINT_DESTINATION_VIEW) {
+          continue;
+        }
+        const v1::Role role = EndpointRole(end.kind());
+        const PieceHashes& taken = results[*placement.DaemonOf(role, end.rank())]->piece_hashes;
+        const std::map<int64_t, uint64_t>& hashes =
+            destination ? taken.at_destination : taken.at_source;
+        auto hash = hashes.find(t.sequence());
+        if (hash == hashes.end()) {
+          EXPECT_FALSE(every_view_end) << "transfer " << t.sequence() << "'s "
+                                       << (destination ? "destination" : "source") << " end";
+          continue;
+        }
+        const Dims offset(t.offset().begin(), t.offset().end());
+        const Dims extent(t.extent().begin(), t.extent().end());
+        absl::StatusOr<ConstStridedRef> box =
+            everything.Locate(role, end.rank(), end.view(), t.tensor(), offset, extent);
+        ASSERT_TRUE(box.ok()) << box.status();
+        EXPECT_EQ(hash->second,
+                  HashBox(extent, everything.tensors().at(t.tensor()).element_bytes, *box))
+            << "transfer " << t.sequence() << " of " << t.tensor();
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 0);
 }
 
 TEST(PlanExecutorTest, RandomLayoutsAcrossDaemonsArriveByteForByte) {
@@ -131,8 +173,9 @@ TEST(PlanExecutorTest, RandomLayoutsAcrossDaemonsArriveByteForByte) {
       auto plan = planner::BuildPlan(src, dst, planner::DgxH100Topology(), options);
       ASSERT_TRUE(plan.ok()) << plan.status();
       const RankPlacement placement = PlaceByHost(sources, destinations, count);
-      const auto results = RunOnDaemons(planner::PlanToProto(**plan, src, dst), sources,
-                                        destinations, placement, count, trial, absl::Seconds(30));
+      const v1::Plan plan_proto = planner::PlanToProto(**plan, src, dst);
+      const auto results = RunOnDaemons(plan_proto, sources, destinations, placement, count, trial,
+                                        absl::Seconds(30));
       for (int32_t d = 0; d < count; ++d) {
         ASSERT_TRUE(results[d].ok()) << strategy << ", daemon " << d << ": " << results[d].status();
       }
@@ -150,6 +193,8 @@ TEST(PlanExecutorTest, RandomLayoutsAcrossDaemonsArriveByteForByte) {
         ASSERT_EQ(testing::WrongBytes(everything, v1::ROLE_DESTINATION, r), 0)
             << strategy << ": destination rank " << r.rank();
       }
+      ExpectPieceHashesOfWhatMoved(plan_proto, placement, everything, results,
+                                   /*every_view_end=*/strategy == planner::kStrategyReshard);
     }
   }
 }

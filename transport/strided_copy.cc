@@ -6,6 +6,9 @@
 #include <cstring>
 
 #include "xxhash.h"
+// XXH3 through the library's run-time dispatch (AVX2 or AVX-512 where the CPU has them):
+// the same hashes, about twice as fast as the SSE2 baseline on the way of every piece.
+#include "xxh_x86dispatch.h"
 
 namespace refit::transport {
 namespace {
@@ -79,14 +82,18 @@ bool HoldsNothing(const Dims& extent) {
   return std::any_of(extent.begin(), extent.end(), [](int64_t e) { return e <= 0; });
 }
 
-void CopyBox(const Dims& extent, int element_bytes, const ConstStridedRef& src,
-             const StridedRef& dst) {
+namespace {
+
+// Calls `visit(from, to, bytes)` for the runs of a box copy from `src` to `dst`, in the
+// box's row-major order: contiguous runs where both sides allow, single elements otherwise.
+template <typename Visit>
+void ForEachRunPair(const Dims& extent, int element_bytes, const ConstStridedRef& src,
+                    const StridedRef& dst, Visit visit) {
   if (HoldsNothing(extent)) return;
   const Collapsed c = Collapse(extent, src.strides, dst.strides);
   const size_t rank = c.extent.size();
   const size_t inner = rank - 1;
   const bool contiguous = c.src[inner] == 1 && c.dst[inner] == 1;
-  const int64_t run_bytes = contiguous ? c.extent[inner] * element_bytes : element_bytes;
   const int64_t src_step = c.src[inner] * element_bytes, dst_step = c.dst[inner] * element_bytes;
   Dims index(rank, 0);
   while (true) {
@@ -97,27 +104,74 @@ void CopyBox(const Dims& extent, int element_bytes, const ConstStridedRef& src,
     }
     const uint8_t* from = src.base + src_offset * element_bytes;
     uint8_t* to = dst.base + dst_offset * element_bytes;
-    if (contiguous && run_bytes >= kStreamingRunBytes) {
-      StreamCopy(to, from, run_bytes);
-    } else if (contiguous) {
-      std::memcpy(to, from, run_bytes);
+    if (contiguous) {
+      visit(from, to, c.extent[inner] * element_bytes);
     } else {
       for (int64_t i = 0; i < c.extent[inner]; ++i, from += src_step, to += dst_step) {
-        std::memcpy(to, from, element_bytes);
+        visit(from, to, static_cast<int64_t>(element_bytes));
       }
     }
     // Next row: advance the outer dims like an odometer.
     size_t d = inner;
     while (true) {
-      if (d == 0) {
-        _mm_sfence();  // order the streaming stores before anyone reads the copy
-        return;
-      }
+      if (d == 0) return;
       --d;
       if (++index[d] < c.extent[d]) break;
       index[d] = 0;
     }
   }
+}
+
+// Hashing copies go through the cache in slices this long, each hashed while it is there.
+constexpr int64_t kHashSliceBytes = 32 << 10;
+
+// A streaming XXH3-64 state that frees itself.
+class HashState {
+ public:
+  HashState() : state_(XXH3_createState()) { XXH3_64bits_reset(state_); }
+  ~HashState() { XXH3_freeState(state_); }
+  HashState(const HashState&) = delete;
+  HashState& operator=(const HashState&) = delete;
+  void Update(const uint8_t* data, int64_t bytes) { XXH3_64bits_update(state_, data, bytes); }
+  uint64_t Digest() const { return XXH3_64bits_digest(state_); }
+
+ private:
+  XXH3_state_t* state_;
+};
+
+}  // namespace
+
+void CopyBox(const Dims& extent, int element_bytes, const ConstStridedRef& src,
+             const StridedRef& dst) {
+  ForEachRunPair(extent, element_bytes, src, dst,
+                 [](const uint8_t* from, uint8_t* to, int64_t bytes) {
+                   if (bytes >= kStreamingRunBytes) {
+                     StreamCopy(to, from, bytes);
+                   } else {
+                     std::memcpy(to, from, bytes);
+                   }
+                 });
+  _mm_sfence();  // order the streaming stores before anyone reads the copy
+}
+
+void CopyBox(const Dims& extent, int element_bytes, const ConstStridedRef& src,
+             const StridedRef& dst, uint64_t* source_hash, uint64_t* destination_hash) {
+  if (source_hash == nullptr && destination_hash == nullptr) {
+    CopyBox(extent, element_bytes, src, dst);
+    return;
+  }
+  HashState source, destination;
+  ForEachRunPair(extent, element_bytes, src, dst,
+                 [&](const uint8_t* from, uint8_t* to, int64_t bytes) {
+                   for (int64_t at = 0; at < bytes; at += kHashSliceBytes) {
+                     const int64_t slice = std::min(kHashSliceBytes, bytes - at);
+                     std::memcpy(to + at, from + at, slice);
+                     if (source_hash != nullptr) source.Update(from + at, slice);
+                     if (destination_hash != nullptr) destination.Update(to + at, slice);
+                   }
+                 });
+  if (source_hash != nullptr) *source_hash = source.Digest();
+  if (destination_hash != nullptr) *destination_hash = destination.Digest();
 }
 
 void ForEachRun(const Dims& extent, int element_bytes, const ConstStridedRef& box,
@@ -150,13 +204,10 @@ void ForEachRun(const Dims& extent, int element_bytes, const ConstStridedRef& bo
 }
 
 uint64_t HashBox(const Dims& extent, int element_bytes, const ConstStridedRef& box) {
-  XXH3_state_t* state = XXH3_createState();
-  XXH3_64bits_reset(state);
+  HashState state;
   ForEachRun(extent, element_bytes, box,
-             [&](const uint8_t* data, int64_t bytes) { XXH3_64bits_update(state, data, bytes); });
-  const uint64_t hash = XXH3_64bits_digest(state);
-  XXH3_freeState(state);
-  return hash;
+             [&](const uint8_t* data, int64_t bytes) { state.Update(data, bytes); });
+  return state.Digest();
 }
 
 }  // namespace refit::transport

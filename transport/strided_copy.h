@@ -55,6 +55,12 @@ bool HoldsNothing(const Dims& extent);
 void CopyBox(const Dims& extent, int element_bytes, const ConstStridedRef& src,
              const StridedRef& dst);
 
+// The same copy, hashing on the way (each given hash set to HashBox of its side): the
+// source as read, and the destination as written, read back in slices while they are
+// still in cache, so it checks what landed. Null: that side is not hashed.
+void CopyBox(const Dims& extent, int element_bytes, const ConstStridedRef& src,
+             const StridedRef& dst, uint64_t* source_hash, uint64_t* destination_hash);
+
 // Number of contiguous runs CopyBox issues for these strides (1 for dense boxes).
 int64_t CountRuns(const Dims& extent, const Dims& src_strides, const Dims& dst_strides);
 

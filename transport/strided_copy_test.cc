@@ -81,5 +81,32 @@ TEST(StridedCopyTest, HashBoxDependsOnContentsNotLayout) {
   }
 }
 
+// A hashing copy writes what the plain one writes and hashes each side as HashBox does,
+// also across the slices a long run is hashed in, and only the sides asked for.
+TEST(StridedCopyTest, HashingCopyHashesBothSidesAsHashBox) {
+  std::mt19937 rng(13);
+  for (int trial = 0; trial < 400; ++trial) {
+    const size_t rank = 1 + rng() % 3;
+    Dims extent;
+    for (size_t d = 0; d < rank; ++d) extent.push_back(1 + rng() % 6);
+    if (trial % 4 == 0) extent.back() = 20000 + rng() % 50000;  // runs over several slices
+    const int eb = 1 << (rng() % 4);
+    const Dims ss = trial % 3 == 0 ? RowMajorStrides(extent) : RandomStrides(rng, extent);
+    const Dims ds = trial % 2 == 0 ? RowMajorStrides(extent) : RandomStrides(rng, extent);
+    std::vector<uint8_t> src(Span(extent, ss) * eb);
+    for (auto& b : src) b = rng();
+    std::vector<uint8_t> got(Span(extent, ds) * eb, 0xEE), want = got;
+    uint64_t source_hash = 0, destination_hash = 0;
+    const bool both = trial % 5 != 0;
+    CopyBox(extent, eb, StridedRef{src.data(), ss}, StridedRef{got.data(), ds},
+            both ? &source_hash : nullptr, &destination_hash);
+    ReferenceCopy(extent, eb, src.data(), ss, want.data(), ds);
+    ASSERT_EQ(got, want) << "trial " << trial;
+    const uint64_t expected = HashBox(extent, eb, StridedRef{src.data(), ss});
+    EXPECT_EQ(destination_hash, expected) << "trial " << trial;
+    EXPECT_EQ(source_hash, both ? expected : 0) << "trial " << trial;
+  }
+}
+
 }  // namespace
 }  // namespace refit::transport

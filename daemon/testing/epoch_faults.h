@@ -1,6 +1,6 @@
 // Faults a test switches on for the refitd links of its own process (the test-only
-// definition of daemon/epoch_faults.h): after the epoch of a version, a byte of a
-// destination view flipped before the checksums, so the coordinator must fail the epoch.
+// definition of daemon/epoch_faults.h): in the epoch of a version, a byte of a message from
+// another daemon flipped before it is unpacked, so the coordinator must fail the epoch.
 #ifndef REFIT_DAEMON_TESTING_EPOCH_FAULTS_H_
 #define REFIT_DAEMON_TESTING_EPOCH_FAULTS_H_
 
@@ -9,9 +9,9 @@
 
 namespace refit::daemon::faults {
 
-// After the epoch moving `version` on the link of `node`, flips the first byte of the first
-// host-memory destination view there (once).
-void CorruptAfterEpoch(const std::string& node, int64_t version);
+// In the epoch moving `version`, flips the first byte of the first message the refitd of
+// `node` receives from another daemon (once).
+void CorruptOnTheWay(const std::string& node, int64_t version);
 
 }  // namespace refit::daemon::faults
 

@@ -26,8 +26,12 @@ class DeviceCopyChain {
   DeviceCopyChain& operator=(const DeviceCopyChain&) = delete;
   ~DeviceCopyChain() { Wait().IgnoreError(); }
 
+  // A host-to-host copy runs at once and, given `source_hash` or `destination_hash`, sets
+  // them to HashBox of its sides (CopyBox hashing on the way); a copy touching GPU memory
+  // leaves them as they were.
   absl::Status Copy(const Dims& extent, int element_bytes, const ConstStridedRef& src,
-                    const StridedRef& dst);
+                    const StridedRef& dst, uint64_t* source_hash = nullptr,
+                    uint64_t* destination_hash = nullptr);
   // Waits for every copy issued since the last Wait; the first failure among them.
   absl::Status Wait();
 

@@ -61,12 +61,14 @@ cudaMemcpyKind KindOf(const ConstStridedRef& src, const StridedRef& dst) {
 }  // namespace
 
 absl::Status DeviceCopyChain::Copy(const Dims& extent, int element_bytes,
-                                   const ConstStridedRef& src, const StridedRef& dst) {
+                                   const ConstStridedRef& src, const StridedRef& dst,
+                                   uint64_t* source_hash, uint64_t* destination_hash) {
   if (src.device < 0 && dst.device < 0) {
     // It may read what a pending GPU copy writes.
     if (absl::Status waited = Wait(); !waited.ok()) return waited;
-    return GuardMemoryAccess("a copy between host buffers",
-                             [&] { CopyBox(extent, element_bytes, src, dst); });
+    return GuardMemoryAccess("a copy between host buffers", [&] {
+      CopyBox(extent, element_bytes, src, dst, source_hash, destination_hash);
+    });
   }
   // The copy runs on a stream of the device it writes to (else the one it reads from).
   const int32_t device = dst.device >= 0 ? dst.device : src.device;
