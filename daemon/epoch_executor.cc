@@ -170,8 +170,10 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
           return ChecksumViews(sources, *buffers);
         });
   }
+  const absl::Time data_plane_start = absl::Now();
   absl::StatusOr<transport::ExecutionStats> stats =
       executor.Run(slice.plan(), execute.epoch_number(), deadline);
+  const absl::Time data_plane_end = absl::Now();
   if (!stats.ok()) return fail(stats.status());
   RecordStats(execute.epoch_id(), slice, *stats);
   for (const auto& [rank, seconds] : stats->destination_finish_seconds) {
@@ -200,8 +202,13 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
     for (v1::PieceChecksum& p : *pieces) *done.add_pieces() = std::move(p);
   }
   done.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
-  spdlog::debug("refitd {}: epoch {} done: {} transfers, {} bytes in {:.3f} s", node_,
-                execute.epoch_id(), stats->transfers, stats->bytes, done.seconds());
+  spdlog::info(
+      "refitd {}: epoch {} done: {} transfers, {} bytes in {:.3f} s (setup {:.3f} s, data plane "
+      "{:.3f} s, checksums {:.3f} s)",
+      node_, execute.epoch_id(), stats->transfers, stats->bytes, done.seconds(),
+      absl::ToDoubleSeconds(data_plane_start - start),
+      absl::ToDoubleSeconds(data_plane_end - data_plane_start),
+      absl::ToDoubleSeconds(absl::Now() - data_plane_end));
   done.set_ok(true);
   return done;
 }

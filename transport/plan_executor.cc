@@ -1,5 +1,6 @@
 #include "transport/plan_executor.h"
 
+#include <algorithm>
 #include <set>
 #include <utility>
 #include <vector>
@@ -13,7 +14,9 @@
 namespace refit::transport {
 namespace {
 
-// epoch (16 bits) | ordered (1) | batch or transfer ordinal (27) | sender daemon (20).
+// epoch (16 bits) | ordered (1) | index (27) | sender daemon (20). The index is the
+// transfer's ordinal in ordered plans, else (batch << kChunkBits) | chunk. Batches run one
+// after another, so indexes that wrap never meet in flight.
 uint64_t MessageTag(uint32_t epoch, bool ordered, int64_t index, int32_t sender) {
   return (uint64_t{epoch & 0xffffu} << 48) | (uint64_t{ordered} << 47) |
          ((static_cast<uint64_t>(index) & ((uint64_t{1} << 27) - 1)) << 20) |
@@ -144,6 +147,23 @@ absl::Status PlanExecutor::WriteDestination(const v1::Transfer& t, const ConstSt
   return absl::OkStatus();
 }
 
+std::vector<PlanExecutor::Chunk> PlanExecutor::CutIntoChunks(
+    const std::vector<const v1::Transfer*>& list) const {
+  const int64_t total = PackedBytes(list);
+  // At most kMaxChunks chunks: a stream that would need more gets larger ones.
+  const int64_t limit = std::max(message_chunk_bytes_, (total + kMaxChunks - 1) / kMaxChunks);
+  std::vector<Chunk> chunks;
+  for (const v1::Transfer* t : list) {
+    const int64_t bytes = PackedBytes({t});
+    if (chunks.empty() || (chunks.back().bytes > 0 && chunks.back().bytes + bytes > limit)) {
+      chunks.emplace_back();
+    }
+    chunks.back().pieces.push_back(t);
+    chunks.back().bytes += bytes;
+  }
+  return chunks;
+}
+
 absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int32_t batch,
                                     uint32_t epoch, absl::Time deadline, RunMemory* run_memory,
                                     ExecutionStats* stats) {
@@ -160,8 +180,56 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
       incoming[r.src_daemon].push_back(r.transfer);
     }
   }
-  std::vector<PendingOperation> operations;
+  if ((!incoming.empty() || !outgoing.empty()) && worker_ == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("batch ", batch, " crosses daemons but this one has no UCX worker"));
+  }
+  // One stream of messages per peer and direction (receives first), each cut into chunks
+  // of whole pieces, sent in rounds: round r + 1 is packed and posted while round r is on
+  // the wire, then round r is unpacked. Each stream has two staging slots of its largest
+  // chunk, carved from the pool that outlives the batch (and, given one, the epoch), so
+  // staging stays small whatever the batch's size.
+  struct Stream {
+    int32_t peer;
+    bool outgoing;
+    std::vector<Chunk> chunks;
+    UcxEndpoint* endpoint = nullptr;
+    uint8_t* slots[2] = {nullptr, nullptr};
+  };
+  std::vector<Stream> streams;
+  for (const auto& [peer, list] : incoming) streams.push_back({peer, false, CutIntoChunks(list)});
+  for (const auto& [peer, list] : outgoing) {
+    streams.push_back({peer, true, CutIntoChunks(list), PeerOf(peer)});
+    if (streams.back().endpoint == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("batch ", batch, ": no connection to daemon ", peer));
+    }
+  }
+  std::vector<int64_t> sizes;
+  size_t rounds = 0;
+  for (const Stream& stream : streams) {
+    int64_t largest = 0;
+    for (const Chunk& chunk : stream.chunks) largest = std::max(largest, chunk.bytes);
+    sizes.push_back(largest);
+    if (stream.chunks.size() > 1) sizes.push_back(largest);
+    rounds = std::max(rounds, stream.chunks.size());
+  }
   StagingPool* host_staging = host_staging_ != nullptr ? host_staging_ : &run_memory->host_staging;
+  if (!sizes.empty()) {
+    absl::StatusOr<std::vector<uint8_t*>> carved = host_staging->Carve(-1, sizes);
+    if (!carved.ok()) {
+      return absl::Status(carved.status().code(),
+                          absl::StrCat("batch ", batch, ": ", carved.status().message()));
+    }
+    size_t next = 0;
+    for (Stream& stream : streams) {
+      stream.slots[0] = stream.slots[1] = (*carved)[next++];
+      if (stream.chunks.size() > 1) stream.slots[1] = (*carved)[next++];
+    }
+  }
+  // The operations of the rounds in flight (by round parity), and the stream of each.
+  std::vector<PendingOperation> in_flight[2];
+  std::vector<size_t> stream_of[2];
   // An operation UCX could neither finish nor cancel keeps the staging block alive (its
   // memory_owner); the pool then forgets that block, so no later batch reuses it.
   auto abandon_if_left_running = [&](size_t lingering, int64_t abandoned) {
@@ -171,62 +239,51 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
   };
   auto fail = [&](const absl::Status& status) {
     // Posted operations must not outlive their buffers: cancel them now.
-    if (!operations.empty()) {
+    std::vector<PendingOperation> posted;
+    for (std::vector<PendingOperation>& round : in_flight) {
+      posted.insert(posted.end(), round.begin(), round.end());
+      round.clear();
+    }
+    if (!posted.empty()) {
       const size_t lingering = worker_->lingering_receives();
       const int64_t abandoned = worker_->abandoned_operations();
-      worker_->WaitAll(&operations, absl::Now()).IgnoreError();
+      worker_->WaitAll(&posted, absl::Now()).IgnoreError();
       abandon_if_left_running(lingering, abandoned);
     }
     return status;
   };
-  if (!incoming.empty() || !outgoing.empty()) {
-    if (worker_ == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("batch ", batch, " crosses daemons but this one has no UCX worker"));
+  // Posts round `r`: a receive per incoming stream, a packed send per outgoing one.
+  auto post_round = [&](size_t r) -> absl::Status {
+    for (size_t s = 0; s < streams.size(); ++s) {
+      Stream& stream = streams[s];
+      if (r >= stream.chunks.size()) continue;
+      const Chunk& chunk = stream.chunks[r];
+      uint8_t* slot = stream.slots[r % 2];
+      const int64_t index = (int64_t{batch} << kChunkBits) | static_cast<int64_t>(r);
+      absl::StatusOr<PendingOperation> posted;
+      if (!stream.outgoing) {
+        posted =
+            worker_->PostReceive(MessageTag(epoch, false, index, stream.peer), slot, chunk.bytes);
+      } else {
+        absl::Status packed = CopyPieces(chunk.pieces, slot, /*staging_device=*/-1,
+                                         /*pack=*/true, run_memory, stats);
+        if (!packed.ok()) return packed;
+        posted =
+            stream.endpoint->PostSend(MessageTag(epoch, false, index, self_), slot, chunk.bytes);
+        if (posted.ok()) stats->bytes_sent_to[stream.peer] += chunk.bytes;
+      }
+      if (!posted.ok()) return posted.status();
+      posted->what =
+          absl::StrCat("the ", chunk.bytes, " bytes ", stream.outgoing ? "to" : "from", " daemon ",
+                       stream.peer, " (part ", r + 1, " of ", stream.chunks.size(), ")");
+      posted->memory_owner = host_staging->BlockOf(-1);
+      in_flight[r % 2].push_back(*std::move(posted));
+      stream_of[r % 2].push_back(s);
     }
-  }
-  // One host staging message per peer and direction, receives first, carved from the
-  // pool that outlives the batch (and, given one, the epoch).
-  std::vector<int64_t> sizes;
-  for (const auto& [peer, list] : incoming) sizes.push_back(PackedBytes(list));
-  for (const auto& [peer, list] : outgoing) sizes.push_back(PackedBytes(list));
-  std::vector<uint8_t*> staging;
-  if (!sizes.empty()) {
-    absl::StatusOr<std::vector<uint8_t*>> carved = host_staging->Carve(-1, sizes);
-    if (!carved.ok()) {
-      return absl::Status(carved.status().code(),
-                          absl::StrCat("batch ", batch, ": ", carved.status().message()));
-    }
-    staging = std::move(*carved);
-  }
-  size_t message = 0;
-  for (const auto& [peer, list] : incoming) {
-    const int64_t bytes = sizes[message];
-    absl::StatusOr<PendingOperation> posted =
-        worker_->PostReceive(MessageTag(epoch, false, batch, peer), staging[message++], bytes);
-    if (!posted.ok()) return fail(posted.status());
-    operations.push_back(*posted);
-    operations.back().what = absl::StrCat("the ", bytes, " bytes from daemon ", peer);
-    operations.back().memory_owner = host_staging->BlockOf(-1);
-  }
-  for (const auto& [peer, list] : outgoing) {
-    const int64_t bytes = sizes[message];
-    uint8_t* packed_message = staging[message++];
-    UcxEndpoint* endpoint = PeerOf(peer);
-    if (endpoint == nullptr) {
-      return fail(absl::FailedPreconditionError(
-          absl::StrCat("batch ", batch, ": no connection to daemon ", peer)));
-    }
-    absl::Status packed =
-        CopyPieces(list, packed_message, /*staging_device=*/-1, /*pack=*/true, run_memory, stats);
-    if (!packed.ok()) return fail(packed);
-    absl::StatusOr<PendingOperation> posted =
-        endpoint->PostSend(MessageTag(epoch, false, batch, self_), packed_message, bytes);
-    if (!posted.ok()) return fail(posted.status());
-    operations.push_back(*posted);
-    operations.back().what = absl::StrCat("the ", bytes, " bytes to daemon ", peer);
-    operations.back().memory_owner = host_staging->BlockOf(-1);
-    stats->bytes_sent_to[peer] += bytes;
+    return absl::OkStatus();
+  };
+  if (rounds > 0) {
+    if (absl::Status posted = post_round(0); !posted.ok()) return fail(posted);
   }
   {
     // Issued back to back and waited for once (the NCCL step below may read what they wrote).
@@ -245,28 +302,38 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
         RunNcclStep(nccl, absl::StrCat("batch ", batch), deadline, run_memory, stats);
     if (!sent.ok()) return fail(sent);
   }
-  if (!operations.empty()) {
+  for (size_t r = 0; r < rounds; ++r) {
+    // The other slots held round r - 1, which is done: round r + 1 goes there.
+    if (r + 1 < rounds) {
+      if (absl::Status posted = post_round(r + 1); !posted.ok()) return fail(posted);
+    }
+    std::vector<PendingOperation>& round = in_flight[r % 2];
     const size_t lingering = worker_->lingering_receives();
     const int64_t abandoned = worker_->abandoned_operations();
-    absl::Status done = worker_->WaitAll(&operations, deadline, stall_limit_);
+    absl::Status done = worker_->WaitAll(&round, deadline, stall_limit_);
     if (!done.ok()) {
       abandon_if_left_running(lingering, abandoned);
-      return absl::Status(done.code(), absl::StrCat("batch ", batch, ": ", done.message()));
+      round.clear();
+      return fail(absl::Status(done.code(), absl::StrCat("batch ", batch, ": ", done.message())));
     }
-  }
-  message = 0;
-  for (const auto& [peer, list] : incoming) {
-    const int64_t expected = sizes[message];
-    if (static_cast<int64_t>(operations[message].length) != expected) {
-      return absl::DataLossError(absl::StrCat("batch ", batch, ": daemon ", peer, " sent ",
-                                              operations[message].length, " bytes, expected ",
-                                              expected));
+    for (size_t i = 0; i < round.size(); ++i) {
+      const Stream& stream = streams[stream_of[r % 2][i]];
+      if (stream.outgoing) continue;
+      const Chunk& chunk = stream.chunks[r];
+      if (static_cast<int64_t>(round[i].length) != chunk.bytes) {
+        return fail(
+            absl::DataLossError(absl::StrCat("batch ", batch, ": daemon ", stream.peer, " sent ",
+                                             round[i].length, " bytes, expected ", chunk.bytes)));
+      }
+      stats->bytes_received_from[stream.peer] += chunk.bytes;
+      uint8_t* slot = stream.slots[r % 2];
+      if (on_message_received_) on_message_received_(slot, chunk.bytes);
+      absl::Status unpacked = CopyPieces(chunk.pieces, slot, /*staging_device=*/-1,
+                                         /*pack=*/false, run_memory, stats);
+      if (!unpacked.ok()) return fail(unpacked);
     }
-    stats->bytes_received_from[peer] += expected;
-    if (on_message_received_) on_message_received_(staging[message], expected);
-    absl::Status unpacked = CopyPieces(list, staging[message++], /*staging_device=*/-1,
-                                       /*pack=*/false, run_memory, stats);
-    if (!unpacked.ok()) return unpacked;
+    round.clear();
+    stream_of[r % 2].clear();
   }
   return absl::OkStatus();
 }

@@ -106,6 +106,12 @@ class PlanExecutor {
   // are hashed while they are in cache instead of read again after the run.
   void HashPieces(bool hash) { hash_pieces_ = hash; }
 
+  // Messages between daemons are cut into chunks of whole pieces of at most this many
+  // bytes (a larger piece is a chunk of its own), sent two rounds at a time: staging holds
+  // two chunks per peer and direction, and packing overlaps the wire.
+  static constexpr int64_t kDefaultMessageChunkBytes = 16 << 20;
+  void SetMessageChunkBytes(int64_t bytes) { message_chunk_bytes_ = std::max<int64_t>(1, bytes); }
+
   // Called with each host-memory message received from another daemon, before its pieces
   // are unpacked (where refitd's test builds damage an epoch on purpose).
   void OnMessageReceived(std::function<void(uint8_t* message, int64_t bytes)> received) {
@@ -131,6 +137,14 @@ class PlanExecutor {
     StagingPool host_staging;
     StagingPool device_staging;
   };
+  // Consecutive pieces of one message stream, packed densely one after another.
+  struct Chunk {
+    std::vector<const v1::Transfer*> pieces;
+    int64_t bytes = 0;
+  };
+  // A stream's chunks are numbered in the low bits of its messages' tags.
+  static constexpr int kChunkBits = 10;
+  static constexpr int64_t kMaxChunks = int64_t{1} << kChunkBits;
   struct Resolved {
     const v1::Transfer* transfer;
     int32_t src_daemon;
@@ -139,6 +153,9 @@ class PlanExecutor {
 
   absl::Status RunBatch(const std::vector<Resolved>& transfers, int32_t batch, uint32_t epoch,
                         absl::Time deadline, RunMemory* run_memory, ExecutionStats* stats);
+  // `list` (one peer's pieces in plan order) cut into chunks: whole pieces, at most
+  // message_chunk_bytes_ each unless one piece is larger, at most kMaxChunks of them.
+  std::vector<Chunk> CutIntoChunks(const std::vector<const v1::Transfer*>& list) const;
   // Bytes of `list`'s pieces packed densely one after another.
   int64_t PackedBytes(const std::vector<const v1::Transfer*>& list) const;
   // Packs `list`'s pieces from their source views into `staging` (on CUDA device
@@ -191,6 +208,7 @@ class PlanExecutor {
   StagingPool* host_staging_ = nullptr;
   DestinationSink* sink_ = nullptr;
   bool hash_pieces_ = false;
+  int64_t message_chunk_bytes_ = kDefaultMessageChunkBytes;
 };
 
 // Device memory for a StagingPool (cudaMalloc); UNIMPLEMENTED without CUDA in the build.

@@ -62,7 +62,9 @@ std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
     const v1::Plan& plan, const v1::LayoutSpec& sources, const v1::LayoutSpec& destinations,
     const RankPlacement& placement, int32_t count, uint32_t epoch, absl::Duration timeout,
     int32_t missing_daemon = -1, const std::atomic<bool>* interrupt = nullptr, int runs = 1,
-    std::vector<int64_t>* staging_allocations = nullptr) {
+    std::vector<int64_t>* staging_allocations = nullptr,
+    int64_t chunk_bytes = PlanExecutor::kDefaultMessageChunkBytes,
+    std::vector<int64_t>* staging_held_bytes = nullptr) {
   std::vector<Daemon> daemons(count);
   for (int32_t d = 0; d < count; ++d) {
     auto worker = UcxWorker::Create("daemon-" + std::to_string(d));
@@ -96,6 +98,7 @@ std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
       executor.SetInterrupt(interrupt);
       executor.UseHostStaging(&daemons[d].staging);
       executor.HashPieces(true);
+      executor.SetMessageChunkBytes(chunk_bytes);
       for (int run = 0; run < runs; ++run) {
         daemons[d].result = executor.Run(plan, epoch + run, absl::Now() + timeout);
         if (!daemons[d].result.ok()) break;
@@ -107,6 +110,7 @@ std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
   for (Daemon& d : daemons) {
     results.push_back(d.result);
     if (staging_allocations != nullptr) staging_allocations->push_back(d.staging.allocations());
+    if (staging_held_bytes != nullptr) staging_held_bytes->push_back(d.staging.HeldBytes(-1));
   }
   return results;
 }
@@ -174,8 +178,11 @@ TEST(PlanExecutorTest, RandomLayoutsAcrossDaemonsArriveByteForByte) {
       ASSERT_TRUE(plan.ok()) << plan.status();
       const RankPlacement placement = PlaceByHost(sources, destinations, count);
       const v1::Plan plan_proto = planner::PlanToProto(**plan, src, dst);
-      const auto results = RunOnDaemons(plan_proto, sources, destinations, placement, count, trial,
-                                        absl::Seconds(30));
+      // Odd trials cut messages into chunks smaller than most pieces: many rounds.
+      const auto results = RunOnDaemons(
+          plan_proto, sources, destinations, placement, count, trial, absl::Seconds(30),
+          /*missing_daemon=*/-1, /*interrupt=*/nullptr, /*runs=*/1, /*staging_allocations=*/nullptr,
+          trial % 2 == 1 ? 300 : PlanExecutor::kDefaultMessageChunkBytes);
       for (int32_t d = 0; d < count; ++d) {
         ASSERT_TRUE(results[d].ok()) << strategy << ", daemon " << d << ": " << results[d].status();
       }
@@ -230,6 +237,41 @@ TEST(PlanExecutorTest, HostStagingIsAllocatedOnceAndKeptAcrossEpochs) {
   // Both daemons stage the one message (sent, received) in the first epoch's block only.
   EXPECT_EQ(allocations, (std::vector<int64_t>{1, 1}));
   EXPECT_EQ(results[1]->bytes_received_from.at(0), 64 * 64 * 4);
+}
+
+// Rows on four trainer ranks, columns on two inference ranks: eight 2 KiB pieces cross in
+// one batch. Cut into chunks of one piece, they go in eight rounds through two slots, so
+// each daemon stages two pieces, not the batch.
+TEST(PlanExecutorTest, MessagesGoInChunksThroughTwoSlotsPerPeer) {
+  refit::testing::LayoutBuilder src_builder, dst_builder;
+  src_builder.Tensor("w", {64, 64}).Chunked("w", 0, {0, 1, 2, 3});
+  dst_builder.Tensor("w", {64, 64}).Chunked("w", 1, {0, 1});
+  for (int64_t r : {0, 1, 2, 3}) src_builder.Rank(r, "trainer");
+  for (int64_t r : {0, 1}) dst_builder.Rank(r, "inference");
+  testing::BackedLayouts backed;
+  const v1::LayoutSpec sources = backed.Back(src_builder.spec(), "source");
+  const v1::LayoutSpec destinations = backed.Back(dst_builder.spec(), "destination");
+  BufferMap everything(testing::TensorsOf(sources));
+  ASSERT_NO_FATAL_FAILURE(AddEveryRank(sources, destinations, &everything));
+  const planner::Layout src = *planner::CompileLayout(src_builder.spec(), "source");
+  const planner::Layout dst = *planner::CompileLayout(dst_builder.spec(), "destination");
+  auto built = planner::BuildPlan(src, dst, planner::DgxH100Topology(), planner::PlanOptions());
+  ASSERT_TRUE(built.ok()) << built.status();
+  const v1::Plan plan = planner::PlanToProto(**built, src, dst);
+  ASSERT_EQ(plan.batches_size(), 1);
+  ASSERT_EQ(plan.batches(0).transfers_size(), 8);
+  constexpr int64_t kPieceBytes = 16 * 32 * 4;
+  std::vector<int64_t> held;
+  const auto results =
+      RunOnDaemons(plan, sources, destinations, PlaceByHost(sources, destinations, 2), 2, 30,
+                   absl::Seconds(10), /*missing_daemon=*/-1, /*interrupt=*/nullptr, /*runs=*/2,
+                   /*staging_allocations=*/nullptr, /*chunk_bytes=*/kPieceBytes, &held);
+  for (const auto& result : results) ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(results[1]->bytes_received_from.at(0), 8 * kPieceBytes);
+  EXPECT_EQ(held, (std::vector<int64_t>{2 * kPieceBytes, 2 * kPieceBytes}));
+  for (const v1::RankLayout& r : destinations.ranks()) {
+    EXPECT_EQ(testing::WrongBytes(everything, v1::ROLE_DESTINATION, r), 0) << r.rank();
+  }
 }
 
 TEST(PlanExecutorTest, AMissingPeerEndsTheEpochAtItsDeadline) {
