@@ -163,11 +163,20 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
   // Source views do not change during an epoch: their checksums are taken on another
   // thread while the data plane runs, not after it. (The future waits in its destructor,
   // so the hashing ends before the buffers' hold does, also when the epoch fails.)
+  // Only the views the coordinator compares (another view holds the same box).
+  std::optional<ViewKeySet> compared;
+  if (slice.has_compared_views()) {
+    compared.emplace();
+    for (const v1::ViewKey& key : slice.compared_views().views()) {
+      compared->emplace(key.role(), key.rank(), key.view());
+    }
+  }
+  const ViewKeySet* only = compared.has_value() ? &*compared : nullptr;
   std::future<absl::StatusOr<std::vector<v1::ViewChecksum>>> source_view_checksums;
   if (execute.checksums()) {
     source_view_checksums =
-        std::async(std::launch::async, [sources = RegistrationsOf(v1::ROLE_SOURCE), buffers] {
-          return ChecksumViews(sources, *buffers);
+        std::async(std::launch::async, [sources = RegistrationsOf(v1::ROLE_SOURCE), buffers, only] {
+          return ChecksumViews(sources, *buffers, only);
         });
   }
   const absl::Time data_plane_start = absl::Now();
@@ -189,7 +198,7 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
     // same bytes again. Ordered plans go through scratch buffers: there every view is hashed.
     if (slice.plan().ordered_batches()) {
       absl::StatusOr<std::vector<v1::ViewChecksum>> destination_checksums =
-          ChecksumViews(RegistrationsOf(v1::ROLE_DESTINATION), *buffers);
+          ChecksumViews(RegistrationsOf(v1::ROLE_DESTINATION), *buffers, only);
       if (!destination_checksums.ok()) return fail(destination_checksums.status());
       checksums->insert(checksums->end(), destination_checksums->begin(),
                         destination_checksums->end());

@@ -105,6 +105,7 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
   }
   if (nccl->has_value())
     absl::StrAppend(&slice_key, "|nccl ", absl::CHexEscape((*nccl)->unique_id()));
+  std::optional<ViewKeySet> compared;  // computed when a slice is sent
   std::set<int32_t> asked;
   for (const auto& [index, channel] : snapshot.channels) {
     // A daemon keeps its slice across epochs: it is sent again only when the plan, the
@@ -119,6 +120,19 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
       for (const v1::DaemonPeer& peer : snapshot.daemons) *slice->add_daemons() = peer;
       for (const v1::RankPlacement& p : snapshot.placement) *slice->add_placement() = p;
       if (nccl->has_value()) *slice->mutable_nccl() = **nccl;
+      // Only views another hashed view shares are compared: the daemon hashes just those.
+      if (!compared.has_value()) {
+        compared = ComparedViews(snapshot.sources, snapshot.destinations, plan.ordered_batches());
+      }
+      v1::ViewSelection* selection = slice->mutable_compared_views();
+      for (const auto& [role, rank, view] : *compared) {
+        absl::StatusOr<int32_t> daemon = where.DaemonOf(static_cast<v1::Role>(role), rank);
+        if (!daemon.ok() || *daemon != index) continue;
+        v1::ViewKey* key = selection->add_views();
+        key->set_role(static_cast<v1::Role>(role));
+        key->set_rank(rank);
+        key->set_view(view);
+      }
       sent_to.reset();
       if (!channel->Send(slice_message)) {
         return absl::UnavailableError(absl::StrCat("refitd on ", cluster_->NodeOf(index),

@@ -19,6 +19,12 @@ struct ViewRef {
   int32_t view;
 };
 
+// The box a view holds, as a printable key.
+std::string BoxOf(const v1::ShardView& view) {
+  return absl::StrCat(view.tensor(), " [", absl::StrJoin(view.offset(), ","), "] + [",
+                      absl::StrJoin(view.extent(), ","), "]");
+}
+
 std::string Describe(const ViewRef& v) {
   return absl::StrCat(v.role == v1::ROLE_SOURCE ? "source" : "destination", " rank ", v.rank,
                       " view ", v.view);
@@ -41,12 +47,14 @@ absl::StatusOr<transport::ConstStridedRef> LocateView(const v1::RankRegistration
 }  // namespace
 
 absl::StatusOr<std::vector<v1::ViewChecksum>> ChecksumViews(
-    const std::vector<v1::RankRegistration>& registrations, const transport::BufferMap& buffers) {
+    const std::vector<v1::RankRegistration>& registrations, const transport::BufferMap& buffers,
+    const ViewKeySet* only) {
   std::vector<v1::ViewChecksum> out;
   for (const v1::RankRegistration& r : registrations) {
     // A bucketed rank's bytes are gone into its process; its pieces were hashed on the way.
     if (r.layout().bucketed()) continue;
     for (int v = 0; v < r.layout().views_size(); ++v) {
+      if (only != nullptr && !only->count({r.role(), r.layout().rank(), v})) continue;
       const v1::ShardView& view = r.layout().views(v);
       transport::Dims extent;
       absl::StatusOr<transport::ConstStridedRef> memory = LocateView(r, v, buffers, &extent);
@@ -79,10 +87,7 @@ absl::StatusOr<int64_t> CompareViewChecksums(const v1::LayoutSpec& sources,
        {std::pair{&sources, v1::ROLE_SOURCE}, std::pair{&destinations, v1::ROLE_DESTINATION}}) {
     for (const v1::RankLayout& r : spec->ranks()) {
       for (int v = 0; v < r.views_size(); ++v) {
-        const v1::ShardView& view = r.views(v);
-        box_of[{role, r.rank(), v}] =
-            absl::StrCat(view.tensor(), " [", absl::StrJoin(view.offset(), ","), "] + [",
-                         absl::StrJoin(view.extent(), ","), "]");
+        box_of[{role, r.rank(), v}] = BoxOf(r.views(v));
       }
     }
   }
@@ -127,6 +132,25 @@ absl::StatusOr<int64_t> CompareViewChecksums(const v1::LayoutSpec& sources,
                                             absl::StrJoin(wrong, ", "), " differ from ",
                                             group.has_source ? "the source's" : "the other copies'",
                                             absl::StrFormat(" %016x", reference)));
+  }
+  return compared;
+}
+
+ViewKeySet ComparedViews(const v1::LayoutSpec& sources, const v1::LayoutSpec& destinations,
+                         bool destinations_hashed) {
+  std::map<std::string, std::vector<std::tuple<int, int64_t, int32_t>>> holders;
+  for (auto [spec, role] :
+       {std::pair{&sources, v1::ROLE_SOURCE}, std::pair{&destinations, v1::ROLE_DESTINATION}}) {
+    if (role == v1::ROLE_DESTINATION && !destinations_hashed) continue;
+    for (const v1::RankLayout& r : spec->ranks()) {
+      for (int v = 0; v < r.views_size(); ++v) {
+        holders[BoxOf(r.views(v))].emplace_back(role, r.rank(), v);
+      }
+    }
+  }
+  ViewKeySet compared;
+  for (const auto& [box, views] : holders) {
+    if (views.size() > 1) compared.insert(views.begin(), views.end());
   }
   return compared;
 }

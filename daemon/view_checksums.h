@@ -7,6 +7,8 @@
 #define REFIT_DAEMON_VIEW_CHECKSUMS_H_
 
 #include <cstdint>
+#include <set>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -15,10 +17,21 @@
 
 namespace refit::daemon {
 
+// A view of a rank: (role, rank, view index).
+using ViewKeySet = std::set<std::tuple<int, int64_t, int32_t>>;
+
 // Checksums of every host-memory view of `registrations`, read through `buffers` (views in
-// GPU memory are left out until a device-side hash exists).
+// GPU memory are left out until a device-side hash exists); given `only`, of those in it.
 absl::StatusOr<std::vector<v1::ViewChecksum>> ChecksumViews(
-    const std::vector<v1::RankRegistration>& registrations, const transport::BufferMap& buffers);
+    const std::vector<v1::RankRegistration>& registrations, const transport::BufferMap& buffers,
+    const ViewKeySet* only = nullptr);
+
+// The views whose checksums CompareViewChecksums can compare with another: those whose box
+// another view holds too, destination views counted only when `destinations_hashed`
+// (elsewhere the piece checksums cover them and they are not hashed). A view no other one
+// shares need not be hashed at all.
+ViewKeySet ComparedViews(const v1::LayoutSpec& sources, const v1::LayoutSpec& destinations,
+                         bool destinations_hashed);
 
 // Compares the checksums of views with the same (tensor, offset, extent). Returns how
 // many views were compared with at least one other copy, or DATA_LOSS naming the views

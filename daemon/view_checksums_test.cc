@@ -98,5 +98,31 @@ TEST_F(ViewChecksumsTest, AReplicaThatDiffersIsNamed) {
       << compared.status();
 }
 
+// Only views another hashed view shares are worth hashing: the two full replicas, and source
+// rank 1 with destination rank 2; source rank 0's box is held by no other view. Without
+// destination hashes (unordered plans) no source view here has a twin.
+TEST_F(ViewChecksumsTest, OnlyViewsWithATwinAreCompared) {
+  const ViewKeySet compared = ComparedViews(sources_, destinations_, /*destinations_hashed=*/true);
+  EXPECT_EQ(compared, (ViewKeySet{{v1::ROLE_SOURCE, 1, 0},
+                                  {v1::ROLE_DESTINATION, 0, 0},
+                                  {v1::ROLE_DESTINATION, 1, 0},
+                                  {v1::ROLE_DESTINATION, 2, 0}}));
+  EXPECT_TRUE(ComparedViews(sources_, destinations_, /*destinations_hashed=*/false).empty());
+  // Hashing only those compares as many views as hashing all, and still names a bad copy.
+  std::vector<v1::RankRegistration> all = Registrations(sources_, v1::ROLE_SOURCE);
+  for (const v1::RankRegistration& r : Registrations(destinations_, v1::ROLE_DESTINATION)) {
+    all.push_back(r);
+  }
+  auto selected = ChecksumViews(all, *buffers_, &compared);
+  ASSERT_TRUE(selected.ok()) << selected.status();
+  EXPECT_EQ(selected->size(), 4u);
+  EXPECT_EQ(*CompareViewChecksums(sources_, destinations_, *selected), 4);
+  Corrupt(v1::ROLE_DESTINATION, destinations_.ranks(2));
+  selected = ChecksumViews(all, *buffers_, &compared);
+  ASSERT_TRUE(selected.ok()) << selected.status();
+  EXPECT_EQ(CompareViewChecksums(sources_, destinations_, *selected).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace refit::daemon
