@@ -12,6 +12,7 @@
 namespace refit::transport {
 namespace {
 
+using testing::RandomExtent;
 using testing::RandomStrides;
 using testing::ReferenceCopy;
 using testing::Span;
@@ -19,9 +20,7 @@ using testing::Span;
 TEST(StridedCopyTest, MatchesTheByteByByteReference) {
   std::mt19937 rng(3);
   for (int trial = 0; trial < 3000; ++trial) {
-    const size_t rank = 1 + rng() % 4;
-    Dims extent;
-    for (size_t d = 0; d < rank; ++d) extent.push_back(1 + rng() % 6);
+    Dims extent = RandomExtent(rng, 4, 6);
     const int eb = 1 << (rng() % 4);
     const Dims ss = trial % 3 == 0 ? RowMajorStrides(extent) : RandomStrides(rng, extent);
     const Dims ds = trial % 5 == 0 ? RowMajorStrides(extent) : RandomStrides(rng, extent);
@@ -86,9 +85,7 @@ TEST(StridedCopyTest, HashBoxDependsOnContentsNotLayout) {
 TEST(StridedCopyTest, HashingCopyHashesBothSidesAsHashBox) {
   std::mt19937 rng(13);
   for (int trial = 0; trial < 400; ++trial) {
-    const size_t rank = 1 + rng() % 3;
-    Dims extent;
-    for (size_t d = 0; d < rank; ++d) extent.push_back(1 + rng() % 6);
+    Dims extent = RandomExtent(rng, 3, 6);
     if (trial % 4 == 0) extent.back() = 20000 + rng() % 50000;  // runs over several slices
     const int eb = 1 << (rng() % 4);
     const Dims ss = trial % 3 == 0 ? RowMajorStrides(extent) : RandomStrides(rng, extent);

@@ -12,6 +12,7 @@
 namespace refit::transport::gpu {
 namespace {
 
+using transport::testing::RandomExtent;
 using transport::testing::RandomStrides;
 using transport::testing::ReferenceCopy;
 using transport::testing::Span;
@@ -33,9 +34,7 @@ Dims Inside(const Dims& outer) { return RowMajorStrides(outer); }
 TEST(CopyShapeTest, RandomStridesMatchTheReference) {
   std::mt19937 rng(5);
   for (int trial = 0; trial < 3000; ++trial) {
-    const size_t rank = 1 + rng() % 5;
-    Dims extent;
-    for (size_t d = 0; d < rank; ++d) extent.push_back(1 + rng() % 5);
+    Dims extent = RandomExtent(rng, 5, 5);
     const int eb = 1 << (rng() % 4);
     const Dims ss = trial % 3 == 0 ? RowMajorStrides(extent) : RandomStrides(rng, extent);
     const Dims ds = trial % 4 == 0 ? RowMajorStrides(extent) : RandomStrides(rng, extent);

@@ -6,6 +6,13 @@
 
 namespace refit::transport::testing {
 
+Dims RandomExtent(std::mt19937& rng, size_t max_rank, int64_t max_extent) {
+  const size_t rank = 1 + rng() % max_rank;
+  Dims extent;
+  for (size_t d = 0; d < rank; ++d) extent.push_back(1 + rng() % max_extent);
+  return extent;
+}
+
 Dims RandomStrides(std::mt19937& rng, const Dims& extent) {
   std::vector<size_t> order(extent.size());
   std::iota(order.begin(), order.end(), 0);

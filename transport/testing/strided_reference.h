@@ -10,6 +10,9 @@
 
 namespace refit::transport::testing {
 
+// A random box of 1 to `max_rank` dims, each 1 to `max_extent` long.
+Dims RandomExtent(std::mt19937& rng, size_t max_rank, int64_t max_extent);
+
 // Non-aliasing strides for `extent`: dims laid out in a random order, with random padding.
 Dims RandomStrides(std::mt19937& rng, const Dims& extent);
 
