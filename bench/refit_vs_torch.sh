@@ -87,7 +87,8 @@ for round in $(seq "$rounds"); do
   torch_baseline "torch g+b" gather_broadcast
   torch_baseline "torch p2p" p2p
 done
-gigabytes=$(awk 'NR == 1 { print $4 }' "$results")
+# The bytes delivered to the destination views (the torch lines: refit's count every hop).
+gigabytes=$(awk '/^torch p2p/ { print $5; exit }' "$results")
 memcpy_bound "$gigabytes"
 
 # Table: per system, median first epoch, median warm epoch, GB/s warm, ratios to refit.
@@ -99,11 +100,12 @@ for line in open(sys.argv[1]):
     entry = systems.setdefault(" ".join(name), {"first": [], "warm": [], "gb": float(gigabytes)})
     entry["first" if epoch == "1" else "warm"].append(float(seconds))
 refit = statistics.median(systems["refit"]["warm"])
+delivered = systems["torch p2p"]["gb"]  # GB/s of what lands in destination views, for all
 print(f"{'system':<14} {'first s':>8} {'warm s':>8} {'warm range':>14} {'GB/s':>6} "
       f"{'/ refit':>8}")
 for name, entry in systems.items():
     warm = statistics.median(entry["warm"])
     print(f"{name:<14} {statistics.median(entry['first']):8.3f} {warm:8.3f} "
-          f"{min(entry['warm']):6.3f}-{max(entry['warm']):<7.3f} {entry['gb'] / warm:6.2f} "
+          f"{min(entry['warm']):6.3f}-{max(entry['warm']):<7.3f} {delivered / warm:6.2f} "
           f"{warm / refit:8.2f}")
 PY

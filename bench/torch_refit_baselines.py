@@ -10,11 +10,13 @@ the slowest rank's time), and then every destination view is checked element by 
 Strategies:
   gather_broadcast  the conventional refit: per tensor, its source shards are gathered onto
                     one trainer rank, which broadcasts the full tensor to every inference
-                    rank; each keeps its slice (one reused receive buffer per process).
+                    rank; each keeps its slice (receive buffers reused across tensors and
+                    rounds).
   p2p               only the overlapping pieces, directly: each destination box is cut
                     into the source boxes it overlaps (replicated sources taken in turn),
                     and each (source, destination) pair exchanges one message holding all
-                    of its pieces (buffers kept across rounds).
+                    of its pieces, each at a multiple of 8 bytes (buffers kept across
+                    rounds).
 
   torch_refit_baselines.py --layouts PREFIX --strategy p2p --rounds 4
 prints one line per round: "torch p2p round R: S s, B GB delivered, G GB/s, W wrong".
@@ -175,9 +177,11 @@ class GatherBroadcast:
         for tensor in sorted(boxes_by_tensor):
             holders = list(boxes_by_tensor[tensor].values())
             self.steps.append((tensor, min(r for r, _ in holders), holders))
-        # One byte buffer, reused for every tensor (gloo moves bytes of any element type).
-        self.buffer = torch.empty(max(self.full_elements(t) * held.element_bytes[t]
-                                      for t, _, _ in self.steps), dtype=torch.uint8)
+        # One byte buffer for the full tensor and one for a received shard, reused for every
+        # tensor and round (gloo moves bytes of any element type).
+        largest = max(self.full_elements(t) * held.element_bytes[t] for t, _, _ in self.steps)
+        self.buffer = torch.empty(largest, dtype=torch.uint8)
+        self.received = torch.empty(largest, dtype=torch.uint8)
         self.mine = {}
         for view, tensor in zip(held.views, held.tensors):
             self.mine.setdefault(view.tensor, []).append((view, tensor))
@@ -201,8 +205,7 @@ class GatherBroadcast:
                 if holder == owner and held.rank == owner:
                     full[local_slices(whole, box.offset, box.extent)] = self.held_tensor(box)
                 elif held.rank == owner:
-                    received = torch.empty(box.elements() * held.element_bytes[tensor],
-                                           dtype=torch.uint8)
+                    received = self.received[:box.elements() * held.element_bytes[tensor]]
                     dist.recv(received, src=holder)
                     full[local_slices(whole, box.offset, box.extent)] = received.view(
                         dtype).view(box.extent)
@@ -247,9 +250,9 @@ class PointToPoint:
         for (s, d), list_of_pieces in sorted(pieces.items()):
             if held.rank not in (s, d):
                 continue
-            elements = sum(_count(box[1]) * held.element_bytes[sv.tensor]
-                           for sv, _, box in list_of_pieces)
-            message = torch.empty(elements, dtype=torch.uint8)
+            message_bytes = sum(_aligned(_count(box[1]) * held.element_bytes[sv.tensor])
+                                for sv, _, box in list_of_pieces)
+            message = torch.empty(message_bytes, dtype=torch.uint8)
             (self.outgoing if held.rank == s else self.incoming).append(
                 (d if held.rank == s else s, list_of_pieces, message))
         self.by_key = {v.key(): t for v, t in zip(held.views, held.tensors)}
@@ -264,7 +267,7 @@ class PointToPoint:
                 part = self.by_key[sv.key()][local_slices(sv, offset, extent)]
                 size = part.numel() * part.element_size()
                 message[at:at + size].view(part.dtype).view(part.shape).copy_(part)
-                at += size
+                at += _aligned(size)
             requests.append(dist.isend(message, dst=peer))
         incoming = list(self.incoming)
         for request in requests[:len(incoming)]:
@@ -275,9 +278,14 @@ class PointToPoint:
                 target = self.by_key[dv.key()][local_slices(dv, offset, extent)]
                 size = target.numel() * target.element_size()
                 target.copy_(message[at:at + size].view(target.dtype).view(target.shape))
-                at += size
+                at += _aligned(size)
         for request in requests[len(incoming):]:
             request.wait()
+
+
+def _aligned(size):
+    """`size` rounded up to 8 bytes: where the next piece of a message starts."""
+    return (size + 7) // 8 * 8
 
 
 def _count(extent):

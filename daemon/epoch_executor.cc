@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/epoch_faults.h"
@@ -172,13 +173,17 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
     }
   }
   const ViewKeySet* only = compared.has_value() ? &*compared : nullptr;
+  // An epoch that fails stops the hashing (the future's destructor waits for it).
+  std::atomic<bool> stop_hashing{false};
   std::future<absl::StatusOr<std::vector<v1::ViewChecksum>>> source_view_checksums;
   if (execute.checksums()) {
     source_view_checksums =
-        std::async(std::launch::async, [sources = RegistrationsOf(v1::ROLE_SOURCE), buffers, only] {
-          return ChecksumViews(sources, *buffers, only);
-        });
+        std::async(std::launch::async | std::launch::deferred,
+                   [sources = RegistrationsOf(v1::ROLE_SOURCE), buffers, only, &stop_hashing] {
+                     return ChecksumViews(sources, *buffers, only, &stop_hashing);
+                   });
   }
+  absl::Cleanup stop_on_return = [&stop_hashing] { stop_hashing = true; };
   const absl::Time data_plane_start = absl::Now();
   absl::StatusOr<transport::ExecutionStats> stats =
       executor.Run(slice.plan(), execute.epoch_number(), deadline);

@@ -48,13 +48,14 @@ absl::StatusOr<transport::ConstStridedRef> LocateView(const v1::RankRegistration
 
 absl::StatusOr<std::vector<v1::ViewChecksum>> ChecksumViews(
     const std::vector<v1::RankRegistration>& registrations, const transport::BufferMap& buffers,
-    const ViewKeySet* only) {
+    const ViewKeySet* only, const std::atomic<bool>* stop) {
   std::vector<v1::ViewChecksum> out;
   for (const v1::RankRegistration& r : registrations) {
     // A bucketed rank's bytes are gone into its process; its pieces were hashed on the way.
     if (r.layout().bucketed()) continue;
     for (int v = 0; v < r.layout().views_size(); ++v) {
       if (only != nullptr && !only->count({r.role(), r.layout().rank(), v})) continue;
+      if (stop != nullptr && *stop) return absl::CancelledError("view checksums stopped");
       const v1::ShardView& view = r.layout().views(v);
       transport::Dims extent;
       absl::StatusOr<transport::ConstStridedRef> memory = LocateView(r, v, buffers, &extent);

@@ -6,6 +6,7 @@
 #ifndef REFIT_DAEMON_VIEW_CHECKSUMS_H_
 #define REFIT_DAEMON_VIEW_CHECKSUMS_H_
 
+#include <atomic>
 #include <cstdint>
 #include <set>
 #include <tuple>
@@ -22,9 +23,10 @@ using ViewKeySet = std::set<std::tuple<int, int64_t, int32_t>>;
 
 // Checksums of every host-memory view of `registrations`, read through `buffers` (views in
 // GPU memory are left out until a device-side hash exists); given `only`, of those in it.
+// CANCELLED once `*stop` is set (checked between views).
 absl::StatusOr<std::vector<v1::ViewChecksum>> ChecksumViews(
     const std::vector<v1::RankRegistration>& registrations, const transport::BufferMap& buffers,
-    const ViewKeySet* only = nullptr);
+    const ViewKeySet* only = nullptr, const std::atomic<bool>* stop = nullptr);
 
 // The views whose checksums CompareViewChecksums can compare with another: those whose box
 // another view holds too, destination views counted only when `destinations_hashed`

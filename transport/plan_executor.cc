@@ -149,19 +149,20 @@ absl::Status PlanExecutor::WriteDestination(const v1::Transfer& t, const ConstSt
 
 std::vector<PlanExecutor::Chunk> PlanExecutor::CutIntoChunks(
     const std::vector<const v1::Transfer*>& list) const {
-  const int64_t total = PackedBytes(list);
-  // At most kMaxChunks chunks: a stream that would need more gets larger ones.
-  const int64_t limit = std::max(message_chunk_bytes_, (total + kMaxChunks - 1) / kMaxChunks);
-  std::vector<Chunk> chunks;
-  for (const v1::Transfer* t : list) {
-    const int64_t bytes = PackedBytes({t});
-    if (chunks.empty() || (chunks.back().bytes > 0 && chunks.back().bytes + bytes > limit)) {
-      chunks.emplace_back();
+  // Whole pieces close a chunk early, so a limit of total / kMaxChunks can still give up to
+  // twice as many chunks: the limit doubles until they fit in the tag's chunk bits.
+  for (int64_t limit = message_chunk_bytes_;; limit *= 2) {
+    std::vector<Chunk> chunks;
+    for (const v1::Transfer* t : list) {
+      const int64_t bytes = PackedBytes({t});
+      if (chunks.empty() || (chunks.back().bytes > 0 && chunks.back().bytes + bytes > limit)) {
+        chunks.emplace_back();
+      }
+      chunks.back().pieces.push_back(t);
+      chunks.back().bytes += bytes;
     }
-    chunks.back().pieces.push_back(t);
-    chunks.back().bytes += bytes;
+    if (static_cast<int64_t>(chunks.size()) <= kMaxChunks) return chunks;
   }
-  return chunks;
 }
 
 absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int32_t batch,

@@ -153,8 +153,9 @@ class PlanExecutor {
 
   absl::Status RunBatch(const std::vector<Resolved>& transfers, int32_t batch, uint32_t epoch,
                         absl::Time deadline, RunMemory* run_memory, ExecutionStats* stats);
-  // `list` (one peer's pieces in plan order) cut into chunks: whole pieces, at most
-  // message_chunk_bytes_ each unless one piece is larger, at most kMaxChunks of them.
+  // `list` (one peer's pieces in plan order) cut into chunks of whole pieces: at most
+  // message_chunk_bytes_ each unless one piece is larger, and at most kMaxChunks of them
+  // (the limit grows when it would take more).
   std::vector<Chunk> CutIntoChunks(const std::vector<const v1::Transfer*>& list) const;
   // Bytes of `list`'s pieces packed densely one after another.
   int64_t PackedBytes(const std::vector<const v1::Transfer*>& list) const;
