@@ -11,22 +11,22 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "transport/memory_fault_guard.h"
+#include "transport/rank_key.h"
 #include "transport/strided_copy.h"
 
 namespace refit::daemon {
 namespace {
 
-bool IsView(const v1::Endpoint& e) {
-  return e.kind() == v1::ENDPOINT_SOURCE_VIEW || e.kind() == v1::ENDPOINT_DESTINATION_VIEW;
-}
+using transport::IsViewEndpoint;
 
 bool IsRelayBuffer(const v1::Endpoint& e) { return e.kind() == v1::ENDPOINT_RELAY_BUFFER; }
 
 // Whether a transfer has an end to hash: view to view, or one hop of a piece through a
 // relay buffer (filled from a source view, read into a destination view).
 bool IsChecked(const v1::Transfer& t) {
-  return (IsView(t.src()) && IsView(t.dst())) || (IsView(t.src()) && IsRelayBuffer(t.dst())) ||
-         (IsRelayBuffer(t.src()) && IsView(t.dst()));
+  return (IsViewEndpoint(t.src()) && IsViewEndpoint(t.dst())) ||
+         (IsViewEndpoint(t.src()) && IsRelayBuffer(t.dst())) ||
+         (IsRelayBuffer(t.src()) && IsViewEndpoint(t.dst()));
 }
 
 // Whether a read of a relay buffer moves the buffer's whole box (then its destination
@@ -75,7 +75,7 @@ absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
       const transport::Dims extent(t.extent().begin(), t.extent().end());
       for (const bool destination : {false, true}) {
         const v1::Endpoint& end = destination ? t.dst() : t.src();
-        if (!IsView(end)) continue;
+        if (!IsViewEndpoint(end)) continue;
         const v1::Role role = transport::EndpointRole(end.kind());
         absl::StatusOr<int32_t> daemon = placement.DaemonOf(role, end.rank());
         if (!daemon.ok() || *daemon != self) continue;

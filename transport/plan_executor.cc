@@ -26,10 +26,6 @@ uint64_t MessageTag(uint32_t epoch, bool ordered, int64_t index, int32_t sender)
 Dims OffsetOf(const v1::Transfer& t) { return Dims(t.offset().begin(), t.offset().end()); }
 Dims ExtentOf(const v1::Transfer& t) { return Dims(t.extent().begin(), t.extent().end()); }
 
-bool IsView(const v1::Endpoint& e) {
-  return e.kind() == v1::ENDPOINT_SOURCE_VIEW || e.kind() == v1::ENDPOINT_DESTINATION_VIEW;
-}
-
 int64_t Volume(const Dims& extent) {
   int64_t v = 1;
   for (int64_t e : extent) v *= e;
@@ -61,8 +57,7 @@ UcxEndpoint* PlanExecutor::PeerOf(int32_t daemon) const {
 absl::StatusOr<ConstStridedRef> PlanExecutor::LocateSource(const v1::Endpoint& endpoint,
                                                            const v1::Transfer& t,
                                                            RunMemory* run_memory) const {
-  if (endpoint.kind() == v1::ENDPOINT_SOURCE_VIEW ||
-      endpoint.kind() == v1::ENDPOINT_DESTINATION_VIEW) {
+  if (IsViewEndpoint(endpoint)) {
     return std::as_const(buffers_).Locate(EndpointRole(endpoint.kind()), endpoint.rank(),
                                           endpoint.view(), t.tensor(), OffsetOf(t), ExtentOf(t));
   }
@@ -105,7 +100,8 @@ absl::Status PlanExecutor::CopyLocal(const v1::Transfer& t, RunMemory* run_memor
                                      ExecutionStats* stats, gpu::DeviceCopyChain* copies) {
   absl::StatusOr<ConstStridedRef> from = LocateSource(t.src(), t, run_memory);
   if (!from.ok()) return from.status();
-  return WriteDestination(t, *from, /*from_source_end=*/IsView(t.src()), run_memory, stats, copies);
+  return WriteDestination(t, *from, /*from_source_end=*/IsViewEndpoint(t.src()), run_memory, stats,
+                          copies);
 }
 
 absl::Status PlanExecutor::WriteDestination(const v1::Transfer& t, const ConstStridedRef& from,
@@ -367,7 +363,7 @@ absl::Status PlanExecutor::CopyPieces(const std::vector<const v1::Transfer*>& li
     absl::StatusOr<ConstStridedRef> side = LocateSource(t->src(), *t, run_memory);
     if (!side.ok()) return side.status();
     const bool hash_source =
-        hash_pieces_ && IsView(t->src()) && side->device < 0 && staging_device < 0;
+        hash_pieces_ && IsViewEndpoint(t->src()) && side->device < 0 && staging_device < 0;
     uint64_t source_hash = 0;
     absl::Status copied = InTransfer(
         copies.Copy(extent, element_bytes, *side, dense, hash_source ? &source_hash : nullptr), *t);

@@ -128,7 +128,7 @@ void ExpectPieceHashesOfWhatMoved(const v1::Plan& plan, const RankPlacement& pla
     for (const v1::Transfer& t : batch.transfers()) {
       for (const bool destination : {false, true}) {
         const v1::Endpoint& end = destination ? t.dst() : t.src();
-        if (end.kind() != v1::ENDPOINT_SOURCE_VIEW && end.kind() != v1::ENDPOINT_DESTINATION_VIEW) {
+        if (!IsViewEndpoint(end)) {
           continue;
         }
         const v1::Role role = EndpointRole(end.kind());

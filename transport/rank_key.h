@@ -27,6 +27,11 @@ inline v1::Role EndpointRole(v1::EndpointKind kind) {
              : v1::ROLE_DESTINATION;
 }
 
+// Whether an endpoint is a rank's view (not scratch or a relay buffer).
+inline bool IsViewEndpoint(const v1::Endpoint& e) {
+  return e.kind() == v1::ENDPOINT_SOURCE_VIEW || e.kind() == v1::ENDPOINT_DESTINATION_VIEW;
+}
+
 struct RankKey {
   v1::Role role = v1::ROLE_UNSPECIFIED;
   int64_t rank = 0;
