@@ -51,15 +51,23 @@ absl::StatusOr<std::vector<transport::UcxEndpoint*>> DataPlaneEndpoint::PeersFor
   return peers;
 }
 
-bool DataPlaneEndpoint::DropIfOperationsLeft(const std::string& epoch_id) {
+bool DataPlaneEndpoint::DropIfUnsound(const std::string& epoch_id) {
   if (worker_ == nullptr) return false;
   const int64_t left =
       worker_->abandoned_operations() + static_cast<int64_t>(worker_->lingering_receives());
-  if (left == 0) return false;
-  spdlog::warn(
-      "refitd {}: epoch {} left {} UCX operations that would not end; dropping the data-plane "
-      "worker so they cannot touch memory later",
-      node_, epoch_id, left);
+  const int64_t force_closed = worker_->endpoints_force_closed();
+  if (left == 0 && force_closed == 0) return false;
+  if (left > 0) {
+    spdlog::warn(
+        "refitd {}: epoch {} left {} UCX operations that would not end; dropping the "
+        "data-plane worker so they cannot touch memory later",
+        node_, epoch_id, left);
+  } else {
+    spdlog::warn(
+        "refitd {}: epoch {} force-closed {} UCX endpoints on a stalled send; replacing the "
+        "data-plane worker (UCX keeps state for them that a later connection trips over)",
+        node_, epoch_id, force_closed);
+  }
   Drop();
   return true;
 }

@@ -1,7 +1,7 @@
 // refitd's end of the host data plane: its UCX worker, the endpoints to the peer daemons a
 // plan slice exchanges pieces with (kept across epochs, replaced when broken or when the
 // peer's address changed), and the worker's replacement after an epoch left operations
-// that would not end. Used by the epoch thread only.
+// that would not end or force-closed an endpoint. Used by the epoch thread only.
 #ifndef REFIT_DAEMON_DATA_PLANE_ENDPOINT_H_
 #define REFIT_DAEMON_DATA_PLANE_ENDPOINT_H_
 
@@ -43,11 +43,13 @@ class DataPlaneEndpoint {
   absl::StatusOr<std::vector<transport::UcxEndpoint*>> PeersFor(
       const v1::PlanSlice& slice, const std::set<int32_t>& exchanged_with);
 
-  // After an epoch: if it left UCX operations that would not end, the endpoints and the
-  // worker go (destroying them ends those operations, so no late data lands in memory
-  // that is reused); EnsureWorker makes a new one, whose new address makes every peer
-  // connect anew. Returns whether it dropped them.
-  bool DropIfOperationsLeft(const std::string& epoch_id);
+  // After an epoch: if it left UCX operations that would not end, or force-closed an
+  // endpoint on a send that would not end (see UcxWorker::endpoints_force_closed), the
+  // endpoints and the worker go (destroying them ends those operations, so no late data
+  // lands in memory that is reused, and no stale UCX connection state survives);
+  // EnsureWorker makes a new one, whose new address makes every peer connect anew.
+  // Returns whether it dropped them.
+  bool DropIfUnsound(const std::string& epoch_id);
   // Closes the endpoints, then the worker.
   void Drop();
 

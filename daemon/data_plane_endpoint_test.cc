@@ -37,7 +37,7 @@ TEST(DataPlaneEndpointTest, EachWorkerMadeReportsItsAddressOnce) {
   EXPECT_FALSE(a.endpoint.address().empty());
   ASSERT_TRUE(a.endpoint.EnsureWorker());  // kept: no new worker, nothing new to say
   EXPECT_EQ(a.said, std::vector<std::string>{a.endpoint.address()});
-  EXPECT_FALSE(a.endpoint.DropIfOperationsLeft("e-1"));  // nothing left: kept
+  EXPECT_FALSE(a.endpoint.DropIfUnsound("e-1"));  // nothing left: kept
   EXPECT_NE(a.endpoint.worker(), nullptr);
   const std::string first = a.endpoint.address();
   a.endpoint.Drop();
@@ -73,6 +73,34 @@ TEST(DataPlaneEndpointTest, PeersAreThoseExchangedWithKeptAcrossEpochsAndRemadeO
   ASSERT_TRUE(peers.ok()) << peers.status();
   EXPECT_NE((*peers)[1], nullptr);
   EXPECT_NE((*peers)[2], nullptr);
+}
+
+TEST(DataPlaneEndpointTest, AWorkerThatForceClosedAStalledSendIsReplaced) {
+  // b never progresses (a dead link nobody closes): a's send stands still, is cancelled,
+  // and its endpoint force-closed. UCX keeps state for that endpoint that a later
+  // connection can trip over, so after the epoch a gets a new worker (a new address).
+  Endpoint a("node-a"), b("node-b");
+  ASSERT_TRUE(a.endpoint.EnsureWorker() && b.endpoint.EnsureWorker());
+  v1::PlanSlice slice = SliceFor(0, {a.endpoint.address(), b.endpoint.address()});
+  absl::StatusOr<std::vector<transport::UcxEndpoint*>> peers = a.endpoint.PeersFor(slice, {1});
+  ASSERT_TRUE(peers.ok()) << peers.status();
+  std::vector<uint8_t> big(64 << 20, 7);
+  absl::StatusOr<transport::PendingOperation> send =
+      (*peers)[1]->PostSend(3, big.data(), big.size());
+  ASSERT_TRUE(send.ok()) << send.status();
+  std::vector<transport::PendingOperation> sends = {*send};
+  const absl::Status sent = a.endpoint.worker()->WaitAll(&sends, absl::Now() + absl::Seconds(60),
+                                                         absl::Milliseconds(200));
+  ASSERT_EQ(sent.code(), absl::StatusCode::kUnavailable) << sent;
+  ASSERT_EQ(a.endpoint.worker()->endpoints_force_closed(), 1);
+
+  const std::string first = a.endpoint.address();
+  EXPECT_TRUE(a.endpoint.DropIfUnsound("e-1"));
+  EXPECT_EQ(a.endpoint.worker(), nullptr);
+  ASSERT_TRUE(a.endpoint.EnsureWorker());
+  EXPECT_NE(a.endpoint.address(), first);
+  EXPECT_EQ(a.said.size(), 2u) << "the new address is said, so peers connect anew";
+  EXPECT_FALSE(b.endpoint.DropIfUnsound("e-1")) << "b closed nothing and left nothing running";
 }
 
 TEST(DataPlaneEndpointTest, BadSlicesAndAMissingWorkerAreRefused) {

@@ -83,12 +83,12 @@ v1::EpochDone EpochExecutor::Run(const v1::ExecuteEpoch& execute, const v1::Plan
   // touch them. Closing every endpoint ends them (a receive runs on the endpoint back to
   // its sender, which is why a daemon holds one to every peer it receives from);
   // destroying the worker makes sure.
-  data_plane_.DropIfOperationsLeft(execute.epoch_id());
+  data_plane_.DropIfUnsound(execute.epoch_id());
   hold.reset();  // nothing touches the buffers any more: ranks that left may go
-  // A failed epoch leaves the endpoints alone: one that broke (or that a stuck send
-  // force-closed) says so and is replaced at the next epoch, a peer that restarted or
-  // replaced its worker has a new address, and closing a healthy endpoint this daemon
-  // never sent on would make UCX drop what the peer sends next (see ucx_worker.h).
+  // Otherwise a failed epoch leaves the endpoints alone: one that broke says so and is
+  // replaced at the next epoch, a peer that restarted or replaced its worker has a new
+  // address, and closing a healthy endpoint this daemon never sent on would make UCX drop
+  // what the peer sends next (see ucx_worker.h).
   if (metrics_ != nullptr) metrics_->EpochDone(done.ok());
   return done;
 }

@@ -176,7 +176,10 @@ absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl:
         if (op.request == nullptr) continue;
         while (ucp_request_check_status(op.request) == UCS_INPROGRESS && absl::Now() < give_up) {
           Progress();
-          if (absl::Now() > grace && op.endpoint != nullptr) op.endpoint->ForceClose();
+          if (absl::Now() > grace && op.endpoint != nullptr && !op.endpoint->closed()) {
+            op.endpoint->ForceClose();
+            ++force_closed_;
+          }
         }
         if (ucp_request_check_status(op.request) != UCS_INPROGRESS) {
           ucp_request_free(op.request);

@@ -94,6 +94,12 @@ class UcxWorker {
   // ends them (the peer's connection fails or comes back); each progress reaps the ended.
   size_t lingering_receives() const { return lingering_.size(); }
 
+  // Endpoints WaitAll force-closed because a send would not yield to cancelling. UCX
+  // 1.13's TCP transport keeps state for such an endpoint that a later connection between
+  // the same workers can trip over (a crash inside uct_tcp_cm_insert_ep, seen after a dead
+  // link came back): the owner replaces the worker after an epoch that did this.
+  int64_t endpoints_force_closed() const { return force_closed_; }
+
  private:
   friend class UcxEndpoint;
   UcxWorker(ucp_context_h context, ucp_worker_h worker, std::string address)
@@ -110,6 +116,7 @@ class UcxWorker {
   std::string address_;
   const std::atomic<bool>* interrupt_ = nullptr;
   std::atomic<int64_t> abandoned_{0};
+  int64_t force_closed_ = 0;
   struct Lingering {
     void* request;
     std::vector<uint8_t> buffer;   // where UCX may still write
@@ -138,6 +145,8 @@ class UcxEndpoint {
 
   // Closes the connection at once; operations in flight on it end with an error.
   void ForceClose();
+  // Whether ForceClose ran (nothing can be sent on it any more).
+  bool closed() const { return endpoint_ == nullptr; }
 
  private:
   friend class UcxWorker;

@@ -100,6 +100,11 @@ TEST(UcxWorkerTest, OperationsThatStandStillEndAtTheStallLimitLongBeforeTheDeadl
       << sent;
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(300));
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  // The send would not yield to cancelling: its endpoint was force-closed, and the worker
+  // counts it (its owner replaces the worker after such an epoch).
+  EXPECT_TRUE((*endpoint)->closed());
+  EXPECT_EQ((*sender)->endpoints_force_closed(), 1);
+  EXPECT_EQ((*receiver)->endpoints_force_closed(), 0);
   // A receive whose sender never comes ends the same way.
   char buffer[8];
   absl::StatusOr<PendingOperation> receive = (*receiver)->PostReceive(10, buffer, sizeof(buffer));
