@@ -31,7 +31,12 @@ for target in $(grep -E "^//.* (FAILED|TIMEOUT)" "$log" | grep -oE "^//[^ ]+"); 
   test_log=bazel-testlogs/$(echo "${target#//}" | tr ':' '/')/test.log
   [[ -f $test_log ]] || continue
   echo "--- why $target failed (first failures of $test_log):"
-  grep -m3 -A8 -E "Failure$|^FAIL|: FAILED|Assertion|terminate called" "$test_log" | cut -c1-300 | head -40
+  pattern="Failure$|^FAIL|: FAILED|Assertion|terminate called|failed at line|Segmentation fault|Aborted"
+  if grep -q -E "$pattern" "$test_log"; then
+    grep -m3 -A8 -E "$pattern" "$test_log" | cut -c1-300 | head -40
+  else
+    tail -n 25 "$test_log" | cut -c1-300  # a script that stopped without saying why
+  fi
 done
 rm -f "$log"
 echo "tests: $passed passed, $failed failed ($skipped with skipped cases)"

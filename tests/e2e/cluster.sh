@@ -217,11 +217,21 @@ expect_in() {
   return 1
 }
 
-# stop_all: SIGTERM to every process; each must end by itself.
+# stop_all: SIGTERM to every process; each must end by itself, and the coordinator and the
+# refitd daemons still running must end cleanly (exit status 0: a crash while shutting
+# down fails the test).
 stop_all() {
-  local pid
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  local pid status running=()
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null && running+=("$pid") || true; done
   for pid in "${pids[@]}"; do await_exit "$pid" 10 || exit 1; done
+  for pid in "${daemon_pid[@]}" "${coordinator_pid:-}"; do
+    [[ -n $pid ]] || continue
+    # shellcheck disable=SC2076  # a literal match
+    [[ " ${running[*]} " =~ " $pid " ]] || continue
+    status=0
+    wait "$pid" || status=$?
+    ((status == 0)) || { echo "process $pid ended with status $status on SIGTERM" >&2; exit 1; }
+  done
   pids=()
 }
 
