@@ -42,6 +42,7 @@ absl::StatusOr<DaemonSession> Cluster::AddDaemon(const v1::DaemonHello& hello,
     record.peer.set_index(it->second);
     record.peer.set_node(hello.node());
     record.peer.set_data_plane_address(hello.data_plane_address());
+    record.peer.set_shared_memory_domain(hello.shared_memory_domain());
     record.gpu = hello.gpu();
     record.incarnation = hello.incarnation();
     record.channel = std::move(channel);

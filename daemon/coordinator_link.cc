@@ -77,6 +77,7 @@ void CoordinatorLink::Start() {
           context_->TryCancel();
         }
       });
+  executor_->ShareMemoryWithin(shared_memory_domain_);
   // Without a data-plane worker the daemon still connects (its ranks register, the
   // coordinator and refitctl see it), and the epoch thread keeps trying to make one.
   executor_->EnsureWorker();
@@ -202,6 +203,7 @@ bool CoordinatorLink::SayHello(Stream* stream) {
   v1::DaemonMessage hello;
   hello.mutable_hello()->set_node(node_);
   hello.mutable_hello()->set_gpu(gpu_);
+  hello.mutable_hello()->set_shared_memory_domain(shared_memory_domain_);
   hello.mutable_hello()->set_incarnation(incarnation_);
   hello.mutable_hello()->set_committed_version(registry_->CommittedVersion());
   hello.mutable_hello()->set_last_epoch_number(last_epoch_number_);

@@ -45,6 +45,9 @@ class CoordinatorLink {
   void SetSecurity(security::ClientSecurity security) { security_ = std::move(security); }
   // What the daemon tells the coordinator about its GPUs (set before Start).
   void SetGpuDescription(std::string gpu) { gpu_ = std::move(gpu); }
+  // This host's shared-memory domain (transport::SharedMemoryDomain; "": chunks to daemons
+  // of this host go over UCX like any other), said in the hello (set before Start).
+  void SetSharedMemoryDomain(std::string domain) { shared_memory_domain_ = std::move(domain); }
   ~CoordinatorLink() { Stop(); }
 
   void Start();
@@ -80,6 +83,7 @@ class CoordinatorLink {
   const std::string coordinator_;
   const std::string node_;
   std::string gpu_;
+  std::string shared_memory_domain_;
   security::ClientSecurity security_;
   RankRegistry* registry_;
   DaemonMetrics* metrics_;

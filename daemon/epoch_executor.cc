@@ -146,6 +146,16 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
   executor.SetStallLimit(absl::Milliseconds(execute.stall_ms() > 0 ? execute.stall_ms() : 10000));
   executor.SetInterrupt(interrupt_);
   executor.UseHostStaging(&host_staging_);
+  if (!shared_memory_domain_.empty()) {
+    std::set<int32_t> same_host;
+    for (const v1::DaemonPeer& peer : slice.daemons()) {
+      if (peer.index() != slice.daemon_index() &&
+          peer.shared_memory_domain() == shared_memory_domain_) {
+        same_host.insert(peer.index());
+      }
+    }
+    if (!same_host.empty()) executor.UseSharedMemory(same_host, &outbox_, &inboxes_);
+  }
   if (nccl.group != nullptr) {
     executor.UseNccl(&nccl);
     executor.UseDeviceStaging(nccl_.device_staging());
@@ -217,10 +227,10 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
   }
   done.set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
   spdlog::info(
-      "refitd {}: epoch {} done: {} transfers, {} bytes in {:.3f} s (setup {:.3f} s, data plane "
-      "{:.3f} s, checksums {:.3f} s)",
-      node_, execute.epoch_id(), stats->transfers, stats->bytes, done.seconds(),
-      absl::ToDoubleSeconds(data_plane_start - start),
+      "refitd {}: epoch {} done: {} transfers, {} bytes ({} through shared memory) in {:.3f} s "
+      "(setup {:.3f} s, data plane {:.3f} s, checksums {:.3f} s)",
+      node_, execute.epoch_id(), stats->transfers, stats->bytes, stats->bytes_via_shared_memory,
+      done.seconds(), absl::ToDoubleSeconds(data_plane_start - start),
       absl::ToDoubleSeconds(data_plane_end - data_plane_start),
       absl::ToDoubleSeconds(absl::Now() - data_plane_end));
   done.set_ok(true);

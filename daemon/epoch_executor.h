@@ -20,6 +20,7 @@
 #include "daemon/rank_registry.h"
 #include "proto/refit.pb.h"
 #include "transport/buffer_map.h"
+#include "transport/shared_memory_handoff.h"
 #include "transport/staging_pool.h"
 
 namespace refit::daemon {
@@ -33,6 +34,10 @@ class EpochExecutor {
                 const std::atomic<bool>* interrupt, const std::atomic<bool>* stopping,
                 std::function<void(const std::string& address)> on_new_address);
   ~EpochExecutor();
+
+  // Peers whose DaemonPeer says this `domain` (non-empty) get and give chunks through
+  // shared memory (transport/shared_memory_handoff.h); "" (the default): none do.
+  void ShareMemoryWithin(std::string domain) { shared_memory_domain_ = std::move(domain); }
 
   // Makes the UCX worker if there is none; false if it cannot (logged).
   bool EnsureWorker() { return data_plane_.EnsureWorker(); }
@@ -65,6 +70,11 @@ class EpochExecutor {
   // Host staging of messages to and from other daemons, kept across epochs (the largest
   // batch's, bounded by the staging budget): a warm epoch allocates and faults in nothing.
   transport::StagingPool host_staging_{transport::HostStagingAllocator()};
+  // Chunks to and from daemons of this host: the outbox this daemon packs into and the
+  // peers' outboxes it maps, both kept across epochs.
+  std::string shared_memory_domain_;
+  transport::SharedMemoryOutbox outbox_;
+  transport::SharedMemoryInboxes inboxes_;
 };
 
 }  // namespace refit::daemon

@@ -18,6 +18,7 @@
 #include "security/grpc_security.h"
 #include "spdlog/spdlog.h"
 #include "transport/gpu/gpu_support.h"
+#include "transport/shared_memory_handoff.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7700", "coordinator address, HOST:PORT");
 ABSL_FLAG(std::string, node, "", "this node's name (defaults to the host name)");
@@ -25,6 +26,9 @@ ABSL_FLAG(std::string, socket, "/run/refit/refitd.sock", "unix socket for the lo
 ABSL_FLAG(int, metrics_port, -1,
           "HTTP port for /metrics, /healthz and /readyz (0: any free port; -1: none)");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "address the HTTP endpoints listen on");
+ABSL_FLAG(bool, shared_memory_between_daemons, true,
+          "hand chunks to refitd daemons of this host (same boot, same /dev/shm, same user) "
+          "through shared memory instead of UCX messages");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -60,6 +64,9 @@ int main(int argc, char** argv) {
   }
   link.SetSecurity(*security);
   link.SetGpuDescription(gpu.description);
+  if (absl::GetFlag(FLAGS_shared_memory_between_daemons)) {
+    link.SetSharedMemoryDomain(refit::transport::SharedMemoryDomain());
+  }
   link.Start();
   std::unique_ptr<refit::daemon::HttpEndpoints> http;
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {

@@ -29,6 +29,9 @@ struct ExecutionStats {
   // Bytes this daemon sent to / received from each other daemon (by index).
   std::map<int32_t, int64_t> bytes_sent_to;
   std::map<int32_t, int64_t> bytes_received_from;
+  // Of those, the bytes handed over through shared memory (same-host daemons) instead of
+  // UCX messages, sent plus received.
+  int64_t bytes_via_shared_memory = 0;
   // Seconds from the start of the run until each destination rank served here had its
   // last byte of the plan written (PlanExecutor only).
   std::map<int64_t, double> destination_finish_seconds;

@@ -14,12 +14,17 @@
 namespace refit::transport {
 namespace {
 
-// epoch (16 bits) | ordered (1) | index (27) | sender daemon (20). The index is the
+// What a message carries: a chunk of a batch's stream (its bytes, or a shared-memory notice
+// of them), one transfer of an ordered plan, or the receipt of a chunk handed over through
+// shared memory.
+enum class MessageKind : uint64_t { kChunk = 0, kOrdered = 1, kReceipt = 2 };
+
+// epoch (16 bits) | kind (2) | index (26) | sender daemon (20). The index is the
 // transfer's ordinal in ordered plans, else (batch << kChunkBits) | chunk. Batches run one
 // after another, so indexes that wrap never meet in flight.
-uint64_t MessageTag(uint32_t epoch, bool ordered, int64_t index, int32_t sender) {
-  return (uint64_t{epoch & 0xffffu} << 48) | (uint64_t{ordered} << 47) |
-         ((static_cast<uint64_t>(index) & ((uint64_t{1} << 27) - 1)) << 20) |
+uint64_t MessageTag(uint32_t epoch, MessageKind kind, int64_t index, int32_t sender) {
+  return (uint64_t{epoch & 0xffffu} << 48) | (static_cast<uint64_t>(kind) << 46) |
+         ((static_cast<uint64_t>(index) & ((uint64_t{1} << 26) - 1)) << 20) |
          (static_cast<uint64_t>(sender) & 0xfffffu);
 }
 
@@ -185,48 +190,90 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
   // of whole pieces, sent in rounds: round r + 1 is packed and posted while round r is on
   // the wire, then round r is unpacked. Each stream has two staging slots of its largest
   // chunk, carved from the pool that outlives the batch (and, given one, the epoch), so
-  // staging stays small whatever the batch's size.
+  // staging stays small whatever the batch's size. With a peer on this host (UseSharedMemory)
+  // the slots of an outgoing stream are in the shared-memory outbox and the messages are
+  // notices; an incoming stream needs no slots (it unpacks from the sender's outbox) and
+  // answers each chunk with a receipt, which the sender awaits before it packs into that
+  // slot again.
+  struct Mailbox {  // the small messages of a shared-memory stream, two rounds' worth
+    EncodedNotice notices[2];
+    int64_t receipts[2] = {0, 0};
+  };
   struct Stream {
     int32_t peer;
     bool outgoing;
     std::vector<Chunk> chunks;
     UcxEndpoint* endpoint = nullptr;
     uint8_t* slots[2] = {nullptr, nullptr};
+    // Set for a stream through shared memory; kept alive by what UCX may still write.
+    std::shared_ptr<Mailbox> mailbox;
   };
+  const bool shared_memory = outbox_ != nullptr && inboxes_ != nullptr;
   std::vector<Stream> streams;
-  for (const auto& [peer, list] : incoming) streams.push_back({peer, false, CutIntoChunks(list)});
+  for (const auto& [peer, list] : incoming) {
+    streams.push_back({peer, false, CutIntoChunks(list), PeerOf(peer)});
+  }
   for (const auto& [peer, list] : outgoing) {
     streams.push_back({peer, true, CutIntoChunks(list), PeerOf(peer)});
-    if (streams.back().endpoint == nullptr) {
+  }
+  for (Stream& stream : streams) {
+    if (!shared_memory || !shared_memory_peers_.count(stream.peer)) continue;
+    stream.mailbox = std::make_shared<Mailbox>();
+    // A receipt goes back on the endpoint to the sender (held to every peer received from).
+    if (stream.endpoint == nullptr) {
       return absl::FailedPreconditionError(
-          absl::StrCat("batch ", batch, ": no connection to daemon ", peer));
+          absl::StrCat("batch ", batch, ": no connection to daemon ", stream.peer));
     }
   }
-  std::vector<int64_t> sizes;
+  std::vector<int64_t> sizes, outbox_sizes;
   size_t rounds = 0;
   for (const Stream& stream : streams) {
     int64_t largest = 0;
     for (const Chunk& chunk : stream.chunks) largest = std::max(largest, chunk.bytes);
-    sizes.push_back(largest);
-    if (stream.chunks.size() > 1) sizes.push_back(largest);
     rounds = std::max(rounds, stream.chunks.size());
+    if (stream.mailbox != nullptr && !stream.outgoing) continue;
+    if (stream.endpoint == nullptr && stream.outgoing) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("batch ", batch, ": no connection to daemon ", stream.peer));
+    }
+    std::vector<int64_t>& into = stream.mailbox != nullptr ? outbox_sizes : sizes;
+    into.push_back(largest);
+    if (stream.chunks.size() > 1) into.push_back(largest);
   }
   StagingPool* host_staging = host_staging_ != nullptr ? host_staging_ : &run_memory->host_staging;
+  std::vector<uint8_t*> carved, outbox_carved;
   if (!sizes.empty()) {
-    absl::StatusOr<std::vector<uint8_t*>> carved = host_staging->Carve(-1, sizes);
-    if (!carved.ok()) {
-      return absl::Status(carved.status().code(),
-                          absl::StrCat("batch ", batch, ": ", carved.status().message()));
+    absl::StatusOr<std::vector<uint8_t*>> staging = host_staging->Carve(-1, sizes);
+    if (!staging.ok()) {
+      return absl::Status(staging.status().code(),
+                          absl::StrCat("batch ", batch, ": ", staging.status().message()));
     }
-    size_t next = 0;
+    carved = *std::move(staging);
+  }
+  if (!outbox_sizes.empty()) {
+    absl::StatusOr<std::vector<uint8_t*>> outbox = outbox_->Carve(outbox_sizes);
+    if (!outbox.ok()) {
+      return absl::Status(outbox.status().code(),
+                          absl::StrCat("batch ", batch, ": ", outbox.status().message()));
+    }
+    outbox_carved = *std::move(outbox);
+  }
+  {
+    size_t next = 0, next_in_outbox = 0;
     for (Stream& stream : streams) {
-      stream.slots[0] = stream.slots[1] = (*carved)[next++];
-      if (stream.chunks.size() > 1) stream.slots[1] = (*carved)[next++];
+      if (stream.mailbox != nullptr && !stream.outgoing) continue;
+      std::vector<uint8_t*>& from = stream.mailbox != nullptr ? outbox_carved : carved;
+      size_t& at = stream.mailbox != nullptr ? next_in_outbox : next;
+      stream.slots[0] = stream.slots[1] = from[at++];
+      if (stream.chunks.size() > 1) stream.slots[1] = from[at++];
     }
   }
-  // The operations of the rounds in flight (by round parity), and the stream of each.
+  // The operations of the rounds in flight (by round parity), and the stream of each; the
+  // receipts a sender awaits (by round parity) and those it sent.
   std::vector<PendingOperation> in_flight[2];
   std::vector<size_t> stream_of[2];
+  std::vector<PendingOperation> receipts_awaited[2];
+  std::vector<PendingOperation> receipts_sent;
   // An operation UCX could neither finish nor cancel keeps the staging block alive (its
   // memory_owner); the pool then forgets that block, so no later batch reuses it.
   auto abandon_if_left_running = [&](size_t lingering, int64_t abandoned) {
@@ -237,9 +284,10 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
   auto fail = [&](const absl::Status& status) {
     // Posted operations must not outlive their buffers: cancel them now.
     std::vector<PendingOperation> posted;
-    for (std::vector<PendingOperation>& round : in_flight) {
-      posted.insert(posted.end(), round.begin(), round.end());
-      round.clear();
+    for (std::vector<PendingOperation>* list : {&in_flight[0], &in_flight[1], &receipts_awaited[0],
+                                                &receipts_awaited[1], &receipts_sent}) {
+      posted.insert(posted.end(), list->begin(), list->end());
+      list->clear();
     }
     if (!posted.empty()) {
       const size_t lingering = worker_->lingering_receives();
@@ -249,7 +297,26 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
     }
     return status;
   };
-  // Posts round `r`: a receive per incoming stream, a packed send per outgoing one.
+  // Waits for `operations` (emptied either way); errors name the batch.
+  auto wait_for = [&](std::vector<PendingOperation>* operations) -> absl::Status {
+    if (operations->empty()) return absl::OkStatus();
+    const size_t lingering = worker_->lingering_receives();
+    const int64_t abandoned = worker_->abandoned_operations();
+    absl::Status done = worker_->WaitAll(operations, deadline, stall_limit_);
+    if (!done.ok()) {
+      abandon_if_left_running(lingering, abandoned);
+      operations->clear();
+      return absl::Status(done.code(), absl::StrCat("batch ", batch, ": ", done.message()));
+    }
+    return absl::OkStatus();
+  };
+  auto describe = [](const Stream& stream, const Chunk& chunk, size_t r) {
+    return absl::StrCat("the ", chunk.bytes, " bytes ", stream.outgoing ? "to" : "from", " daemon ",
+                        stream.peer, " (part ", r + 1, " of ", stream.chunks.size(),
+                        stream.mailbox != nullptr ? ", through shared memory)" : ")");
+  };
+  // Posts round `r`: a receive per incoming stream, a packed send per outgoing one (and,
+  // through shared memory, the receive of its receipt).
   auto post_round = [&](size_t r) -> absl::Status {
     for (size_t s = 0; s < streams.size(); ++s) {
       Stream& stream = streams[s];
@@ -258,22 +325,39 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
       uint8_t* slot = stream.slots[r % 2];
       const int64_t index = (int64_t{batch} << kChunkBits) | static_cast<int64_t>(r);
       absl::StatusOr<PendingOperation> posted;
-      if (!stream.outgoing) {
-        posted =
-            worker_->PostReceive(MessageTag(epoch, false, index, stream.peer), slot, chunk.bytes);
+      if (!stream.outgoing && stream.mailbox != nullptr) {
+        posted = worker_->PostReceive(MessageTag(epoch, MessageKind::kChunk, index, stream.peer),
+                                      stream.mailbox->notices[r % 2].data(), kHandoffNoticeBytes);
+      } else if (!stream.outgoing) {
+        posted = worker_->PostReceive(MessageTag(epoch, MessageKind::kChunk, index, stream.peer),
+                                      slot, chunk.bytes);
       } else {
         absl::Status packed = CopyPieces(chunk.pieces, slot, /*staging_device=*/-1,
                                          /*pack=*/true, run_memory, stats);
         if (!packed.ok()) return packed;
-        posted =
-            stream.endpoint->PostSend(MessageTag(epoch, false, index, self_), slot, chunk.bytes);
+        const void* message = slot;
+        int64_t message_bytes = chunk.bytes;
+        if (stream.mailbox != nullptr) {
+          stream.mailbox->notices[r % 2] = EncodeNotice(outbox_->NoticeFor(slot, chunk.bytes));
+          message = stream.mailbox->notices[r % 2].data();
+          message_bytes = kHandoffNoticeBytes;
+          absl::StatusOr<PendingOperation> receipt =
+              worker_->PostReceive(MessageTag(epoch, MessageKind::kReceipt, index, stream.peer),
+                                   &stream.mailbox->receipts[r % 2], sizeof(int64_t));
+          if (!receipt.ok()) return receipt.status();
+          receipt->what = absl::StrCat("the receipt of ", describe(stream, chunk, r));
+          receipt->memory_owner = stream.mailbox;
+          receipts_awaited[r % 2].push_back(*std::move(receipt));
+          stats->bytes_via_shared_memory += chunk.bytes;
+        }
+        posted = stream.endpoint->PostSend(MessageTag(epoch, MessageKind::kChunk, index, self_),
+                                           message, message_bytes);
         if (posted.ok()) stats->bytes_sent_to[stream.peer] += chunk.bytes;
       }
       if (!posted.ok()) return posted.status();
-      posted->what =
-          absl::StrCat("the ", chunk.bytes, " bytes ", stream.outgoing ? "to" : "from", " daemon ",
-                       stream.peer, " (part ", r + 1, " of ", stream.chunks.size(), ")");
-      posted->memory_owner = host_staging->BlockOf(-1);
+      posted->what = describe(stream, chunk, r);
+      posted->memory_owner = stream.mailbox != nullptr ? std::shared_ptr<void>(stream.mailbox)
+                                                       : host_staging->BlockOf(-1);
       in_flight[r % 2].push_back(*std::move(posted));
       stream_of[r % 2].push_back(s);
     }
@@ -300,37 +384,64 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
     if (!sent.ok()) return fail(sent);
   }
   for (size_t r = 0; r < rounds; ++r) {
-    // The other slots held round r - 1, which is done: round r + 1 goes there.
+    // The other slots held round r - 1, which is done (and, through shared memory, its
+    // receipts are in): round r + 1 goes there.
     if (r + 1 < rounds) {
+      if (absl::Status received = wait_for(&receipts_awaited[(r + 1) % 2]); !received.ok()) {
+        return fail(received);
+      }
       if (absl::Status posted = post_round(r + 1); !posted.ok()) return fail(posted);
     }
     std::vector<PendingOperation>& round = in_flight[r % 2];
-    const size_t lingering = worker_->lingering_receives();
-    const int64_t abandoned = worker_->abandoned_operations();
-    absl::Status done = worker_->WaitAll(&round, deadline, stall_limit_);
-    if (!done.ok()) {
-      abandon_if_left_running(lingering, abandoned);
-      round.clear();
-      return fail(absl::Status(done.code(), absl::StrCat("batch ", batch, ": ", done.message())));
-    }
+    if (absl::Status done = wait_for(&round); !done.ok()) return fail(done);
     for (size_t i = 0; i < round.size(); ++i) {
       const Stream& stream = streams[stream_of[r % 2][i]];
       if (stream.outgoing) continue;
       const Chunk& chunk = stream.chunks[r];
-      if (static_cast<int64_t>(round[i].length) != chunk.bytes) {
+      uint8_t* message = stream.slots[r % 2];
+      int64_t message_bytes = static_cast<int64_t>(round[i].length);
+      if (stream.mailbox != nullptr) {
+        absl::StatusOr<HandoffNotice> notice =
+            DecodeNotice(stream.mailbox->notices[r % 2].data(), message_bytes);
+        absl::StatusOr<const uint8_t*> located =
+            notice.ok() ? inboxes_->Locate(stream.peer, *notice) : notice.status();
+        if (!located.ok()) {
+          return fail(absl::DataLossError(absl::StrCat(
+              "batch ", batch, ": from daemon ", stream.peer, ": ", located.status().message())));
+        }
+        // The sender's outbox, mapped writable (the receipt says when it may reuse it).
+        message = const_cast<uint8_t*>(*located);
+        message_bytes = notice->bytes;
+        stats->bytes_via_shared_memory += chunk.bytes;
+      }
+      if (message_bytes != chunk.bytes) {
         return fail(
             absl::DataLossError(absl::StrCat("batch ", batch, ": daemon ", stream.peer, " sent ",
-                                             round[i].length, " bytes, expected ", chunk.bytes)));
+                                             message_bytes, " bytes, expected ", chunk.bytes)));
       }
       stats->bytes_received_from[stream.peer] += chunk.bytes;
-      uint8_t* slot = stream.slots[r % 2];
-      if (on_message_received_) on_message_received_(slot, chunk.bytes);
-      absl::Status unpacked = CopyPieces(chunk.pieces, slot, /*staging_device=*/-1,
+      if (on_message_received_) on_message_received_(message, chunk.bytes);
+      absl::Status unpacked = CopyPieces(chunk.pieces, message, /*staging_device=*/-1,
                                          /*pack=*/false, run_memory, stats);
       if (!unpacked.ok()) return fail(unpacked);
+      if (stream.mailbox != nullptr) {
+        const int64_t index = (int64_t{batch} << kChunkBits) | static_cast<int64_t>(r);
+        stream.mailbox->receipts[r % 2] = index;
+        absl::StatusOr<PendingOperation> receipt =
+            stream.endpoint->PostSend(MessageTag(epoch, MessageKind::kReceipt, index, self_),
+                                      &stream.mailbox->receipts[r % 2], sizeof(int64_t));
+        if (!receipt.ok()) return fail(receipt.status());
+        receipt->what = absl::StrCat("the receipt of ", describe(stream, chunk, r));
+        receipt->memory_owner = stream.mailbox;
+        receipts_sent.push_back(*std::move(receipt));
+      }
     }
     round.clear();
     stream_of[r % 2].clear();
+  }
+  for (std::vector<PendingOperation>* left :
+       {&receipts_awaited[0], &receipts_awaited[1], &receipts_sent}) {
+    if (absl::Status done = wait_for(left); !done.ok()) return fail(done);
   }
   return absl::OkStatus();
 }
@@ -484,13 +595,13 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
       if (!from.ok()) return from.status();
       absl::Status packed = InTransfer(gpu::CopyAnyBox(extent, element_bytes, *from, dense), t);
       if (!packed.ok()) return packed;
-      absl::Status sent = endpoint->Send(MessageTag(epoch, true, ordinal, self_), staging.data(),
-                                         staging.size(), deadline);
+      absl::Status sent = endpoint->Send(MessageTag(epoch, MessageKind::kOrdered, ordinal, self_),
+                                         staging.data(), staging.size(), deadline);
       if (!sent.ok()) return sent;
       stats->bytes_sent_to[r.dst_daemon] += staging.size();
     } else {
-      absl::StatusOr<size_t> got =
-          worker_->Receive(MessageTag(epoch, true, ordinal, r.src_daemon), &staging, deadline);
+      absl::StatusOr<size_t> got = worker_->Receive(
+          MessageTag(epoch, MessageKind::kOrdered, ordinal, r.src_daemon), &staging, deadline);
       if (!got.ok()) return got.status();
       stats->bytes_received_from[r.src_daemon] += *got;
       if (on_message_received_) on_message_received_(staging.data(), *got);

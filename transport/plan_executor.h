@@ -30,6 +30,7 @@
 #include "transport/rank_key.h"
 #include "transport/relay_buffers.h"
 #include "transport/scratch_arena.h"
+#include "transport/shared_memory_handoff.h"
 #include "transport/staging_pool.h"
 #include "transport/ucx_worker.h"
 
@@ -128,6 +129,18 @@ class PlanExecutor {
   // prefaulted, so a warm epoch touches no fresh page).
   void UseHostStaging(StagingPool* pool) { host_staging_ = pool; }
 
+  // Chunks to and from the daemons in `peers` (on this host, sharing /dev/shm: see
+  // transport/shared_memory_handoff.h) go through shared memory: outgoing ones are packed
+  // into `outbox` and announced by a notice, incoming ones are unpacked straight from the
+  // sender's outbox, mapped through `inboxes`. Both are kept by the caller across epochs;
+  // both daemons of a pair must agree (each decides from the same domains).
+  void UseSharedMemory(std::set<int32_t> peers, SharedMemoryOutbox* outbox,
+                       SharedMemoryInboxes* inboxes) {
+    shared_memory_peers_ = std::move(peers);
+    outbox_ = outbox;
+    inboxes_ = inboxes;
+  }
+
  private:
   // Memory one run creates and frees: full-tensor scratch (gather_broadcast), relay
   // buffers (reshard), and host and GPU staging when the caller keeps none across runs.
@@ -207,6 +220,9 @@ class PlanExecutor {
   const NcclRoute* nccl_ = nullptr;
   StagingPool* device_staging_ = nullptr;
   StagingPool* host_staging_ = nullptr;
+  std::set<int32_t> shared_memory_peers_;
+  SharedMemoryOutbox* outbox_ = nullptr;
+  SharedMemoryInboxes* inboxes_ = nullptr;
   DestinationSink* sink_ = nullptr;
   bool hash_pieces_ = false;
   int64_t message_chunk_bytes_ = kDefaultMessageChunkBytes;

@@ -53,18 +53,23 @@ struct Daemon {
   std::unique_ptr<BufferMap> buffers;
   absl::StatusOr<ExecutionStats> result = absl::UnknownError("not run");
   StagingPool staging{HostStagingAllocator()};
+  SharedMemoryOutbox outbox;
+  SharedMemoryInboxes inboxes;
 };
 
 // Runs `plan` on `count` daemons at once, `runs` epochs in a row (numbered from `epoch`),
 // each daemon keeping its host staging pool across them as refitd does; returns each
 // daemon's outcome of the last epoch run, and, when asked, how often each pool allocated.
+// With `shared_memory`, every pair of daemons hands chunks over through shared memory
+// (`outbox_allocations`: how often each daemon's outbox allocated).
 std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
     const v1::Plan& plan, const v1::LayoutSpec& sources, const v1::LayoutSpec& destinations,
     const RankPlacement& placement, int32_t count, uint32_t epoch, absl::Duration timeout,
     int32_t missing_daemon = -1, const std::atomic<bool>* interrupt = nullptr, int runs = 1,
     std::vector<int64_t>* staging_allocations = nullptr,
     int64_t chunk_bytes = PlanExecutor::kDefaultMessageChunkBytes,
-    std::vector<int64_t>* staging_held_bytes = nullptr) {
+    std::vector<int64_t>* staging_held_bytes = nullptr, bool shared_memory = false,
+    std::vector<int64_t>* outbox_allocations = nullptr) {
   std::vector<Daemon> daemons(count);
   for (int32_t d = 0; d < count; ++d) {
     auto worker = UcxWorker::Create("daemon-" + std::to_string(d));
@@ -99,6 +104,13 @@ std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
       executor.UseHostStaging(&daemons[d].staging);
       executor.HashPieces(true);
       executor.SetMessageChunkBytes(chunk_bytes);
+      if (shared_memory) {
+        std::set<int32_t> others;
+        for (int32_t p = 0; p < count; ++p) {
+          if (p != d) others.insert(p);
+        }
+        executor.UseSharedMemory(others, &daemons[d].outbox, &daemons[d].inboxes);
+      }
       for (int run = 0; run < runs; ++run) {
         daemons[d].result = executor.Run(plan, epoch + run, absl::Now() + timeout);
         if (!daemons[d].result.ok()) break;
@@ -111,6 +123,7 @@ std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
     results.push_back(d.result);
     if (staging_allocations != nullptr) staging_allocations->push_back(d.staging.allocations());
     if (staging_held_bytes != nullptr) staging_held_bytes->push_back(d.staging.HeldBytes(-1));
+    if (outbox_allocations != nullptr) outbox_allocations->push_back(d.outbox.allocations());
   }
   return results;
 }
@@ -178,15 +191,26 @@ TEST(PlanExecutorTest, RandomLayoutsAcrossDaemonsArriveByteForByte) {
       ASSERT_TRUE(plan.ok()) << plan.status();
       const RankPlacement placement = PlaceByHost(sources, destinations, count);
       const v1::Plan plan_proto = planner::PlanToProto(**plan, src, dst);
-      // Odd trials cut messages into chunks smaller than most pieces: many rounds.
+      // Odd trials cut messages into chunks smaller than most pieces: many rounds; trials
+      // 2 and 3 of every 4 hand chunks over through shared memory.
+      const bool shared_memory = trial % 4 >= 2;
       const auto results = RunOnDaemons(
           plan_proto, sources, destinations, placement, count, trial, absl::Seconds(30),
           /*missing_daemon=*/-1, /*interrupt=*/nullptr, /*runs=*/1, /*staging_allocations=*/nullptr,
-          trial % 2 == 1 ? 300 : PlanExecutor::kDefaultMessageChunkBytes);
+          trial % 2 == 1 ? 300 : PlanExecutor::kDefaultMessageChunkBytes,
+          /*staging_held_bytes=*/nullptr, shared_memory);
       for (int32_t d = 0; d < count; ++d) {
         ASSERT_TRUE(results[d].ok()) << strategy << ", daemon " << d << ": " << results[d].status();
       }
       // What each daemon says it sent to a peer, the peer says it received.
+      int64_t crossing = 0, via_shared_memory = 0;
+      for (int32_t d = 0; d < count; ++d) {
+        for (const auto& [to, bytes] : results[d]->bytes_sent_to) crossing += 2 * bytes;
+        via_shared_memory += results[d]->bytes_via_shared_memory;
+      }
+      // Ordered plans (gather_broadcast) send piece by piece over UCX, never in chunks.
+      const bool chunked = strategy == planner::kStrategyReshard;
+      EXPECT_EQ(via_shared_memory, shared_memory && chunked ? crossing : 0) << strategy;
       for (int32_t from = 0; from < count; ++from) {
         for (int32_t to = 0; to < count; ++to) {
           auto sent = results[from]->bytes_sent_to.find(to);
@@ -272,6 +296,61 @@ TEST(PlanExecutorTest, MessagesGoInChunksThroughTwoSlotsPerPeer) {
   for (const v1::RankLayout& r : destinations.ranks()) {
     EXPECT_EQ(testing::WrongBytes(everything, v1::ROLE_DESTINATION, r), 0) << r.rank();
   }
+}
+
+TEST(PlanExecutorTest, ChunksBetweenDaemonsOfOneHostGoThroughSharedMemory) {
+  refit::testing::LayoutBuilder src_builder, dst_builder;
+  src_builder.Tensor("w", {64, 64}).Chunked("w", 0, {0, 1, 2, 3});
+  dst_builder.Tensor("w", {64, 64}).Chunked("w", 1, {0, 1});
+  for (int64_t r : {0, 1, 2, 3}) src_builder.Rank(r, "trainer");
+  for (int64_t r : {0, 1}) dst_builder.Rank(r, "inference");
+  testing::BackedLayouts backed;
+  const v1::LayoutSpec sources = backed.Back(src_builder.spec(), "source");
+  const v1::LayoutSpec destinations = backed.Back(dst_builder.spec(), "destination");
+  BufferMap everything(testing::TensorsOf(sources));
+  ASSERT_NO_FATAL_FAILURE(AddEveryRank(sources, destinations, &everything));
+  const planner::Layout src = *planner::CompileLayout(src_builder.spec(), "source");
+  const planner::Layout dst = *planner::CompileLayout(dst_builder.spec(), "destination");
+  auto built = planner::BuildPlan(src, dst, planner::DgxH100Topology(), planner::PlanOptions());
+  ASSERT_TRUE(built.ok()) << built.status();
+  const v1::Plan plan = planner::PlanToProto(**built, src, dst);
+  ASSERT_EQ(plan.batches(0).transfers_size(), 8);
+  constexpr int64_t kPieceBytes = 16 * 32 * 4;
+  // One piece per chunk, three epochs: eight rounds each, the outbox's two slots reused
+  // only after the receiver's receipt, and allocated once.
+  std::vector<int64_t> held, outbox_allocations;
+  const auto results =
+      RunOnDaemons(plan, sources, destinations, PlaceByHost(sources, destinations, 2), 2, 40,
+                   absl::Seconds(10), /*missing_daemon=*/-1, /*interrupt=*/nullptr, /*runs=*/3,
+                   /*staging_allocations=*/nullptr, /*chunk_bytes=*/kPieceBytes, &held,
+                   /*shared_memory=*/true, &outbox_allocations);
+  for (const auto& result : results) ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(results[0]->bytes_sent_to.at(1), 8 * kPieceBytes);
+  EXPECT_EQ(results[1]->bytes_received_from.at(0), 8 * kPieceBytes);
+  EXPECT_EQ(results[0]->bytes_via_shared_memory, 8 * kPieceBytes);
+  EXPECT_EQ(results[1]->bytes_via_shared_memory, 8 * kPieceBytes);
+  EXPECT_EQ(held, (std::vector<int64_t>{0, 0})) << "no host staging: the outbox is the staging";
+  EXPECT_EQ(outbox_allocations, (std::vector<int64_t>{1, 0}));
+  for (const v1::RankLayout& r : destinations.ranks()) {
+    EXPECT_EQ(testing::WrongBytes(everything, v1::ROLE_DESTINATION, r), 0) << r.rank();
+  }
+}
+
+TEST(PlanExecutorTest, ASenderThroughSharedMemoryWaitsForTheReceiversReceipt) {
+  const TwoHostRefit refit;
+  const absl::Time start = absl::Now();
+  // The inference daemon (1) never runs: no receipt comes, so the trainer's daemon must
+  // not finish (its outbox could still be read) and gives up at the deadline.
+  const auto results =
+      RunOnDaemons(refit.plan, refit.sources, refit.destinations, refit.placement, 2, 9,
+                   absl::Milliseconds(300), /*missing=*/1, /*interrupt=*/nullptr, /*runs=*/1,
+                   /*staging_allocations=*/nullptr, PlanExecutor::kDefaultMessageChunkBytes,
+                   /*staging_held_bytes=*/nullptr, /*shared_memory=*/true);
+  EXPECT_EQ(results[0].status().code(), absl::StatusCode::kDeadlineExceeded) << results[0].status();
+  // Stuck on the notice (the peer never progressed to take it) or on its receipt.
+  EXPECT_NE(results[0].status().message().find("through shared memory"), std::string::npos)
+      << results[0].status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
 TEST(PlanExecutorTest, AMissingPeerEndsTheEpochAtItsDeadline) {

@@ -16,6 +16,8 @@ coordinator_flags=(--insecure)
 coordinator_host=127.0.0.1  # the address the coordinator listens on
 # Words to run a node's refitd under (a network namespace, environment), by node.
 declare -A daemon_prefix
+# More flags for every refitd.
+daemon_flags=()
 
 # start_coordinator JOB_FILE [PORT]: sets `coordinator` (HOST:PORT), `coordinator_pid` and
 # `metrics_port`. PORT (default: any free one) lets a restarted coordinator take the old
@@ -53,8 +55,7 @@ start_daemons() {
     touch "$work/$node.log"
     # shellcheck disable=SC2086  # the prefix is words
     ${daemon_prefix[$node]:-} "$bin/refitd" --coordinator="$coordinator" --node="$node" \
-      --socket="$work/$node.sock" \
-      --metrics_port=0 >> "$work/$node.log" 2>&1 &
+      --socket="$work/$node.sock" --metrics_port=0 "${daemon_flags[@]}" >> "$work/$node.log" 2>&1 &
     pids+=($!)
     daemon_pid[$node]=$!
   done

@@ -42,6 +42,8 @@ JSON
 coordinator_host=$control_subnet.1
 daemon_prefix[$trainer]="env UCX_TLS=tcp UCX_NET_DEVICES=$data_near"
 daemon_prefix[$inference]="ip netns exec $netns env UCX_TLS=tcp UCX_NET_DEVICES=$data_far"
+# The two daemons share this host's /dev/shm; the bytes must take the shaped link instead.
+daemon_flags=(--shared_memory_between_daemons=false)
 ranks=("$bin/refit-synthetic-ranks" --refit=mini --versions=1 --timeout_ms=90000)
 
 start_coordinator "$work/job.json"
