@@ -5,6 +5,9 @@
 #   refit          two refitd (trainer node, inference node), a coordinator, the synthetic
 #                  ranks in shared memory; the coordinator's epoch time; checksums on
 #   refit -cksum   the same with the job's skipChecksums (what integrity checks cost)
+#   refit -shm     checksums on, the two refitd told not to hand chunks over through shared
+#                  memory (--shared_memory_between_daemons=false): UCX over TCP loopback,
+#                  as between daemons of different hosts
 #   torch g+b      gather onto one trainer rank per tensor, broadcast to every inference rank
 #   torch p2p      only the overlapping pieces, one message per (source, destination) pair
 #   memcpy         one copy of the delivered bytes in one process: the bound on this machine
@@ -28,8 +31,9 @@ destination_parallel=tp=2,dp=2
 results=$work/results  # lines: SYSTEM EPOCH SECONDS GB
 : > "$results"
 
-# refit_live NAME SKIP_CHECKSUMS: one cluster, $epochs versions.
+# refit_live NAME SKIP_CHECKSUMS [REFITD_FLAGS...]: one cluster, $epochs versions.
 refit_live() {
+  daemon_flags=("${@:3}")
   cat > "$work/job.json" <<JSON
 {"name": "bench", "model": "$model", "sourceParallel": "$source_parallel",
  "destinationParallel": "$destination_parallel", "epochDeadlineMs": 120000,
@@ -84,6 +88,7 @@ for round in $(seq "$rounds"); do
   echo "round $round of $rounds" >&2
   refit_live refit false
   refit_live "refit -cksum" true
+  refit_live "refit -shm" false --shared_memory_between_daemons=false
   torch_baseline "torch g+b" gather_broadcast
   torch_baseline "torch p2p" p2p
 done

@@ -76,6 +76,15 @@ fi
 for node in "${inferences[@]}"; do
   grep -q "^version $versions: 0 of" "$work/inference-ranks-$node.log"
 done
+# All the daemons share this machine's /dev/shm: a reshard's chunks between them went
+# through shared memory.
+if [[ $strategy == reshard ]]; then
+  for node in "${inferences[@]}"; do
+    grep "epoch .* done: " "$work/$node.log" | tail -1 |
+      grep -qE "done: [0-9]+ transfers, [0-9]+ bytes \([1-9][0-9]* through shared memory\)" ||
+      { grep "epoch .* done: " "$work/$node.log" >&2; echo "no shared memory on $node" >&2; exit 1; }
+  done
+fi
 
 # The coordinator's view, through refitctl: the last version is current, and asking for it
 # again returns the same epoch instead of running another.
