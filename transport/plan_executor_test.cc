@@ -264,24 +264,39 @@ TEST(PlanExecutorTest, HostStagingIsAllocatedOnceAndKeptAcrossEpochs) {
 }
 
 // Rows on four trainer ranks, columns on two inference ranks: eight 2 KiB pieces cross in
-// one batch. Cut into chunks of one piece, they go in eight rounds through two slots, so
-// each daemon stages two pieces, not the batch.
-TEST(PlanExecutorTest, MessagesGoInChunksThroughTwoSlotsPerPeer) {
-  refit::testing::LayoutBuilder src_builder, dst_builder;
-  src_builder.Tensor("w", {64, 64}).Chunked("w", 0, {0, 1, 2, 3});
-  dst_builder.Tensor("w", {64, 64}).Chunked("w", 1, {0, 1});
-  for (int64_t r : {0, 1, 2, 3}) src_builder.Rank(r, "trainer");
-  for (int64_t r : {0, 1}) dst_builder.Rank(r, "inference");
+// one batch.
+struct RowsToColumns {
+  void Build() {
+    refit::testing::LayoutBuilder src_builder, dst_builder;
+    src_builder.Tensor("w", {64, 64}).Chunked("w", 0, {0, 1, 2, 3});
+    dst_builder.Tensor("w", {64, 64}).Chunked("w", 1, {0, 1});
+    for (int64_t r : {0, 1, 2, 3}) src_builder.Rank(r, "trainer");
+    for (int64_t r : {0, 1}) dst_builder.Rank(r, "inference");
+    sources = backed.Back(src_builder.spec(), "source");
+    destinations = backed.Back(dst_builder.spec(), "destination");
+    everything = std::make_unique<BufferMap>(testing::TensorsOf(sources));
+    ASSERT_NO_FATAL_FAILURE(AddEveryRank(sources, destinations, everything.get()));
+    const planner::Layout src = *planner::CompileLayout(src_builder.spec(), "source");
+    const planner::Layout dst = *planner::CompileLayout(dst_builder.spec(), "destination");
+    auto built = planner::BuildPlan(src, dst, planner::DgxH100Topology(), planner::PlanOptions());
+    ASSERT_TRUE(built.ok()) << built.status();
+    plan = planner::PlanToProto(**built, src, dst);
+  }
   testing::BackedLayouts backed;
-  const v1::LayoutSpec sources = backed.Back(src_builder.spec(), "source");
-  const v1::LayoutSpec destinations = backed.Back(dst_builder.spec(), "destination");
-  BufferMap everything(testing::TensorsOf(sources));
-  ASSERT_NO_FATAL_FAILURE(AddEveryRank(sources, destinations, &everything));
-  const planner::Layout src = *planner::CompileLayout(src_builder.spec(), "source");
-  const planner::Layout dst = *planner::CompileLayout(dst_builder.spec(), "destination");
-  auto built = planner::BuildPlan(src, dst, planner::DgxH100Topology(), planner::PlanOptions());
-  ASSERT_TRUE(built.ok()) << built.status();
-  const v1::Plan plan = planner::PlanToProto(**built, src, dst);
+  v1::LayoutSpec sources, destinations;
+  std::unique_ptr<BufferMap> everything;
+  v1::Plan plan;
+};
+
+// Cut into chunks of one piece, RowsToColumns's pieces go in eight rounds through two
+// slots, so each daemon stages two pieces, not the batch.
+TEST(PlanExecutorTest, MessagesGoInChunksThroughTwoSlotsPerPeer) {
+  RowsToColumns refit;
+  ASSERT_NO_FATAL_FAILURE(refit.Build());
+  const v1::LayoutSpec& sources = refit.sources;
+  const v1::LayoutSpec& destinations = refit.destinations;
+  const BufferMap& everything = *refit.everything;
+  const v1::Plan& plan = refit.plan;
   ASSERT_EQ(plan.batches_size(), 1);
   ASSERT_EQ(plan.batches(0).transfers_size(), 8);
   constexpr int64_t kPieceBytes = 16 * 32 * 4;
@@ -299,21 +314,12 @@ TEST(PlanExecutorTest, MessagesGoInChunksThroughTwoSlotsPerPeer) {
 }
 
 TEST(PlanExecutorTest, ChunksBetweenDaemonsOfOneHostGoThroughSharedMemory) {
-  refit::testing::LayoutBuilder src_builder, dst_builder;
-  src_builder.Tensor("w", {64, 64}).Chunked("w", 0, {0, 1, 2, 3});
-  dst_builder.Tensor("w", {64, 64}).Chunked("w", 1, {0, 1});
-  for (int64_t r : {0, 1, 2, 3}) src_builder.Rank(r, "trainer");
-  for (int64_t r : {0, 1}) dst_builder.Rank(r, "inference");
-  testing::BackedLayouts backed;
-  const v1::LayoutSpec sources = backed.Back(src_builder.spec(), "source");
-  const v1::LayoutSpec destinations = backed.Back(dst_builder.spec(), "destination");
-  BufferMap everything(testing::TensorsOf(sources));
-  ASSERT_NO_FATAL_FAILURE(AddEveryRank(sources, destinations, &everything));
-  const planner::Layout src = *planner::CompileLayout(src_builder.spec(), "source");
-  const planner::Layout dst = *planner::CompileLayout(dst_builder.spec(), "destination");
-  auto built = planner::BuildPlan(src, dst, planner::DgxH100Topology(), planner::PlanOptions());
-  ASSERT_TRUE(built.ok()) << built.status();
-  const v1::Plan plan = planner::PlanToProto(**built, src, dst);
+  RowsToColumns refit;
+  ASSERT_NO_FATAL_FAILURE(refit.Build());
+  const v1::LayoutSpec& sources = refit.sources;
+  const v1::LayoutSpec& destinations = refit.destinations;
+  const BufferMap& everything = *refit.everything;
+  const v1::Plan& plan = refit.plan;
   ASSERT_EQ(plan.batches(0).transfers_size(), 8);
   constexpr int64_t kPieceBytes = 16 * 32 * 4;
   // One piece per chunk, three epochs: eight rounds each, the outbox's two slots reused
