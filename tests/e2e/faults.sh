@@ -30,6 +30,16 @@ cat > "$work/job.json" <<JSON
 JSON
 ranks=("$bin/refit-synthetic-ranks" --refit=mini --versions=1 --timeout_ms=90000)
 
+# aborted_for_dead_daemon DEAD OTHER: the epoch was aborted because DEAD's refitd died: the
+# coordinator saw its control stream end, or OTHER's data plane saw its UCX peer go first
+# (whichever comes first is a race; both name the failure).
+aborted_for_dead_daemon() {
+  expect_in "$work/coordinator.log" "epoch fault-1 version 1 aborted" 10
+  grep "epoch fault-1 version 1 aborted" "$work/coordinator.log" | grep -qE \
+    "refitd on $1 disconnected during the epoch|refitd on $2 failed: epoch 1: .*(Endpoint timeout|Connection reset|unreachable|not connected)" ||
+    { grep "epoch fault-1" "$work/coordinator.log" >&2; echo "aborted for another reason" >&2; return 1; }
+}
+
 start_coordinator "$work/job.json"
 coordinator_port=${coordinator##*:}
 start_daemons "$trainer" "$inference"
@@ -54,10 +64,11 @@ case $fault in
   source-daemon)
     kill -KILL "${daemon_pid[$trainer]}"
     expect_in "$work/trainer-ranks-1.log" "refit of version 1"
-    expect_in "$work/coordinator.log" "refitd on $trainer disconnected during the epoch" ;;
+    aborted_for_dead_daemon "$trainer" "$inference" ;;
   destination-daemon)
     kill -KILL "${daemon_pid[$inference]}"
-    expect_in "$work/trainer-ranks-1.log" "refitd on $inference disconnected during the epoch" ;;
+    expect_in "$work/trainer-ranks-1.log" "refit of version 1"
+    aborted_for_dead_daemon "$inference" "$trainer" ;;
   daemon-stop)
     kill -STOP "${daemon_pid[$inference]}"
     # Silent for a lease (2 s), cut off within a quarter lease more.
