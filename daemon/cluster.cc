@@ -1,6 +1,7 @@
 #include "daemon/cluster.h"
 
 #include <algorithm>
+#include <set>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -268,6 +269,10 @@ absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
       snapshot.channels[index] = record.channel;
     }
   }
+  std::set<int32_t> shared_memory_daemons;  // those that said a shared-memory domain
+  for (const v1::DaemonPeer& peer : snapshot.daemons) {
+    if (!peer.shared_memory_domain().empty()) shared_memory_daemons.insert(peer.index());
+  }
   std::map<std::string, const v1::TensorSpec*> tensors[2];
   for (const auto& [key, record] : entries) {
     const bool source = key.role == v1::ROLE_SOURCE;
@@ -286,6 +291,12 @@ absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
     }
     v1::RankLayout* rank = side.add_ranks();
     *rank = record.registration->layout();
+    if (!source && !rank->staged() && !rank->bucketed() &&
+        shared_memory_daemons.count(record.daemon) &&
+        std::all_of(rank->buffers().begin(), rank->buffers().end(),
+                    [](const v1::BufferSpec& b) { return !b.shm_name().empty(); })) {
+      snapshot.shared_destinations[key.rank] = *rank;
+    }
     // Buffers are the daemon's business; the plan needs only the views' geometry, and the
     // data plane whether the rank's memory is on a GPU.
     bool gpu = false;

@@ -47,6 +47,10 @@ struct ClusterSnapshot {
   // Destination rank -> the registration that holds it now (new at every registration): a
   // version committed to one membership is not there for a rank registered since.
   std::map<int64_t, uint64_t> destination_registrations;
+  // Destination ranks a same-host daemon may write straight into (PlanSlice's
+  // shared_destinations): in host shared memory, neither staged nor bucketed, on a daemon
+  // with a shared-memory domain; their layouts as registered (segment names kept).
+  std::map<int64_t, v1::RankLayout> shared_destinations;
   // The oldest and newest versions the source ranks have published (-1: none).
   int64_t published_oldest = -1;
   int64_t published_newest = -1;

@@ -15,6 +15,7 @@
 #include "daemon/piece_checksums.h"
 #include "daemon/view_checksums.h"
 #include "spdlog/spdlog.h"
+#include "transport/peer_destinations.h"
 #include "transport/plan_executor.h"
 
 namespace refit::daemon {
@@ -154,7 +155,17 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
         same_host.insert(peer.index());
       }
     }
-    if (!same_host.empty()) executor.UseSharedMemory(same_host, &outbox_, &inboxes_);
+    if (!same_host.empty()) {
+      executor.UseSharedMemory(same_host, &outbox_, &inboxes_);
+      // Pieces from this daemon's source views into those peers' destination ranks in
+      // shared memory are written straight into them.
+      if (absl::Status mapped = peer_destinations_.Update(slice.shared_destinations(), placement,
+                                                          slice.daemon_index());
+          !mapped.ok()) {
+        return fail(mapped);
+      }
+      executor.WriteStraightInto(peer_destinations_.ranks(), peer_destinations_.buffers());
+    }
   }
   if (nccl.group != nullptr) {
     executor.UseNccl(&nccl);

@@ -20,6 +20,7 @@
 #include "daemon/rank_registry.h"
 #include "proto/refit.pb.h"
 #include "transport/buffer_map.h"
+#include "transport/peer_destinations.h"
 #include "transport/shared_memory_handoff.h"
 #include "transport/staging_pool.h"
 
@@ -75,6 +76,8 @@ class EpochExecutor {
   std::string shared_memory_domain_;
   transport::SharedMemoryOutbox outbox_;
   transport::SharedMemoryInboxes inboxes_;
+  // The destination ranks of daemons of this host that pieces go straight into.
+  transport::PeerDestinations peer_destinations_;
 };
 
 }  // namespace refit::daemon

@@ -1,5 +1,6 @@
 #include "daemon/epoch_record.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -90,7 +91,9 @@ void EpochRecord::OnDone(int32_t daemon, const std::string& node, const v1::Epoc
   piece_checksums_.insert(piece_checksums_.end(), done.pieces().begin(), done.pieces().end());
   daemon_seconds_[daemon] = done.seconds();
   for (const v1::RankFinish& finish : done.finished()) {
-    rank_finish_seconds_[finish.rank()] = finish.seconds();
+    // Pieces of one rank may come from several daemons (same-host ones write straight).
+    double& latest = rank_finish_seconds_[finish.rank()];
+    latest = std::max(latest, finish.seconds());
   }
 }
 

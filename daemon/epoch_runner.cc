@@ -7,6 +7,7 @@
 #include "absl/strings/string_view.h"
 #include "daemon/cancellable_wait.h"
 #include "daemon/piece_checksums.h"
+#include "daemon/shared_destinations.h"
 #include "daemon/view_checksums.h"
 #include "planner/layout.h"
 #include "planner/plan_proto.h"
@@ -97,8 +98,12 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
   // What every slice holds besides the daemon's own transfers: the same for all daemons.
   std::string slice_key = plan.digest();
   for (const v1::DaemonPeer& peer : snapshot.daemons) {
-    absl::StrAppend(&slice_key, "|", peer.index(), "@",
-                    absl::CHexEscape(peer.data_plane_address()));
+    absl::StrAppend(&slice_key, "|", peer.index(), "@", absl::CHexEscape(peer.data_plane_address()),
+                    "#", absl::CHexEscape(peer.shared_memory_domain()));
+  }
+  // A rank registered again may have new segments: its registration is part of the key.
+  for (const auto& [rank, layout] : snapshot.shared_destinations) {
+    absl::StrAppend(&slice_key, "|shared ", rank, "#", snapshot.destination_registrations.at(rank));
   }
   for (const v1::RankPlacement& p : snapshot.placement) {
     absl::StrAppend(&slice_key, "|", p.role(), ":", p.rank(), ">", p.daemon(), ":", p.device());
@@ -120,6 +125,7 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
       for (const v1::DaemonPeer& peer : snapshot.daemons) *slice->add_daemons() = peer;
       for (const v1::RankPlacement& p : snapshot.placement) *slice->add_placement() = p;
       if (nccl->has_value()) *slice->mutable_nccl() = **nccl;
+      *slice->mutable_shared_destinations() = SharedDestinationsFor(snapshot, where, index);
       // Only views another hashed view shares are compared: the daemon hashes just those.
       if (!compared.has_value()) {
         compared = ComparedViews(snapshot.sources, snapshot.destinations, plan.ordered_batches());

@@ -76,15 +76,21 @@ absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
       for (const bool destination : {false, true}) {
         const v1::Endpoint& end = destination ? t.dst() : t.src();
         if (!IsViewEndpoint(end)) continue;
-        const v1::Role role = transport::EndpointRole(end.kind());
-        absl::StatusOr<int32_t> daemon = placement.DaemonOf(role, end.rank());
-        if (!daemon.ok() || *daemon != self) continue;
+        // An end hashed on the way is reported by the daemon that hashed it: its own, or a
+        // same-host peer's destination it wrote straight into.
         if (std::optional<uint64_t> taken = TakenOnTheWay(on_the_way, destination, t.sequence())) {
           v1::PieceChecksum& checksum = out.emplace_back();
           checksum.set_sequence(t.sequence());
           checksum.set_destination(destination);
           checksum.set_xxh64(*taken);
           continue;
+        }
+        const v1::Role role = transport::EndpointRole(end.kind());
+        absl::StatusOr<int32_t> daemon = placement.DaemonOf(role, end.rank());
+        if (!daemon.ok() || *daemon != self) continue;
+        if (destination && on_the_way != nullptr &&
+            on_the_way->written_by_peers.count(t.sequence())) {
+          continue;  // the peer that wrote it hashed it
         }
         if (destination && buffers.IsBucketed(end.rank())) continue;  // handed over, gone
         auto [known, fresh] =

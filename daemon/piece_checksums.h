@@ -25,7 +25,9 @@ namespace refit::daemon {
 
 // This daemon's (`self`) ends of the view-to-view transfers of `slice` in host memory.
 // An end hashed on the way (`on_the_way`, the executor's ExecutionStats::piece_hashes)
-// keeps that hash; the others are hashed now, through `buffers`. The destination end of a
+// keeps that hash; the others are hashed now, through `buffers`. Ends hashed on the way at
+// a same-host peer's destination rank (written straight) are reported here, and this
+// daemon's ends that such a peer wrote (`written_by_peers`) are left to that peer. The destination end of a
 // piece into a bucketed rank exists only as hashed on the way (left out when absent).
 absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
     const v1::Plan& slice, const transport::RankPlacement& placement, int32_t self,

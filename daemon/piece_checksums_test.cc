@@ -157,6 +157,32 @@ TEST(PieceChecksumsTest, OnlyTheDaemonsOwnEndsAreHashed) {
   EXPECT_EQ(*ComparePieceChecksums(run.plan, *trainer), 0);
 }
 
+// A piece the trainer's daemon wrote straight into a same-host inference rank: the writer
+// reports both ends (hashed on the way), the inference daemon neither hashes nor reports
+// that destination end, and the two lists still pair every piece.
+TEST(PieceChecksumsTest, PiecesWrittenStraightAreReportedByTheirWriter) {
+  Executed run;
+  ASSERT_NO_FATAL_FAILURE(ExecuteRowsToColumns(&run));
+  transport::RankPlacement placement;  // sources on daemon 0, destinations on daemon 1
+  for (int64_t r : {0, 1}) {
+    placement.Place(v1::ROLE_SOURCE, r, 0);
+    placement.Place(v1::ROLE_DESTINATION, r, 1);
+  }
+  auto honest = ChecksumPieces(run.plan, placement, 1, *run.buffers);
+  ASSERT_TRUE(honest.ok());
+  transport::PieceHashes writer, written;
+  for (const v1::PieceChecksum& p : *honest) {
+    writer.at_destination[p.sequence()] = p.xxh64();
+    written.written_by_peers.insert(p.sequence());
+  }
+  auto trainer = ChecksumPieces(run.plan, placement, 0, *run.buffers, &writer);
+  auto inference = ChecksumPieces(run.plan, placement, 1, *run.buffers, &written);
+  ASSERT_TRUE(trainer.ok() && inference.ok());
+  EXPECT_EQ(trainer->size(), 8u) << "both ends of the four pieces";
+  EXPECT_TRUE(inference->empty());
+  EXPECT_EQ(*ComparePieceChecksums(run.plan, *trainer), 4);
+}
+
 // A piece that goes through a relay buffer is checked end to end (source view against
 // destination view), though neither of its two transfers is view to view.
 TEST(PieceChecksumsTest, PiecesThroughRelayBuffersAreComparedEndToEnd) {

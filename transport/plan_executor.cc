@@ -15,9 +15,10 @@ namespace refit::transport {
 namespace {
 
 // What a message carries: a chunk of a batch's stream (its bytes, or a shared-memory notice
-// of them), one transfer of an ordered plan, or the receipt of a chunk handed over through
-// shared memory.
-enum class MessageKind : uint64_t { kChunk = 0, kOrdered = 1, kReceipt = 2 };
+// of them), one transfer of an ordered plan, the receipt of a chunk handed over through
+// shared memory, or the bytes a same-host peer wrote straight into this daemon's
+// destination ranks in a batch (sent once they are all written).
+enum class MessageKind : uint64_t { kChunk = 0, kOrdered = 1, kReceipt = 2, kWritten = 3 };
 
 // epoch (16 bits) | kind (2) | index (26) | sender daemon (20). The index is the
 // transfer's ordinal in ordered plans, else (batch << kChunkBits) | chunk. Batches run one
@@ -81,6 +82,14 @@ absl::StatusOr<StridedRef> PlanExecutor::LocateDestination(const v1::Endpoint& e
                      ": source views are only read"));
   }
   if (endpoint.kind() == v1::ENDPOINT_DESTINATION_VIEW) {
+    if (peer_destinations_ != nullptr) {  // a peer's rank, written straight (WrittenStraight)
+      absl::StatusOr<int32_t> daemon = placement_.DaemonOf(v1::ROLE_DESTINATION, endpoint.rank());
+      if (daemon.ok() && *daemon != self_) {
+        return peer_destinations_->LocateForWrite(v1::ROLE_DESTINATION, endpoint.rank(),
+                                                  endpoint.view(), t.tensor(), OffsetOf(t),
+                                                  ExtentOf(t));
+      }
+    }
     return buffers_.LocateForWrite(v1::ROLE_DESTINATION, endpoint.rank(), endpoint.view(),
                                    t.tensor(), OffsetOf(t), ExtentOf(t));
   }
@@ -170,9 +179,24 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
                                     uint32_t epoch, absl::Time deadline, RunMemory* run_memory,
                                     ExecutionStats* stats) {
   std::map<int32_t, std::vector<const v1::Transfer*>> outgoing, incoming;
+  // Local copies, then pieces written straight into same-host peers' destination ranks;
+  // the bytes written straight to and from each peer in this batch.
   std::vector<const v1::Transfer*> local, nccl;
+  std::map<int32_t, int64_t> straight_to, straight_from;
   for (const Resolved& r : transfers) {
-    if (r.src_daemon == self_ && r.dst_daemon == self_) {
+    if (WrittenStraight(r)) {
+      const int64_t bytes = r.transfer->bytes();
+      stats->bytes_via_shared_memory += bytes;
+      if (r.src_daemon == self_) {
+        local.push_back(r.transfer);
+        stats->bytes_sent_to[r.dst_daemon] += bytes;
+        straight_to[r.dst_daemon] += bytes;
+      } else {  // the peer writes it
+        stats->bytes_received_from[r.src_daemon] += bytes;
+        stats->piece_hashes.written_by_peers.insert(r.transfer->sequence());
+        straight_from[r.src_daemon] += bytes;
+      }
+    } else if (r.src_daemon == self_ && r.dst_daemon == self_) {
       local.push_back(r.transfer);
     } else if ((r.src_daemon == self_ || r.dst_daemon == self_) && ViaNccl(*r.transfer)) {
       nccl.push_back(r.transfer);
@@ -182,7 +206,8 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
       incoming[r.src_daemon].push_back(r.transfer);
     }
   }
-  if ((!incoming.empty() || !outgoing.empty()) && worker_ == nullptr) {
+  if ((!incoming.empty() || !outgoing.empty() || !straight_to.empty() || !straight_from.empty()) &&
+      worker_ == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("batch ", batch, " crosses daemons but this one has no UCX worker"));
   }
@@ -274,6 +299,10 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
   std::vector<size_t> stream_of[2];
   std::vector<PendingOperation> receipts_awaited[2];
   std::vector<PendingOperation> receipts_sent;
+  // What same-host peers say they wrote straight into ranks here in this batch.
+  const int64_t written_index = int64_t{batch} << kChunkBits;
+  auto written_counts = std::make_shared<std::map<int32_t, int64_t>>();
+  std::vector<PendingOperation> written_by_peers;
   // An operation UCX could neither finish nor cancel keeps the staging block alive (its
   // memory_owner); the pool then forgets that block, so no later batch reuses it.
   auto abandon_if_left_running = [&](size_t lingering, int64_t abandoned) {
@@ -284,8 +313,9 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
   auto fail = [&](const absl::Status& status) {
     // Posted operations must not outlive their buffers: cancel them now.
     std::vector<PendingOperation> posted;
-    for (std::vector<PendingOperation>* list : {&in_flight[0], &in_flight[1], &receipts_awaited[0],
-                                                &receipts_awaited[1], &receipts_sent}) {
+    for (std::vector<PendingOperation>* list :
+         {&in_flight[0], &in_flight[1], &receipts_awaited[0], &receipts_awaited[1], &receipts_sent,
+          &written_by_peers}) {
       posted.insert(posted.end(), list->begin(), list->end());
       list->clear();
     }
@@ -363,6 +393,18 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
     }
     return absl::OkStatus();
   };
+  // A peer that writes straight into ranks here says when it is done with this batch (the
+  // next batch may read what it wrote): its message says how many bytes it wrote.
+  for (const auto& [peer, bytes] : straight_from) {
+    absl::StatusOr<PendingOperation> posted =
+        worker_->PostReceive(MessageTag(epoch, MessageKind::kWritten, written_index, peer),
+                             &(*written_counts)[peer], sizeof(int64_t));
+    if (!posted.ok()) return fail(posted.status());
+    posted->what = absl::StrCat("daemon ", peer, "'s word that it wrote its ", bytes,
+                                " bytes straight into ranks here");
+    posted->memory_owner = written_counts;
+    written_by_peers.push_back(*std::move(posted));
+  }
   if (rounds > 0) {
     if (absl::Status posted = post_round(0); !posted.ok()) return fail(posted);
   }
@@ -377,6 +419,22 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
       return fail(absl::Status(
           waited.code(), absl::StrCat("batch ", batch, "'s local copies: ", waited.message())));
     }
+  }
+  for (const auto& [peer, bytes] : straight_to) {
+    UcxEndpoint* endpoint = PeerOf(peer);
+    if (endpoint == nullptr) {
+      return fail(absl::FailedPreconditionError(
+          absl::StrCat("batch ", batch, ": no connection to daemon ", peer)));
+    }
+    auto count = std::make_shared<int64_t>(bytes);
+    absl::StatusOr<PendingOperation> sent =
+        endpoint->PostSend(MessageTag(epoch, MessageKind::kWritten, written_index, self_),
+                           count.get(), sizeof(*count));
+    if (!sent.ok()) return fail(sent.status());
+    sent->what = absl::StrCat("the word to daemon ", peer, " that ", bytes,
+                              " bytes were written straight into its ranks");
+    sent->memory_owner = count;
+    receipts_sent.push_back(*std::move(sent));
   }
   if (!nccl.empty()) {
     absl::Status sent =
@@ -440,10 +498,34 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
     stream_of[r % 2].clear();
   }
   for (std::vector<PendingOperation>* left :
-       {&receipts_awaited[0], &receipts_awaited[1], &receipts_sent}) {
+       {&receipts_awaited[0], &receipts_awaited[1], &receipts_sent, &written_by_peers}) {
     if (absl::Status done = wait_for(left); !done.ok()) return fail(done);
   }
+  for (const auto& [peer, bytes] : straight_from) {
+    if ((*written_counts)[peer] != bytes) {
+      return absl::DataLossError(absl::StrCat("batch ", batch, ": daemon ", peer, " wrote ",
+                                              (*written_counts)[peer],
+                                              " bytes straight into ranks here, expected ", bytes));
+    }
+  }
   return absl::OkStatus();
+}
+
+bool PlanExecutor::WrittenStraight(const Resolved& r) const {
+  const v1::Transfer& t = *r.transfer;
+  if (ordered_run_ || peer_destinations_ == nullptr || r.src_daemon == r.dst_daemon) return false;
+  const int32_t peer = r.src_daemon == self_ ? r.dst_daemon : r.src_daemon;
+  return (r.src_daemon == self_ || r.dst_daemon == self_) && shared_memory_peers_.count(peer) &&
+         t.src().kind() == v1::ENDPOINT_SOURCE_VIEW &&
+         t.dst().kind() == v1::ENDPOINT_DESTINATION_VIEW &&
+         placement_.DeviceOf(v1::ROLE_SOURCE, t.src().rank()) < 0 &&
+         placement_.DeviceOf(v1::ROLE_DESTINATION, t.dst().rank()) < 0 &&
+         straight_ranks_.count(t.dst().rank());
+}
+
+bool PlanExecutor::DeliveredHere(const Resolved& r) const {
+  if (r.transfer->dst().kind() != v1::ENDPOINT_DESTINATION_VIEW) return false;
+  return WrittenStraight(r) ? r.src_daemon == self_ : r.dst_daemon == self_;
 }
 
 int64_t PlanExecutor::PackedBytes(const std::vector<const v1::Transfer*>& list) const {
@@ -632,11 +714,19 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
   if (!relays.ok()) {
     return absl::Status(relays.code(), absl::StrCat("epoch ", epoch, ": ", relays.message()));
   }
+  ordered_run_ = plan.ordered_batches();
+  if (peer_destinations_ != nullptr) {
+    if (absl::Status backed = peer_destinations_->CheckBacked(); !backed.ok()) {
+      return absl::Status(
+          backed.code(), absl::StrCat("epoch ", epoch,
+                                      ": a same-host peer's destination rank: ", backed.message()));
+    }
+  }
   ExecutionStats stats;
   stats.relay_buffer_block_bytes = run_memory.relays.block_bytes();
   const absl::Time start = absl::Now();
   std::vector<Resolved> resolved;
-  std::set<int64_t> receivers;  // destination ranks here written in this batch
+  std::set<int64_t> receivers;  // destination ranks this daemon wrote in this batch
   for (int b = 0; b < plan.batches_size(); ++b) {
     const v1::Batch& batch = plan.batches(b);
     resolved.clear();
@@ -663,7 +753,7 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
                                                        static_cast<int>(t.route())));
       }
       resolved.push_back(Resolved{&t, *src, *dst});
-      if (*dst == self_ && t.dst().kind() == v1::ENDPOINT_DESTINATION_VIEW) {
+      if (DeliveredHere(resolved.back())) {
         batch_delivered += t.bytes();
         receivers.insert(t.dst().rank());
       }

@@ -84,8 +84,9 @@ class PlanExecutor {
   // apart. Errors name the batch, the tensor and the peer.
   absl::StatusOr<ExecutionStats> Run(const v1::Plan& plan, uint32_t epoch, absl::Time deadline);
 
-  // Called after each batch with the bytes written into this daemon's destination views
-  // so far (a progress report; summed over daemons it reaches the plan's final bytes).
+  // Called after each batch with the bytes this daemon wrote into destination views so far
+  // (its own, and peers' it writes straight into; a progress report: summed over daemons
+  // it reaches the plan's final bytes).
   void OnProgress(std::function<void(int64_t delivered_bytes)> progress) {
     progress_ = std::move(progress);
   }
@@ -139,6 +140,17 @@ class PlanExecutor {
     shared_memory_peers_ = std::move(peers);
     outbox_ = outbox;
     inboxes_ = inboxes;
+  }
+  // Destination ranks `ranks` (PlanSlice's shared_destinations: this daemon's own listed
+  // too) are shared memory that the daemons of UseSharedMemory's peers map as well. A piece
+  // from a source view in host memory here into a view of such a rank on a peer is written
+  // straight into the rank's memory through `peer_destinations` (the peers' ranks mapped
+  // here, kept by the caller): one copy, no staging, no message, both ends hashed here, as a
+  // local copy. A piece from such a peer into such a rank here is the peer's to write and is
+  // left alone. Both daemons decide from the same list. Unordered plans only.
+  void WriteStraightInto(std::set<int64_t> ranks, BufferMap* peer_destinations) {
+    straight_ranks_ = std::move(ranks);
+    peer_destinations_ = peer_destinations;
   }
 
  private:
@@ -207,6 +219,12 @@ class PlanExecutor {
                                 bool from_source_end, RunMemory* run_memory, ExecutionStats* stats,
                                 gpu::DeviceCopyChain* copies);
   UcxEndpoint* PeerOf(int32_t daemon) const;
+  // Whether `r` is a piece one daemon of a same-host pair writes straight into the other's
+  // destination rank (WriteStraightInto), as both ends of it decide.
+  bool WrittenStraight(const Resolved& r) const;
+  // Whether `r` counts as delivered by this daemon: written into one of its destination
+  // views by it, or straight into a peer's by it.
+  bool DeliveredHere(const Resolved& r) const;
 
   BufferMap& buffers_;
   const RankPlacement& placement_;
@@ -223,6 +241,9 @@ class PlanExecutor {
   std::set<int32_t> shared_memory_peers_;
   SharedMemoryOutbox* outbox_ = nullptr;
   SharedMemoryInboxes* inboxes_ = nullptr;
+  std::set<int64_t> straight_ranks_;
+  BufferMap* peer_destinations_ = nullptr;
+  bool ordered_run_ = false;  // the plan being run has ordered batches
   DestinationSink* sink_ = nullptr;
   bool hash_pieces_ = false;
   int64_t message_chunk_bytes_ = kDefaultMessageChunkBytes;

@@ -15,6 +15,7 @@
 #include "planner/testing/layout_builder.h"
 #include "planner/testing/relay_buffer_case.h"
 #include "planner/topology.h"
+#include "transport/peer_destinations.h"
 #include "transport/testing/backed_layouts.h"
 
 namespace refit::transport {
@@ -48,6 +49,11 @@ void AddEveryRank(const v1::LayoutSpec& sources, const v1::LayoutSpec& destinati
   }
 }
 
+// How the test's daemons (all on this host) use shared memory between them: not at all,
+// handing chunks over through their outboxes, or that and writing pieces from source views
+// straight into the destination ranks of the others.
+enum class Sharing { kNone, kHandoff, kStraight };
+
 struct Daemon {
   std::unique_ptr<UcxWorker> worker;
   std::unique_ptr<BufferMap> buffers;
@@ -55,20 +61,22 @@ struct Daemon {
   StagingPool staging{HostStagingAllocator()};
   SharedMemoryOutbox outbox;
   SharedMemoryInboxes inboxes;
+  PeerDestinations peer_destinations;
 };
 
 // Runs `plan` on `count` daemons at once, `runs` epochs in a row (numbered from `epoch`),
 // each daemon keeping its host staging pool across them as refitd does; returns each
 // daemon's outcome of the last epoch run, and, when asked, how often each pool allocated.
-// With `shared_memory`, every pair of daemons hands chunks over through shared memory
-// (`outbox_allocations`: how often each daemon's outbox allocated).
+// With `sharing`, every pair of daemons hands chunks over through shared memory
+// (`outbox_allocations`: how often each daemon's outbox allocated), and with kStraight
+// writes pieces straight into the others' destination ranks.
 std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
     const v1::Plan& plan, const v1::LayoutSpec& sources, const v1::LayoutSpec& destinations,
     const RankPlacement& placement, int32_t count, uint32_t epoch, absl::Duration timeout,
     int32_t missing_daemon = -1, const std::atomic<bool>* interrupt = nullptr, int runs = 1,
     std::vector<int64_t>* staging_allocations = nullptr,
     int64_t chunk_bytes = PlanExecutor::kDefaultMessageChunkBytes,
-    std::vector<int64_t>* staging_held_bytes = nullptr, bool shared_memory = false,
+    std::vector<int64_t>* staging_held_bytes = nullptr, Sharing sharing = Sharing::kNone,
     std::vector<int64_t>* outbox_allocations = nullptr) {
   std::vector<Daemon> daemons(count);
   for (int32_t d = 0; d < count; ++d) {
@@ -104,12 +112,17 @@ std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
       executor.UseHostStaging(&daemons[d].staging);
       executor.HashPieces(true);
       executor.SetMessageChunkBytes(chunk_bytes);
-      if (shared_memory) {
+      if (sharing != Sharing::kNone) {
         std::set<int32_t> others;
         for (int32_t p = 0; p < count; ++p) {
           if (p != d) others.insert(p);
         }
         executor.UseSharedMemory(others, &daemons[d].outbox, &daemons[d].inboxes);
+      }
+      if (sharing == Sharing::kStraight) {
+        PeerDestinations& peers = daemons[d].peer_destinations;
+        ASSERT_TRUE(peers.Update(destinations, placement, d).ok());
+        executor.WriteStraightInto(peers.ranks(), peers.buffers());
       }
       for (int run = 0; run < runs; ++run) {
         daemons[d].result = executor.Run(plan, epoch + run, absl::Now() + timeout);
@@ -145,9 +158,13 @@ void ExpectPieceHashesOfWhatMoved(const v1::Plan& plan, const RankPlacement& pla
           continue;
         }
         const v1::Role role = EndpointRole(end.kind());
-        const PieceHashes& taken = results[*placement.DaemonOf(role, end.rank())]->piece_hashes;
+        const PieceHashes* taken = &results[*placement.DaemonOf(role, end.rank())]->piece_hashes;
+        // A piece written straight into a same-host peer's rank is hashed by its writer.
+        if (destination && taken->written_by_peers.count(t.sequence())) {
+          taken = &results[*placement.DaemonOf(v1::ROLE_SOURCE, t.src().rank())]->piece_hashes;
+        }
         const std::map<int64_t, uint64_t>& hashes =
-            destination ? taken.at_destination : taken.at_source;
+            destination ? taken->at_destination : taken->at_source;
         auto hash = hashes.find(t.sequence());
         if (hash == hashes.end()) {
           EXPECT_FALSE(every_view_end) << "transfer " << t.sequence() << "'s "
@@ -191,14 +208,14 @@ TEST(PlanExecutorTest, RandomLayoutsAcrossDaemonsArriveByteForByte) {
       ASSERT_TRUE(plan.ok()) << plan.status();
       const RankPlacement placement = PlaceByHost(sources, destinations, count);
       const v1::Plan plan_proto = planner::PlanToProto(**plan, src, dst);
-      // Odd trials cut messages into chunks smaller than most pieces: many rounds; trials
-      // 2 and 3 of every 4 hand chunks over through shared memory.
-      const bool shared_memory = trial % 4 >= 2;
+      // Odd trials cut messages into chunks smaller than most pieces: many rounds; pairs of
+      // trials take turns at no shared memory, chunks through it, and also straight writes.
+      const Sharing sharing = static_cast<Sharing>((trial / 2) % 3);
       const auto results = RunOnDaemons(
           plan_proto, sources, destinations, placement, count, trial, absl::Seconds(30),
           /*missing_daemon=*/-1, /*interrupt=*/nullptr, /*runs=*/1, /*staging_allocations=*/nullptr,
           trial % 2 == 1 ? 300 : PlanExecutor::kDefaultMessageChunkBytes,
-          /*staging_held_bytes=*/nullptr, shared_memory);
+          /*staging_held_bytes=*/nullptr, sharing);
       for (int32_t d = 0; d < count; ++d) {
         ASSERT_TRUE(results[d].ok()) << strategy << ", daemon " << d << ": " << results[d].status();
       }
@@ -210,7 +227,7 @@ TEST(PlanExecutorTest, RandomLayoutsAcrossDaemonsArriveByteForByte) {
       }
       // Ordered plans (gather_broadcast) send piece by piece over UCX, never in chunks.
       const bool chunked = strategy == planner::kStrategyReshard;
-      EXPECT_EQ(via_shared_memory, shared_memory && chunked ? crossing : 0) << strategy;
+      EXPECT_EQ(via_shared_memory, sharing != Sharing::kNone && chunked ? crossing : 0) << strategy;
       for (int32_t from = 0; from < count; ++from) {
         for (int32_t to = 0; to < count; ++to) {
           auto sent = results[from]->bytes_sent_to.find(to);
@@ -329,7 +346,7 @@ TEST(PlanExecutorTest, ChunksBetweenDaemonsOfOneHostGoThroughSharedMemory) {
       RunOnDaemons(plan, sources, destinations, PlaceByHost(sources, destinations, 2), 2, 40,
                    absl::Seconds(10), /*missing_daemon=*/-1, /*interrupt=*/nullptr, /*runs=*/3,
                    /*staging_allocations=*/nullptr, /*chunk_bytes=*/kPieceBytes, &held,
-                   /*shared_memory=*/true, &outbox_allocations);
+                   Sharing::kHandoff, &outbox_allocations);
   for (const auto& result : results) ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(results[0]->bytes_sent_to.at(1), 8 * kPieceBytes);
   EXPECT_EQ(results[1]->bytes_received_from.at(0), 8 * kPieceBytes);
@@ -351,11 +368,60 @@ TEST(PlanExecutorTest, ASenderThroughSharedMemoryWaitsForTheReceiversReceipt) {
       RunOnDaemons(refit.plan, refit.sources, refit.destinations, refit.placement, 2, 9,
                    absl::Milliseconds(300), /*missing=*/1, /*interrupt=*/nullptr, /*runs=*/1,
                    /*staging_allocations=*/nullptr, PlanExecutor::kDefaultMessageChunkBytes,
-                   /*staging_held_bytes=*/nullptr, /*shared_memory=*/true);
+                   /*staging_held_bytes=*/nullptr, Sharing::kHandoff);
   EXPECT_EQ(results[0].status().code(), absl::StatusCode::kDeadlineExceeded) << results[0].status();
   // Stuck on the notice (the peer never progressed to take it) or on its receipt.
   EXPECT_NE(results[0].status().message().find("through shared memory"), std::string::npos)
       << results[0].status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(PlanExecutorTest, PiecesBetweenDaemonsOfOneHostAreWrittenStraightIntoTheDestination) {
+  RowsToColumns refit;
+  ASSERT_NO_FATAL_FAILURE(refit.Build());
+  ASSERT_EQ(refit.plan.batches(0).transfers_size(), 8);
+  constexpr int64_t kPieceBytes = 16 * 32 * 4;
+  // Three epochs: one copy per piece from the trainer's source views into the inference
+  // ranks' memory, by the trainer's daemon; no staging, no outbox, no chunk on the wire.
+  std::vector<int64_t> held, outbox_allocations;
+  const auto results =
+      RunOnDaemons(refit.plan, refit.sources, refit.destinations,
+                   PlaceByHost(refit.sources, refit.destinations, 2), 2, 50, absl::Seconds(10),
+                   /*missing_daemon=*/-1, /*interrupt=*/nullptr, /*runs=*/3,
+                   /*staging_allocations=*/nullptr, /*chunk_bytes=*/kPieceBytes, &held,
+                   Sharing::kStraight, &outbox_allocations);
+  for (const auto& result : results) ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(results[0]->bytes_sent_to.at(1), 8 * kPieceBytes);
+  EXPECT_EQ(results[1]->bytes_received_from.at(0), 8 * kPieceBytes);
+  EXPECT_EQ(results[0]->delivered_bytes, 8 * kPieceBytes) << "the writer delivers them";
+  EXPECT_EQ(results[1]->delivered_bytes, 0);
+  EXPECT_EQ(held, (std::vector<int64_t>{0, 0}));
+  EXPECT_EQ(outbox_allocations, (std::vector<int64_t>{0, 0}));
+  // Both ends of every piece hashed by the writer; the receiver hashes none.
+  EXPECT_EQ(results[0]->piece_hashes.at_source.size(), 8u);
+  EXPECT_EQ(results[0]->piece_hashes.at_destination.size(), 8u);
+  EXPECT_EQ(results[1]->piece_hashes.written_by_peers.size(), 8u);
+  EXPECT_TRUE(results[1]->piece_hashes.at_destination.empty());
+  for (const v1::RankLayout& r : refit.destinations.ranks()) {
+    EXPECT_EQ(testing::WrongBytes(*refit.everything, v1::ROLE_DESTINATION, r), 0) << r.rank();
+  }
+  ExpectPieceHashesOfWhatMoved(refit.plan, PlaceByHost(refit.sources, refit.destinations, 2),
+                               *refit.everything, results, /*every_view_end=*/true);
+}
+
+TEST(PlanExecutorTest, ADaemonWrittenStraightIntoWaitsForTheWritersWord) {
+  const TwoHostRefit refit;
+  const absl::Time start = absl::Now();
+  // The trainer's daemon (0) never runs: the inference daemon must not end the batch (a
+  // later one may read what the writer was to write), and gives up at the deadline.
+  const auto results =
+      RunOnDaemons(refit.plan, refit.sources, refit.destinations, refit.placement, 2, 11,
+                   absl::Milliseconds(300), /*missing=*/0, /*interrupt=*/nullptr, /*runs=*/1,
+                   /*staging_allocations=*/nullptr, PlanExecutor::kDefaultMessageChunkBytes,
+                   /*staging_held_bytes=*/nullptr, Sharing::kStraight);
+  EXPECT_EQ(results[1].status().code(), absl::StatusCode::kDeadlineExceeded) << results[1].status();
+  EXPECT_NE(results[1].status().message().find("bytes straight into ranks here"), std::string::npos)
+      << results[1].status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 

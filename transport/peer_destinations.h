@@ -1,0 +1,46 @@
+// The destination ranks of same-host peer daemons that this daemon writes straight into
+// (PlanSlice's shared_destinations, PlanExecutor::WriteStraightInto), mapped here and kept
+// across epochs: a rank is mapped when a slice first lists it, again only when its layout
+// changed (it registered again, with new segments), and unmapped once a slice no longer
+// lists it. Mapping prefaults every page (SharedMemorySegment::Open), so a warm epoch
+// touches no fresh page of a peer's rank either.
+#ifndef REFIT_TRANSPORT_PEER_DESTINATIONS_H_
+#define REFIT_TRANSPORT_PEER_DESTINATIONS_H_
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+
+#include "absl/status/status.h"
+#include "proto/refit.pb.h"
+#include "transport/buffer_map.h"
+#include "transport/plan_executor.h"
+
+namespace refit::transport {
+
+class PeerDestinations {
+ public:
+  // Brings the map to `shared` (a slice's shared_destinations): its ranks that `placement`
+  // puts on another daemon than `self` are mapped, the others forgotten. An error names
+  // the rank and the segment; the epoch must not run then (its peers expect the pieces to
+  // be written straight).
+  absl::Status Update(const v1::LayoutSpec& shared, const RankPlacement& placement, int32_t self);
+
+  // Every rank the last Update listed, this daemon's own included: the list both ends of a
+  // straight write decide from.
+  const std::set<int64_t>& ranks() const { return ranks_; }
+  BufferMap* buffers() { return &buffers_; }
+  // How many times a rank was mapped (tests: a warm epoch maps nothing).
+  int64_t mappings() const { return mappings_; }
+
+ private:
+  BufferMap buffers_;
+  std::map<int64_t, std::string> mapped_;  // rank -> its layout as mapped, serialized
+  std::set<int64_t> ranks_;
+  int64_t mappings_ = 0;
+};
+
+}  // namespace refit::transport
+
+#endif  // REFIT_TRANSPORT_PEER_DESTINATIONS_H_
