@@ -12,6 +12,15 @@ namespace {
 
 using transport::RankName;
 
+// Whether a destination rank's memory is host shared memory a same-host daemon can map and
+// write straight into: neither staged (the data plane writes refitd's shadow) nor
+// bucketed (refitd's bucket), every buffer a named segment.
+bool WritableStraight(const v1::RankLayout& layout) {
+  return !layout.staged() && !layout.bucketed() && layout.buffers_size() > 0 &&
+         std::all_of(layout.buffers().begin(), layout.buffers().end(),
+                     [](const v1::BufferSpec& b) { return !b.shm_name().empty(); });
+}
+
 }  // namespace
 
 absl::StatusOr<DaemonSession> Cluster::AddDaemon(const v1::DaemonHello& hello,
@@ -291,10 +300,7 @@ absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
     }
     v1::RankLayout* rank = side.add_ranks();
     *rank = record.registration->layout();
-    if (!source && !rank->staged() && !rank->bucketed() &&
-        shared_memory_daemons.count(record.daemon) &&
-        std::all_of(rank->buffers().begin(), rank->buffers().end(),
-                    [](const v1::BufferSpec& b) { return !b.shm_name().empty(); })) {
+    if (!source && shared_memory_daemons.count(record.daemon) && WritableStraight(*rank)) {
       snapshot.shared_destinations[key.rank] = *rank;
     }
     // Buffers are the daemon's business; the plan needs only the views' geometry, and the
@@ -321,6 +327,43 @@ absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
     placement->set_device(gpu ? rank->device() : -1);
   }
   return snapshot;
+}
+
+std::vector<Cluster::PeerDestinationList> Cluster::PeerDestinationsAround(int32_t daemon) const {
+  std::vector<std::pair<int32_t, std::shared_ptr<DaemonChannel>>> members;  // of the domain
+  std::vector<std::pair<int32_t, Registration>> ranks;  // the domain's, by daemon
+  {
+    absl::MutexLock lock(&mu_);
+    auto found = daemons_.find(daemon);
+    if (found == daemons_.end() || found->second.peer.shared_memory_domain().empty()) return {};
+    const std::string& domain = found->second.peer.shared_memory_domain();
+    std::set<int32_t> in_domain;
+    for (const auto& [index, record] : daemons_) {
+      if (!record.connected || record.peer.shared_memory_domain() != domain) continue;
+      in_domain.insert(index);
+      members.emplace_back(index, record.channel);
+    }
+    for (const auto& [key, record] : ranks_) {
+      if (key.role == v1::ROLE_DESTINATION && in_domain.count(record.daemon)) {
+        ranks.emplace_back(record.daemon, record.registration);
+      }
+    }
+  }
+  // The layouts are copied after the lock is released (they can be large).
+  std::vector<PeerDestinationList> lists;
+  for (const auto& [index, channel] : members) {
+    PeerDestinationList& list = lists.emplace_back();
+    list.channel = channel;
+    std::set<std::string> tensors;
+    for (const auto& [owner, registration] : ranks) {
+      if (owner == index || !WritableStraight(registration->layout())) continue;
+      *list.ranks.add_ranks() = registration->layout();
+      for (const v1::TensorSpec& t : registration->tensors()) {
+        if (tensors.insert(t.name()).second) *list.ranks.add_tensors() = t;
+      }
+    }
+  }
+  return lists;
 }
 
 std::vector<std::string> Cluster::DaemonNames() const {

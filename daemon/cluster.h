@@ -113,6 +113,14 @@ class Cluster {
 
   // The registrations as layouts; errors when two daemons disagree about a tensor.
   absl::StatusOr<ClusterSnapshot> Snapshot() const;
+  // For each connected daemon of daemon `daemon`'s shared-memory domain (none without
+  // one): its channel, and the destination ranks of the domain's other daemons that it may
+  // write straight into (ClusterSnapshot::shared_destinations), with the tensors they hold.
+  struct PeerDestinationList {
+    std::shared_ptr<DaemonChannel> channel;
+    v1::LayoutSpec ranks;
+  };
+  std::vector<PeerDestinationList> PeerDestinationsAround(int32_t daemon) const;
   std::vector<std::string> DaemonNames() const;
   // What each daemon said of its GPUs, in DaemonNames order.
   std::vector<std::string> DaemonGpus() const;

@@ -128,6 +128,7 @@ grpc::Status ControlService::Control(
   // Before the daemon registers anything: if it is in doubt about an epoch, its hello may
   // be what settles that epoch for it and for others.
   runner_->SettleDaemonsInDoubt();
+  SendPeerDestinations(session.index);
   while (stream->Read(&message)) {
     // Fenced: a newer session of the node took over.
     if (!cluster_->Touch(session, /*handling=*/true)) break;
@@ -141,11 +142,14 @@ grpc::Status ControlService::Control(
           spdlog::warn("refitd on {}: {}", hello.node(), std::string(within.message()));
           break;
         }
+        const bool destination = rank.role() == v1::ROLE_DESTINATION;
         if (absl::Status added =
                 cluster_->AddRank(session, std::move(*message.mutable_register_rank()));
             !added.ok()) {
           spdlog::warn("refitd on {}: registration refused: {}", hello.node(),
                        std::string(added.message()));
+        } else if (destination) {
+          SendPeerDestinations(session.index);
         }
         UpdateRankGauges();
         break;
@@ -195,6 +199,15 @@ grpc::Status ControlService::Control(
   UpdateRankGauges();
   runner_->OnDaemonLost(session.index, channel->Ending());
   return grpc::Status::OK;
+}
+
+void ControlService::SendPeerDestinations(int32_t daemon) {
+  for (Cluster::PeerDestinationList& list : cluster_->PeerDestinationsAround(daemon)) {
+    if (list.ranks.ranks_size() == 0) continue;
+    v1::CoordinatorMessage message;
+    *message.mutable_peer_destinations() = std::move(list.ranks);
+    list.channel->Send(message);  // a daemon gone meanwhile maps them at its first epoch
+  }
 }
 
 int ControlService::CutStreamsWithoutHello(absl::Duration now) {

@@ -42,6 +42,10 @@ class ControlService final : public v1::CoordinatorControl::Service {
 
  private:
   void UpdateRankGauges();
+  // Tells the daemons of daemon `daemon`'s shared-memory domain which of the domain's
+  // destination ranks they may write straight into (a rank registered there, or the
+  // daemon said hello), so they map them before an epoch needs them.
+  void SendPeerDestinations(int32_t daemon);
 
   Cluster* cluster_;
   EpochRunner* runner_;

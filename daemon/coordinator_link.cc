@@ -82,7 +82,11 @@ void CoordinatorLink::Start() {
   // coordinator and refitctl see it), and the epoch thread keeps trying to make one.
   executor_->EnsureWorker();
   epochs_ = std::make_unique<EpochQueue>(
-      &interrupt_, [this]() { return executor_->EnsureWorker(); },
+      &interrupt_,
+      [this]() {
+        MapPeerDestinations();
+        return executor_->EnsureWorker();
+      },
       [this](const EpochQueue::Job& job) { RunEpoch(job.execute, job.slice.get()); });
   thread_ = std::thread([this]() { Run(); });
   heartbeat_thread_ = std::thread([this]() { Heartbeat(); });
@@ -178,6 +182,16 @@ void CoordinatorLink::Session() {
       case v1::CoordinatorMessage::kExecute:
         OnExecute(message.execute());
         break;
+      case v1::CoordinatorMessage::kPeerDestinations: {
+        auto ranks =
+            std::make_shared<const v1::LayoutSpec>(std::move(*message.mutable_peer_destinations()));
+        {
+          absl::MutexLock lock(&mu_);
+          peer_destinations_ = std::move(ranks);
+        }
+        epochs_->Nudge();
+        break;
+      }
       case v1::CoordinatorMessage::kAbort:
         OnAbort(message.abort());
         break;
@@ -342,6 +356,16 @@ void CoordinatorLink::EndSession() {
 void CoordinatorLink::WarnOnce(const std::string& problem) {
   if (problem != last_stream_error_) spdlog::warn("refitd {}: {}", node_, problem);
   last_stream_error_ = problem;
+}
+
+void CoordinatorLink::MapPeerDestinations() {
+  std::shared_ptr<const v1::LayoutSpec> ranks;
+  {
+    absl::MutexLock lock(&mu_);
+    ranks = std::move(peer_destinations_);
+    peer_destinations_.reset();
+  }
+  if (ranks != nullptr) executor_->MapPeerDestinations(*ranks);
 }
 
 void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice) {

@@ -77,6 +77,8 @@ class CoordinatorLink {
   bool Write(const v1::DaemonMessage& message);
   // Logs a connection problem once, not at every retry, until a different one comes.
   void WarnOnce(const std::string& problem);
+  // On the epoch thread between epochs: maps the latest peer destinations, if any came.
+  void MapPeerDestinations();
   // Runs the epoch (EpochExecutor) and reports it to the coordinator.
   void RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice);
 
@@ -118,6 +120,9 @@ class CoordinatorLink {
   std::vector<std::string> executed_destination_nodes_ ABSL_GUARDED_BY(mu_);
   std::string committed_epoch_ ABSL_GUARDED_BY(mu_);  // the last epoch committed here
   std::string in_doubt_said_ ABSL_GUARDED_BY(mu_);    // the epoch in doubt last logged
+  // The coordinator's latest list of same-host peers' destination ranks, not yet mapped
+  // (the epoch thread maps it between epochs).
+  std::shared_ptr<const v1::LayoutSpec> peer_destinations_ ABSL_GUARDED_BY(mu_);
 
   // Owned by the link's thread.
   std::shared_ptr<const v1::PlanSlice> slice_;

@@ -248,6 +248,20 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
   return done;
 }
 
+void EpochExecutor::MapPeerDestinations(const v1::LayoutSpec& ranks) {
+  if (shared_memory_domain_.empty()) return;
+  const absl::Time start = absl::Now();
+  const int64_t mapped_before = peer_destinations_.mappings();
+  if (absl::Status prepared = peer_destinations_.Prepare(ranks); !prepared.ok()) {
+    spdlog::warn("refitd {}: {}", node_, std::string(prepared.message()));
+  }
+  if (peer_destinations_.mappings() > mapped_before) {
+    spdlog::info("refitd {}: mapped {} destination ranks of daemons on this host in {:.3f} s",
+                 node_, peer_destinations_.mappings() - mapped_before,
+                 absl::ToDoubleSeconds(absl::Now() - start));
+  }
+}
+
 std::vector<v1::RankRegistration> EpochExecutor::RegistrationsOf(v1::Role role) const {
   std::vector<v1::RankRegistration> of_role = registry_->Registrations();
   of_role.erase(std::remove_if(of_role.begin(), of_role.end(),

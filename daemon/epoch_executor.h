@@ -40,6 +40,11 @@ class EpochExecutor {
   // shared memory (transport/shared_memory_handoff.h); "" (the default): none do.
   void ShareMemoryWithin(std::string domain) { shared_memory_domain_ = std::move(domain); }
 
+  // Maps same-host peers' destination ranks (the coordinator's list) ahead of the epochs
+  // that write straight into them; what cannot be mapped now is logged (the epoch maps it
+  // again, and fails if it still cannot). Ignored without a domain.
+  void MapPeerDestinations(const v1::LayoutSpec& ranks);
+
   // Makes the UCX worker if there is none; false if it cannot (logged).
   bool EnsureWorker() { return data_plane_.EnsureWorker(); }
 

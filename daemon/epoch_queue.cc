@@ -31,6 +31,11 @@ void EpochQueue::Finish() {
   mu_.Await(absl::Condition(&idle));
 }
 
+void EpochQueue::Nudge() {
+  absl::MutexLock lock(&mu_);
+  nudged_ = true;
+}
+
 bool EpochQueue::AwaitIdle(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return IdleLocked(); };
@@ -43,8 +48,9 @@ void EpochQueue::Loop() {
     Job job;
     {
       absl::MutexLock lock(&mu_);
-      auto ready = [this]()
-                       ABSL_SHARED_LOCKS_REQUIRED(mu_) { return queued_.has_value() || exit_; };
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+        return queued_.has_value() || exit_ || nudged_;
+      };
       if (!prepared) {  // try again in a moment
         mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(500));
       } else {
@@ -52,6 +58,7 @@ void EpochQueue::Loop() {
       }
       if (!queued_.has_value()) {
         if (exit_) return;
+        nudged_ = false;  // prepare again
         continue;
       }
       job = std::move(*queued_);

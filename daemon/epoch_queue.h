@@ -1,8 +1,8 @@
 // refitd's epoch thread: runs the epochs the control stream hands it, one at a time, so the
 // stream keeps reading (and can abort one) while an epoch runs. Between epochs it calls
-// `prepare` (refitd remakes a lost UCX worker there) and, while that fails, tries again
-// every 500 ms. Every submitted epoch runs, even one interrupted before it started: it must
-// still be reported.
+// `prepare` (refitd remakes a lost UCX worker and maps same-host peers' ranks there) and,
+// while that fails, tries again every 500 ms; Nudge has it called again. Every submitted epoch
+// runs, even one interrupted before it started: it must still be reported.
 #ifndef REFIT_DAEMON_EPOCH_QUEUE_H_
 #define REFIT_DAEMON_EPOCH_QUEUE_H_
 
@@ -38,6 +38,9 @@ class EpochQueue {
   void Submit(Job job) ABSL_LOCKS_EXCLUDED(mu_);
   // Interrupts the running or queued epoch, if any, and waits until it has run.
   void Finish() ABSL_LOCKS_EXCLUDED(mu_);
+  // Has the thread call `prepare` again soon (after the running epoch, if any): there is
+  // something new to prepare.
+  void Nudge() ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until no epoch runs or waits, at most `timeout`; whether none does.
   bool AwaitIdle(absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
 
@@ -52,6 +55,7 @@ class EpochQueue {
   std::optional<Job> queued_ ABSL_GUARDED_BY(mu_);
   bool busy_ ABSL_GUARDED_BY(mu_) = false;
   bool exit_ ABSL_GUARDED_BY(mu_) = false;
+  bool nudged_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;  // last: starts once the rest is ready
 };
 

@@ -131,5 +131,34 @@ TEST(EpochQueueTest, WhilePrepareFailsItIsRetriedAndEpochsStillRun) {
   EXPECT_GE(prepared, 3);
 }
 
+// Something new to prepare (same-host peers' ranks to map) has the thread prepare again
+// without an epoch, on the queue's thread.
+TEST(EpochQueueTest, ANudgePreparesAgainBetweenEpochs) {
+  std::atomic<bool> interrupt{false};
+  absl::Mutex mu;
+  int prepared = 0;
+  EpochQueue queue(
+      &interrupt,
+      [&] {
+        absl::MutexLock lock(&mu);
+        ++prepared;
+        return true;
+      },
+      [](const EpochQueue::Job&) {});
+  auto at_least = [&](int n) {
+    absl::MutexLock lock(&mu);
+    auto enough = [&]() ABSL_SHARED_LOCKS_REQUIRED(mu) { return prepared >= n; };
+    return mu.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(20));
+  };
+  ASSERT_TRUE(at_least(1));
+  int before = 0;
+  {
+    absl::MutexLock lock(&mu);
+    before = prepared;
+  }
+  queue.Nudge();
+  EXPECT_TRUE(at_least(before + 1));
+}
+
 }  // namespace
 }  // namespace refit::daemon

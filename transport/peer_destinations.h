@@ -27,6 +27,12 @@ class PeerDestinations {
   // be written straight).
   absl::Status Update(const v1::LayoutSpec& shared, const RankPlacement& placement, int32_t self);
 
+  // Maps the ranks of `others` (a coordinator's list of same-host peers' destination ranks,
+  // ahead of the epochs) not mapped yet, or mapped with another layout; forgets nothing and
+  // leaves ranks() alone (the slice decides what goes straight). Not while an epoch runs.
+  // An error names the first rank that could not be mapped (the others are still mapped).
+  absl::Status Prepare(const v1::LayoutSpec& others);
+
   // Every rank the last Update listed, this daemon's own included: the list both ends of a
   // straight write decide from.
   const std::set<int64_t>& ranks() const { return ranks_; }
@@ -35,6 +41,9 @@ class PeerDestinations {
   int64_t mappings() const { return mappings_; }
 
  private:
+  // Maps `layout` unless it is mapped as it is (replacing another mapping of the rank).
+  absl::Status MapRank(const v1::RankLayout& layout, const TensorTable& tensors);
+
   BufferMap buffers_;
   std::map<int64_t, std::string> mapped_;  // rank -> its layout as mapped, serialized
   std::set<int64_t> ranks_;

@@ -94,6 +94,24 @@ TEST(PeerDestinationsTest, ARankRegisteredAgainIsMappedAgainAndOneNoLongerListed
   EXPECT_EQ(held, value);
 }
 
+TEST(PeerDestinationsTest, RanksPreparedAheadAreNotMappedAgainByTheEpoch) {
+  testing::BackedLayouts backed;
+  const v1::LayoutSpec shared = ThreeRanks(&backed);
+  v1::LayoutSpec others;  // the coordinator's list for daemon 0: ranks 1 and 2
+  *others.mutable_tensors() = shared.tensors();
+  *others.add_ranks() = shared.ranks(1);
+  *others.add_ranks() = shared.ranks(2);
+  PeerDestinations peers;
+  ASSERT_TRUE(peers.Prepare(others).ok());
+  EXPECT_EQ(peers.mappings(), 2);
+  EXPECT_TRUE(peers.ranks().empty()) << "only a slice says what goes straight";
+  ASSERT_TRUE(peers.Update(shared, OnTwoDaemons(), 0).ok());
+  EXPECT_EQ(peers.mappings(), 2);
+  EXPECT_EQ(peers.ranks(), (std::set<int64_t>{0, 1, 2}));
+  ASSERT_TRUE(peers.Prepare(others).ok());
+  EXPECT_EQ(peers.mappings(), 2);
+}
+
 TEST(PeerDestinationsTest, ASegmentThatCannotBeMappedNamesTheRankAndNothingGoesStraight) {
   testing::BackedLayouts backed;
   v1::LayoutSpec shared = ThreeRanks(&backed);
