@@ -78,6 +78,7 @@ void CoordinatorLink::Start() {
         }
       });
   executor_->ShareMemoryWithin(shared_memory_domain_);
+  executor_->SetCopyThreads(copy_threads_);
   // Without a data-plane worker the daemon still connects (its ranks register, the
   // coordinator and refitctl see it), and the epoch thread keeps trying to make one.
   executor_->EnsureWorker();

@@ -48,6 +48,8 @@ class CoordinatorLink {
   // This host's shared-memory domain (transport::SharedMemoryDomain; "": chunks to daemons
   // of this host go over UCX like any other), said in the hello (set before Start).
   void SetSharedMemoryDomain(std::string domain) { shared_memory_domain_ = std::move(domain); }
+  // Threads the data plane copies between host memory with (set before Start).
+  void SetCopyThreads(int threads) { copy_threads_ = threads; }
   ~CoordinatorLink() { Stop(); }
 
   void Start();
@@ -86,6 +88,7 @@ class CoordinatorLink {
   const std::string node_;
   std::string gpu_;
   std::string shared_memory_domain_;
+  int copy_threads_ = 1;
   security::ClientSecurity security_;
   RankRegistry* registry_;
   DaemonMetrics* metrics_;

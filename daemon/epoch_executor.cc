@@ -147,6 +147,7 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
   executor.SetStallLimit(absl::Milliseconds(execute.stall_ms() > 0 ? execute.stall_ms() : 10000));
   executor.SetInterrupt(interrupt_);
   executor.UseHostStaging(&host_staging_);
+  executor.SetCopyThreads(copy_threads_);
   if (!shared_memory_domain_.empty()) {
     std::set<int32_t> same_host;
     for (const v1::DaemonPeer& peer : slice.daemons()) {

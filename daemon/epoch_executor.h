@@ -45,6 +45,9 @@ class EpochExecutor {
   // again, and fails if it still cannot). Ignored without a domain.
   void MapPeerDestinations(const v1::LayoutSpec& ranks);
 
+  // Threads the plan executor copies between host memory with (PlanExecutor::SetCopyThreads).
+  void SetCopyThreads(int threads) { copy_threads_ = threads; }
+
   // Makes the UCX worker if there is none; false if it cannot (logged).
   bool EnsureWorker() { return data_plane_.EnsureWorker(); }
 
@@ -79,6 +82,7 @@ class EpochExecutor {
   // Chunks to and from daemons of this host: the outbox this daemon packs into and the
   // peers' outboxes it maps, both kept across epochs.
   std::string shared_memory_domain_;
+  int copy_threads_ = 1;
   transport::SharedMemoryOutbox outbox_;
   transport::SharedMemoryInboxes inboxes_;
   // The destination ranks of daemons of this host that pieces go straight into.

@@ -3,8 +3,10 @@
 // TLS and the token of the coordinator's control streams come from REFIT_TLS_CA,
 // REFIT_TLS_CERT, REFIT_TLS_KEY and REFIT_DAEMON_TOKEN_FILE, else REFIT_TOKEN_FILE
 // (security/grpc_security.h).
+#include <algorithm>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -29,6 +31,11 @@ ABSL_FLAG(std::string, metrics_host, "127.0.0.1", "address the HTTP endpoints li
 ABSL_FLAG(bool, shared_memory_between_daemons, true,
           "hand chunks to refitd daemons of this host (same boot, same /dev/shm, same user) "
           "through shared memory instead of UCX messages");
+
+ABSL_FLAG(int, copy_threads, 0,
+          "threads that copy between host memory within an epoch's batch (local copies and "
+          "pieces written straight into ranks of daemons of this host); 0: one per core, at "
+          "most 8");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -67,6 +74,11 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_shared_memory_between_daemons)) {
     link.SetSharedMemoryDomain(refit::transport::SharedMemoryDomain());
   }
+  int copy_threads = absl::GetFlag(FLAGS_copy_threads);
+  if (copy_threads <= 0) {
+    copy_threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  }
+  link.SetCopyThreads(copy_threads);
   link.Start();
   std::unique_ptr<refit::daemon::HttpEndpoints> http;
   if (absl::GetFlag(FLAGS_metrics_port) >= 0) {

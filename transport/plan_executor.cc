@@ -1,6 +1,7 @@
 #include "transport/plan_executor.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <utility>
 #include <vector>
@@ -154,6 +155,48 @@ absl::Status PlanExecutor::WriteDestination(const v1::Transfer& t, const ConstSt
   if (hash_source) hashes.at_source[t.sequence()] = source_hash;
   if (hash_destination) hashes.at_destination[t.sequence()] = destination_hash;
   stats->runs += CountRuns(extent, from.strides, to->strides);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<HostCopy>> PlanExecutor::HostCopyOf(
+    const v1::Transfer& t, const std::optional<ConstStridedRef>& staged_from,
+    const std::optional<StridedRef>& staged_to, RunMemory* run_memory) {
+  if (!staged_to.has_value() && sink_ != nullptr &&
+      t.dst().kind() == v1::ENDPOINT_DESTINATION_VIEW && sink_->Takes(t.dst().rank())) {
+    return std::nullopt;
+  }
+  absl::StatusOr<ConstStridedRef> from =
+      staged_from.has_value() ? *staged_from : LocateSource(t.src(), t, run_memory);
+  if (!from.ok()) return from.status();
+  absl::StatusOr<StridedRef> to =
+      staged_to.has_value() ? *staged_to : LocateDestination(t.dst(), t, run_memory);
+  if (!to.ok()) return to.status();
+  if (from->device >= 0 || to->device >= 0) return std::nullopt;
+  HostCopy copy;
+  copy.extent = ExtentOf(t);
+  copy.element_bytes = buffers_.tensors().at(t.tensor()).element_bytes;
+  copy.from = *from;
+  copy.to = *to;
+  copy.hash_source = hash_pieces_ && !staged_from.has_value() && IsViewEndpoint(t.src());
+  copy.hash_destination =
+      hash_pieces_ && !staged_to.has_value() && t.dst().kind() == v1::ENDPOINT_DESTINATION_VIEW;
+  return copy;
+}
+
+absl::Status PlanExecutor::RunHostCopiesOf(std::vector<HostCopy>* copies,
+                                           const std::vector<const v1::Transfer*>& transfers,
+                                           ExecutionStats* stats) {
+  RunHostCopies(copies, copy_threads_);
+  for (size_t i = 0; i < copies->size(); ++i) {
+    const HostCopy& copy = (*copies)[i];
+    const v1::Transfer& t = *transfers[i];
+    if (!copy.status.ok()) return InTransfer(copy.status, t);
+    if (copy.hash_source) stats->piece_hashes.at_source[t.sequence()] = copy.source_hash;
+    if (copy.hash_destination) {
+      stats->piece_hashes.at_destination[t.sequence()] = copy.destination_hash;
+    }
+    stats->runs += CountRuns(copy.extent, copy.from.strides, copy.to.strides);
+  }
   return absl::OkStatus();
 }
 
@@ -409,9 +452,27 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
     if (absl::Status posted = post_round(0); !posted.ok()) return fail(posted);
   }
   {
-    // Issued back to back and waited for once (the NCCL step below may read what they wrote).
-    gpu::DeviceCopyChain copies;
+    // Copies between host memory run on the copy threads; the others (GPU memory, the
+    // sink) are issued back to back and waited for once (the NCCL step below may read what
+    // they wrote). A batch's copies write disjoint bytes.
+    std::vector<HostCopy> host;
+    std::vector<const v1::Transfer*> host_transfers, others;
     for (const v1::Transfer* t : local) {
+      absl::StatusOr<std::optional<HostCopy>> job =
+          HostCopyOf(*t, std::nullopt, std::nullopt, run_memory);
+      if (!job.ok()) return fail(job.status());
+      if (!job->has_value()) {
+        others.push_back(t);
+        continue;
+      }
+      host.push_back(**std::move(job));
+      host_transfers.push_back(t);
+    }
+    if (absl::Status copied = RunHostCopiesOf(&host, host_transfers, stats); !copied.ok()) {
+      return fail(copied);
+    }
+    gpu::DeviceCopyChain copies;
+    for (const v1::Transfer* t : others) {
       absl::Status copied = CopyLocal(*t, run_memory, stats, &copies);
       if (!copied.ok()) return fail(copied);
     }
@@ -539,10 +600,37 @@ int64_t PlanExecutor::PackedBytes(const std::vector<const v1::Transfer*>& list) 
 absl::Status PlanExecutor::CopyPieces(const std::vector<const v1::Transfer*>& list,
                                       uint8_t* staging, int32_t staging_device, bool pack,
                                       RunMemory* run_memory, ExecutionStats* stats) {
-  // Waited for once, at the end: the staging is sent, or reused, only after.
-  gpu::DeviceCopyChain copies;
-  uint8_t* cursor = staging;
+  // Pieces between host memory and host staging run on the copy threads first; the
+  // others are issued back to back and waited for once, at the end: the staging is sent,
+  // or reused, only after.
+  std::vector<HostCopy> host;
+  std::vector<const v1::Transfer*> host_transfers;
+  std::vector<std::pair<const v1::Transfer*, uint8_t*>> others;  // and where in the staging
+  uint8_t* at = staging;
   for (const v1::Transfer* t : list) {
+    uint8_t* piece = at;
+    at += PackedBytes({t});
+    if (staging_device >= 0) {
+      others.emplace_back(t, piece);
+      continue;
+    }
+    const StridedRef dense{piece, RowMajorStrides(ExtentOf(*t)), -1};
+    absl::StatusOr<std::optional<HostCopy>> job =
+        pack ? HostCopyOf(*t, std::nullopt, dense, run_memory)
+             : HostCopyOf(*t, ConstStridedRef(dense), std::nullopt, run_memory);
+    if (!job.ok()) return job.status();
+    if (!job->has_value()) {
+      others.emplace_back(t, piece);
+      continue;
+    }
+    host.push_back(**std::move(job));
+    host_transfers.push_back(t);
+  }
+  if (absl::Status copied = RunHostCopiesOf(&host, host_transfers, stats); !copied.ok()) {
+    return copied;
+  }
+  gpu::DeviceCopyChain copies;
+  for (const auto& [t, cursor] : others) {
     const Dims extent = ExtentOf(*t);
     const int element_bytes = buffers_.tensors().at(t->tensor()).element_bytes;
     const StridedRef dense{cursor, RowMajorStrides(extent), staging_device};
@@ -550,7 +638,6 @@ absl::Status PlanExecutor::CopyPieces(const std::vector<const v1::Transfer*>& li
       absl::Status unpacked =
           WriteDestination(*t, dense, /*from_source_end=*/false, run_memory, stats, &copies);
       if (!unpacked.ok()) return unpacked;
-      cursor += Volume(extent) * element_bytes;
       continue;
     }
     absl::StatusOr<ConstStridedRef> side = LocateSource(t->src(), *t, run_memory);
@@ -563,7 +650,6 @@ absl::Status PlanExecutor::CopyPieces(const std::vector<const v1::Transfer*>& li
     if (!copied.ok()) return copied;
     if (hash_source) stats->piece_hashes.at_source[t->sequence()] = source_hash;
     stats->runs += CountRuns(extent, side->strides, dense.strides);
-    cursor += Volume(extent) * element_bytes;
   }
   return copies.Wait();
 }

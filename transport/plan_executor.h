@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -27,6 +28,7 @@
 #include "transport/gpu/device_copy.h"
 #include "transport/gpu/nccl_group.h"
 #include "transport/gpu/nccl_schedule.h"
+#include "transport/host_copies.h"
 #include "transport/rank_key.h"
 #include "transport/relay_buffers.h"
 #include "transport/scratch_arena.h"
@@ -102,6 +104,11 @@ class PlanExecutor {
   // Pieces for bucketed destination ranks go to `sink` (kept by the caller), which is
   // finished after the last batch.
   void UseSink(DestinationSink* sink) { sink_ = sink; }
+
+  // Copies between host memory within this daemon (and straight into same-host peers'
+  // ranks) run on up to `threads` threads at once (transport/host_copies.h); 1: on the
+  // calling thread only.
+  void SetCopyThreads(int threads) { copy_threads_ = std::max(1, threads); }
 
   // Hashes every piece in host memory at its views as it is packed, copied, unpacked or
   // handed to the sink (ExecutionStats::piece_hashes), for the piece checksums: the bytes
@@ -208,6 +215,18 @@ class PlanExecutor {
                                                RunMemory* run_memory);
   absl::StatusOr<StridedRef> LocateRunMemory(const v1::Endpoint& endpoint, const v1::Transfer& t,
                                              RunMemory* run_memory) const;
+  // Transfer `t` as a copy between host memory (RunHostCopies): from its source endpoint,
+  // or from host staging `staged_from` (unpacking), into its destination endpoint, or into
+  // host staging `staged_to` (packing); the ends at views hashed as HashPieces asks.
+  // Nothing when an end is GPU memory or the sink takes the piece.
+  absl::StatusOr<std::optional<HostCopy>> HostCopyOf(
+      const v1::Transfer& t, const std::optional<ConstStridedRef>& staged_from,
+      const std::optional<StridedRef>& staged_to, RunMemory* run_memory);
+  // Runs `copies` (of `transfers`, one each) on the copy threads and records their hashes
+  // and runs; the first failure names its transfer.
+  absl::Status RunHostCopiesOf(std::vector<HostCopy>* copies,
+                               const std::vector<const v1::Transfer*>& transfers,
+                               ExecutionStats* stats);
   // Issues the copy of local transfer `t` on `copies` (waited for by the caller).
   absl::Status CopyLocal(const v1::Transfer& t, RunMemory* run_memory, ExecutionStats* stats,
                          gpu::DeviceCopyChain* copies);
@@ -246,6 +265,7 @@ class PlanExecutor {
   bool ordered_run_ = false;  // the plan being run has ordered batches
   DestinationSink* sink_ = nullptr;
   bool hash_pieces_ = false;
+  int copy_threads_ = 1;
   int64_t message_chunk_bytes_ = kDefaultMessageChunkBytes;
 };
 

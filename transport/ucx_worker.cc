@@ -1,5 +1,7 @@
 #include "transport/ucx_worker.h"
 
+#include <poll.h>
+
 #include <chrono>
 
 #include "absl/status/status.h"
@@ -39,7 +41,8 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const std::string& 
   if (!status.ok()) return status;
   ucp_params_t params = {};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_TAG;
+  // Wakeup: a worker with nothing to do sleeps on its event descriptor (WaitAll).
+  params.features = UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   params.name = name.c_str();
   ucp_context_h context = nullptr;
   status = UcxStatus(ucp_init(&params, config, &context), "ucp_init");
@@ -55,6 +58,8 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const std::string& 
     ucp_cleanup(context);
     return status;
   }
+  int event_fd = -1;  // UCX's; never closed here
+  if (ucp_worker_get_efd(worker, &event_fd) != UCS_OK) event_fd = -1;
   ucp_address_t* address = nullptr;
   size_t length = 0;
   status = UcxStatus(ucp_worker_get_address(worker, &address, &length), "ucp_worker_get_address");
@@ -66,7 +71,7 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const std::string& 
   std::string bytes =
       SealDataPlaneAddress(std::string_view(reinterpret_cast<const char*>(address), length));
   ucp_worker_release_address(worker, address);
-  return std::unique_ptr<UcxWorker>(new UcxWorker(context, worker, std::move(bytes)));
+  return std::unique_ptr<UcxWorker>(new UcxWorker(context, worker, std::move(bytes), event_fd));
 }
 
 UcxWorker::~UcxWorker() {
@@ -91,8 +96,8 @@ UcxWorker::~UcxWorker() {
   ucp_cleanup(context_);
 }
 
-void UcxWorker::Progress() {
-  ucp_worker_progress(worker_);
+bool UcxWorker::Progress() {
+  const bool progressed = ucp_worker_progress(worker_) > 0;
   for (size_t i = 0; i < lingering_.size();) {
     if (ucp_request_check_status(lingering_[i].request) == UCS_INPROGRESS) {
       ++i;
@@ -102,6 +107,17 @@ void UcxWorker::Progress() {
     lingering_[i] = std::move(lingering_.back());
     lingering_.pop_back();
   }
+  return progressed;
+}
+
+void UcxWorker::SleepIfIdle(std::chrono::steady_clock::time_point last_activity) {
+  // A short spin first: a message in flight usually completes within it.
+  constexpr auto kSpin = std::chrono::microseconds(100);
+  if (event_fd_ < 0 || std::chrono::steady_clock::now() - last_activity < kSpin) return;
+  // UCS_ERR_BUSY: events came meanwhile, progress them first.
+  if (ucp_worker_arm(worker_) != UCS_OK) return;
+  pollfd event = {event_fd_, POLLIN, 0};
+  poll(&event, 1, /*timeout ms=*/1);  // at most 1 ms: interrupts and deadlines stay prompt
 }
 
 bool UcxWorker::NothingLeftRunning() {
@@ -127,8 +143,9 @@ absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl:
                          ? std::chrono::steady_clock::duration::max()
                          : std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                absl::ToChronoNanoseconds(stall_limit));
+  auto last_activity = last_finished;
   while (pending > 0) {
-    Progress();
+    if (Progress()) last_activity = std::chrono::steady_clock::now();
     for (PendingOperation& op : *operations) {
       if (op.request == nullptr) continue;
       ucp_tag_recv_info_t info = {};
@@ -138,9 +155,10 @@ absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl:
       ucp_request_free(op.request);
       op.request = nullptr;
       --pending;
-      last_finished = std::chrono::steady_clock::now();
+      last_finished = last_activity = std::chrono::steady_clock::now();
       if (result.ok()) result = UcxStatus(status, op.what.c_str());
     }
+    if (pending > 0 && result.ok()) SleepIfIdle(last_activity);
     if (pending > 0 && result.ok() && interrupt_ != nullptr && *interrupt_) {
       result = absl::CancelledError(
           absl::StrCat("interrupted with ", pending, " UCX operations unfinished"));

@@ -15,6 +15,7 @@
 #include <ucp/api/ucp.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -102,18 +103,23 @@ class UcxWorker {
 
  private:
   friend class UcxEndpoint;
-  UcxWorker(ucp_context_h context, ucp_worker_h worker, std::string address)
-      : context_(context), worker_(worker), address_(std::move(address)) {}
+  UcxWorker(ucp_context_h context, ucp_worker_h worker, std::string address, int event_fd)
+      : context_(context), worker_(worker), address_(std::move(address)), event_fd_(event_fd) {}
   absl::StatusOr<size_t> ReceiveOne(uint64_t tag, void* buffer, size_t capacity,
                                     std::vector<uint8_t>* buffer_owner, absl::Time deadline);
-  // One pass of progress; frees the lingering receives that ended.
-  void Progress();
+  // One pass of progress; frees the lingering receives that ended. Whether UCX did anything.
+  bool Progress();
+  // With nothing done since `last_activity` for a moment, sleeps until the worker has an
+  // event (or a millisecond passes), so a daemon waiting on its peers leaves the cores to
+  // the copies instead of spinning on one.
+  void SleepIfIdle(std::chrono::steady_clock::time_point last_activity);
   // Whether no request this worker gave up on is still running (so destroying it is safe).
   bool NothingLeftRunning();
 
   ucp_context_h context_;
   ucp_worker_h worker_;
   std::string address_;
+  int event_fd_ = -1;  // the worker's wakeup descriptor (UCX owns it); -1: none, spin
   const std::atomic<bool>* interrupt_ = nullptr;
   std::atomic<int64_t> abandoned_{0};
   int64_t force_closed_ = 0;
