@@ -136,14 +136,20 @@ TEST(PieceChecksumsTest, EndsHashedOnTheWayAreReportedAsTaken) {
       << compared.status();
 }
 
-TEST(PieceChecksumsTest, OnlyTheDaemonsOwnEndsAreHashed) {
-  Executed run;
-  ASSERT_NO_FATAL_FAILURE(ExecuteRowsToColumns(&run));
-  transport::RankPlacement placement;  // sources on daemon 0, destinations on daemon 1
+// ExecuteRowsToColumns's ranks: sources on daemon 0, destinations on daemon 1.
+transport::RankPlacement TrainerAndInferenceDaemons() {
+  transport::RankPlacement placement;
   for (int64_t r : {0, 1}) {
     placement.Place(v1::ROLE_SOURCE, r, 0);
     placement.Place(v1::ROLE_DESTINATION, r, 1);
   }
+  return placement;
+}
+
+TEST(PieceChecksumsTest, OnlyTheDaemonsOwnEndsAreHashed) {
+  Executed run;
+  ASSERT_NO_FATAL_FAILURE(ExecuteRowsToColumns(&run));
+  const transport::RankPlacement placement = TrainerAndInferenceDaemons();
   auto trainer = ChecksumPieces(run.plan, placement, 0, *run.buffers);
   auto inference = ChecksumPieces(run.plan, placement, 1, *run.buffers);
   ASSERT_TRUE(trainer.ok() && inference.ok());
@@ -163,11 +169,7 @@ TEST(PieceChecksumsTest, OnlyTheDaemonsOwnEndsAreHashed) {
 TEST(PieceChecksumsTest, PiecesWrittenStraightAreReportedByTheirWriter) {
   Executed run;
   ASSERT_NO_FATAL_FAILURE(ExecuteRowsToColumns(&run));
-  transport::RankPlacement placement;  // sources on daemon 0, destinations on daemon 1
-  for (int64_t r : {0, 1}) {
-    placement.Place(v1::ROLE_SOURCE, r, 0);
-    placement.Place(v1::ROLE_DESTINATION, r, 1);
-  }
+  const transport::RankPlacement placement = TrainerAndInferenceDaemons();
   auto honest = ChecksumPieces(run.plan, placement, 1, *run.buffers);
   ASSERT_TRUE(honest.ok());
   transport::PieceHashes writer, written;
