@@ -1,6 +1,7 @@
 #include "transport/plan_executor.h"
 
 #include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
 #include <utility>
@@ -11,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "transport/gpu/device_copy.h"
 #include "transport/gpu/device_memory.h"
+#include "transport/straight_write_stops.h"
 
 namespace refit::transport {
 namespace {
@@ -18,7 +20,8 @@ namespace {
 // What a message carries: a chunk of a batch's stream (its bytes, or a shared-memory notice
 // of them), one transfer of an ordered plan, the receipt of a chunk handed over through
 // shared memory, or the bytes a same-host peer wrote straight into this daemon's
-// destination ranks in a batch (sent once they are all written).
+// destination ranks in a batch (sent once they are all written; index
+// kStoppedWritingIndex: its word that it stopped writing there in this epoch).
 enum class MessageKind : uint64_t { kChunk = 0, kOrdered = 1, kReceipt = 2, kWritten = 3 };
 
 // epoch (16 bits) | kind (2) | index (26) | sender daemon (20). The index is the
@@ -29,6 +32,9 @@ uint64_t MessageTag(uint32_t epoch, MessageKind kind, int64_t index, int32_t sen
          ((static_cast<uint64_t>(index) & ((uint64_t{1} << 26) - 1)) << 20) |
          (static_cast<uint64_t>(sender) & 0xfffffu);
 }
+
+// A batch's kWritten words have chunk part 0: chunk part 1 is free for the stop word.
+constexpr int64_t kStoppedWritingIndex = 1;
 
 Dims OffsetOf(const v1::Transfer& t) { return Dims(t.offset().begin(), t.offset().end()); }
 Dims ExtentOf(const v1::Transfer& t) { return Dims(t.extent().begin(), t.extent().end()); }
@@ -783,8 +789,101 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<std::vector<PlanExecutor::Resolved>>> PlanExecutor::ResolveBatches(
+    const v1::Plan& plan) const {
+  std::vector<std::vector<Resolved>> batches(plan.batches_size());
+  for (int b = 0; b < plan.batches_size(); ++b) {
+    for (const v1::Transfer& t : plan.batches(b).transfers()) {
+      if (!buffers_.tensors().contains(t.tensor())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("batch ", b, ": unknown tensor ", t.tensor()));
+      }
+      absl::StatusOr<int32_t> src =
+          placement_.DaemonOf(EndpointRole(t.src().kind()), t.src().rank());
+      absl::StatusOr<int32_t> dst =
+          placement_.DaemonOf(EndpointRole(t.dst().kind()), t.dst().rank());
+      if (!src.ok() || !dst.ok()) {
+        return absl::Status(
+            src.ok() ? dst.status().code() : src.status().code(),
+            absl::StrCat("batch ", b, ", ", t.tensor(), ": ",
+                         src.ok() ? dst.status().message() : src.status().message()));
+      }
+      if (!v1::Route_IsValid(t.route())) {  // it indexes bytes_by_route
+        return absl::InvalidArgumentError(absl::StrCat("batch ", b, ", ", t.tensor(),
+                                                       ": a transfer with unknown route ",
+                                                       static_cast<int>(t.route())));
+      }
+      batches[b].push_back(Resolved{&t, *src, *dst});
+    }
+  }
+  return batches;
+}
+
 absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t epoch,
                                                  absl::Time deadline) {
+  ordered_run_ = plan.ordered_batches();
+  absl::StatusOr<std::vector<std::vector<Resolved>>> batches = ResolveBatches(plan);
+  if (!batches.ok()) {
+    return absl::Status(batches.status().code(),
+                        absl::StrCat("epoch ", epoch, ": ", batches.status().message()));
+  }
+  // The same-host peers this daemon writes straight into (and the last batch that does),
+  // and those that write straight into ranks here: each writer's word that it stopped
+  // writing is awaited however the run ends (transport/straight_write_stops.h).
+  std::map<int32_t, int> last_batch_writing_to;
+  std::set<int32_t> writers;
+  for (int b = 0; b < static_cast<int>(batches->size()); ++b) {
+    for (const Resolved& r : (*batches)[b]) {
+      if (!WrittenStraight(r)) continue;
+      if (r.src_daemon == self_) last_batch_writing_to[r.dst_daemon] = b;
+      if (r.dst_daemon == self_) writers.insert(r.src_daemon);
+    }
+  }
+  if ((!writers.empty() || !last_batch_writing_to.empty()) && worker_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "epoch ", epoch,
+        ": pieces are written straight between daemons but this one has no UCX worker"));
+  }
+  StraightWriteStops stops(worker_);
+  auto stop_tag = [&](int32_t sender) {
+    return MessageTag(epoch, MessageKind::kWritten, kStoppedWritingIndex, sender);
+  };
+  absl::Status expected;
+  for (int32_t writer : writers) {
+    if (expected.ok()) expected = stops.Expect(writer, stop_tag(writer));
+  }
+  absl::StatusOr<ExecutionStats> ran = absl::UnknownError("not run");
+  if (!expected.ok()) {
+    ran = absl::Status(expected.code(), absl::StrCat("epoch ", epoch, ": ", expected.message()));
+  } else {
+    ran = RunResolved(plan, *batches, epoch, deadline, [&](int batch) {
+      absl::Status told;
+      for (const auto& [peer, last] : last_batch_writing_to) {
+        if (last == batch && told.ok()) told = stops.Tell(peer, PeerOf(peer), stop_tag(self_));
+      }
+      return told;
+    });
+  }
+  // A run that ended early has not told every peer yet.
+  for (const auto& [peer, last] : last_batch_writing_to) {
+    stops.Tell(peer, PeerOf(peer), stop_tag(self_)).IgnoreError();  // a silent peer waits it out
+  }
+  const absl::Duration stop_limit =
+      stall_limit_ == absl::InfiniteDuration() ? kDefaultStopLimit : stall_limit_;
+  absl::Status settled = stops.Settle(stop_limit);
+  if (settled.ok()) return ran;
+  if (ran.ok()) {
+    // Every batch's word of what was written arrived, so the bytes are all in: a word
+    // that went missing after them changes nothing here.
+    return ran;
+  }
+  return absl::Status(ran.status().code(),
+                      absl::StrCat(ran.status().message(), "; ", settled.message()));
+}
+
+absl::StatusOr<ExecutionStats> PlanExecutor::RunResolved(
+    const v1::Plan& plan, const std::vector<std::vector<Resolved>>& batches, uint32_t epoch,
+    absl::Time deadline, const std::function<absl::Status(int batch)>& after_batch) {
   RunMemory run_memory{
       ScratchArena(buffers_.tensors()),
       RelayBuffers(buffers_.tensors(), RelayBufferAllocator(DeviceStagingAllocator())),
@@ -800,7 +899,6 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
   if (!relays.ok()) {
     return absl::Status(relays.code(), absl::StrCat("epoch ", epoch, ": ", relays.message()));
   }
-  ordered_run_ = plan.ordered_batches();
   if (peer_destinations_ != nullptr) {
     if (absl::Status backed = peer_destinations_->CheckBacked(); !backed.ok()) {
       return absl::Status(
@@ -811,39 +909,18 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
   ExecutionStats stats;
   stats.relay_buffer_block_bytes = run_memory.relays.block_bytes();
   const absl::Time start = absl::Now();
-  std::vector<Resolved> resolved;
   std::set<int64_t> receivers;  // destination ranks this daemon wrote in this batch
-  for (int b = 0; b < plan.batches_size(); ++b) {
-    const v1::Batch& batch = plan.batches(b);
-    resolved.clear();
+  for (int b = 0; b < static_cast<int>(batches.size()); ++b) {
+    const std::vector<Resolved>& resolved = batches[b];
     receivers.clear();
     int64_t batch_delivered = 0;
-    for (const v1::Transfer& t : batch.transfers()) {
-      if (!buffers_.tensors().contains(t.tensor())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("batch ", b, ": unknown tensor ", t.tensor()));
-      }
-      absl::StatusOr<int32_t> src =
-          placement_.DaemonOf(EndpointRole(t.src().kind()), t.src().rank());
-      absl::StatusOr<int32_t> dst =
-          placement_.DaemonOf(EndpointRole(t.dst().kind()), t.dst().rank());
-      if (!src.ok() || !dst.ok()) {
-        return absl::Status(
-            src.ok() ? dst.status().code() : src.status().code(),
-            absl::StrCat("batch ", b, ", ", t.tensor(), ": ",
-                         src.ok() ? dst.status().message() : src.status().message()));
-      }
-      if (!v1::Route_IsValid(t.route())) {  // it indexes bytes_by_route below
-        return absl::InvalidArgumentError(absl::StrCat("batch ", b, ", ", t.tensor(),
-                                                       ": a transfer with unknown route ",
-                                                       static_cast<int>(t.route())));
-      }
-      resolved.push_back(Resolved{&t, *src, *dst});
-      if (DeliveredHere(resolved.back())) {
+    for (const Resolved& r : resolved) {
+      const v1::Transfer& t = *r.transfer;
+      if (DeliveredHere(r)) {
         batch_delivered += t.bytes();
         receivers.insert(t.dst().rank());
       }
-      if (*src == self_ || *dst == self_) {
+      if (r.src_daemon == self_ || r.dst_daemon == self_) {
         ++stats.transfers;
         stats.bytes += t.bytes();
         stats.bytes_by_route[t.route()] += t.bytes();
@@ -855,6 +932,7 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
     absl::Status status = plan.ordered_batches()
                               ? RunOrdered(resolved, epoch, deadline, &run_memory, &stats)
                               : RunBatch(resolved, b, epoch, deadline, &run_memory, &stats);
+    if (status.ok()) status = after_batch(b);
     if (!status.ok()) {
       return absl::Status(status.code(), absl::StrCat("epoch ", epoch, ": ", status.message()));
     }

@@ -99,7 +99,11 @@ class PlanExecutor {
   // A batch whose messages to and from peers all stand still this long fails (a dead link
   // the control plane does not see). Ordered plans wait piece by piece on peers that may
   // be busy with earlier pieces for a long time, so there only the deadline applies.
+  // However a run ends, it waits (this long, or kDefaultStopLimit without a stall limit)
+  // for the word of each same-host peer that writes straight into ranks here that it
+  // stopped writing (transport/straight_write_stops.h).
   void SetStallLimit(absl::Duration limit) { stall_limit_ = limit; }
+  static constexpr absl::Duration kDefaultStopLimit = absl::Seconds(10);
 
   // Pieces for bucketed destination ranks go to `sink` (kept by the caller), which is
   // finished after the last batch.
@@ -183,6 +187,12 @@ class PlanExecutor {
     int32_t dst_daemon;
   };
 
+  // Each batch's transfers with the daemons at their ends; errors name the batch.
+  absl::StatusOr<std::vector<std::vector<Resolved>>> ResolveBatches(const v1::Plan& plan) const;
+  // Run's batches, calling `after_batch` after each one that succeeded.
+  absl::StatusOr<ExecutionStats> RunResolved(
+      const v1::Plan& plan, const std::vector<std::vector<Resolved>>& batches, uint32_t epoch,
+      absl::Time deadline, const std::function<absl::Status(int batch)>& after_batch);
   absl::Status RunBatch(const std::vector<Resolved>& transfers, int32_t batch, uint32_t epoch,
                         absl::Time deadline, RunMemory* run_memory, ExecutionStats* stats);
   // `list` (one peer's pieces in plan order) cut into chunks of whole pieces: at most

@@ -4,6 +4,8 @@
 // daemon whose peer never shows up fails at its deadline instead of hanging.
 #include "transport/plan_executor.h"
 
+#include <atomic>
+#include <functional>
 #include <map>
 #include <random>
 #include <thread>
@@ -77,7 +79,9 @@ std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
     std::vector<int64_t>* staging_allocations = nullptr,
     int64_t chunk_bytes = PlanExecutor::kDefaultMessageChunkBytes,
     std::vector<int64_t>* staging_held_bytes = nullptr, Sharing sharing = Sharing::kNone,
-    std::vector<int64_t>* outbox_allocations = nullptr) {
+    std::vector<int64_t>* outbox_allocations = nullptr,
+    const std::function<void(int32_t, PlanExecutor*, UcxWorker*)>& before_run = nullptr,
+    const std::function<void(int32_t)>& after_run = nullptr) {
   std::vector<Daemon> daemons(count);
   for (int32_t d = 0; d < count; ++d) {
     auto worker = UcxWorker::Create("daemon-" + std::to_string(d));
@@ -109,6 +113,7 @@ std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
       }
       PlanExecutor executor(daemons[d].buffers.get(), placement, d, daemons[d].worker.get(), peers);
       executor.SetInterrupt(interrupt);
+      executor.SetStallLimit(timeout);
       executor.UseHostStaging(&daemons[d].staging);
       executor.HashPieces(true);
       executor.SetMessageChunkBytes(chunk_bytes);
@@ -124,10 +129,12 @@ std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
         ASSERT_TRUE(peers.Update(destinations, placement, d).ok());
         executor.WriteStraightInto(peers.ranks(), peers.buffers());
       }
+      if (before_run) before_run(d, &executor, daemons[d].worker.get());
       for (int run = 0; run < runs; ++run) {
         daemons[d].result = executor.Run(plan, epoch + run, absl::Now() + timeout);
         if (!daemons[d].result.ok()) break;
       }
+      if (after_run) after_run(d);
     });
   }
   for (std::thread& t : threads) t.join();
@@ -413,7 +420,8 @@ TEST(PlanExecutorTest, ADaemonWrittenStraightIntoWaitsForTheWritersWord) {
   const TwoHostRefit refit;
   const absl::Time start = absl::Now();
   // The trainer's daemon (0) never runs: the inference daemon must not end the batch (a
-  // later one may read what the writer was to write), and gives up at the deadline.
+  // later one may read what the writer was to write), gives up at the deadline, and waits
+  // no longer than the stall limit (here the timeout) for the writer's word that it stopped.
   const auto results =
       RunOnDaemons(refit.plan, refit.sources, refit.destinations, refit.placement, 2, 11,
                    absl::Milliseconds(300), /*missing=*/0, /*interrupt=*/nullptr, /*runs=*/1,
@@ -422,7 +430,54 @@ TEST(PlanExecutorTest, ADaemonWrittenStraightIntoWaitsForTheWritersWord) {
   EXPECT_EQ(results[1].status().code(), absl::StatusCode::kDeadlineExceeded) << results[1].status();
   EXPECT_NE(results[1].status().message().find("bytes straight into ranks here"), std::string::npos)
       << results[1].status();
+  EXPECT_NE(results[1].status().message().find(
+                "daemon 0 did not say within 300ms that it stopped writing straight into ranks"),
+            std::string::npos)
+      << results[1].status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(PlanExecutorTest, AnInterruptedDaemonReturnsOnlyOnceItsSameHostWriterStopped) {
+  RowsToColumns refit;
+  ASSERT_NO_FATAL_FAILURE(refit.Build());
+  // The inference daemon (1) is interrupted from the start (its epoch was aborted); the
+  // trainer's daemon (0), which writes every piece straight into the inference ranks, starts
+  // late and is not. The inference daemon's run must not return while those writes may
+  // still come (its ranks are marked partial then, and the next epoch may start): when it
+  // returns, every piece is in.
+  std::atomic<bool> aborted{true};
+  bool written_when_it_returned = false;
+  const absl::Time start = absl::Now();
+  absl::Duration returned_after;
+  const auto results = RunOnDaemons(
+      refit.plan, refit.sources, refit.destinations,
+      PlaceByHost(refit.sources, refit.destinations, 2), 2, 60, absl::Seconds(10),
+      /*missing_daemon=*/-1, /*interrupt=*/nullptr, /*runs=*/1, /*staging_allocations=*/nullptr,
+      PlanExecutor::kDefaultMessageChunkBytes, /*staging_held_bytes=*/nullptr, Sharing::kStraight,
+      /*outbox_allocations=*/nullptr,
+      [&](int32_t d, PlanExecutor* executor, UcxWorker* worker) {
+        if (d == 1) {
+          executor->SetInterrupt(&aborted);
+          worker->SetInterrupt(&aborted);
+        } else {
+          absl::SleepFor(absl::Milliseconds(300));
+        }
+      },
+      [&](int32_t d) {
+        if (d != 1) return;
+        returned_after = absl::Now() - start;
+        written_when_it_returned = true;
+        for (const v1::RankLayout& r : refit.destinations.ranks()) {
+          if (testing::WrongBytes(*refit.everything, v1::ROLE_DESTINATION, r) != 0) {
+            written_when_it_returned = false;
+          }
+        }
+      });
+  EXPECT_EQ(results[1].status().code(), absl::StatusCode::kCancelled) << results[1].status();
+  ASSERT_TRUE(results[0].ok()) << results[0].status();
+  EXPECT_TRUE(written_when_it_returned);
+  EXPECT_GE(returned_after, absl::Milliseconds(300));
+  EXPECT_LT(returned_after, absl::Seconds(5));
 }
 
 TEST(PlanExecutorTest, AMissingPeerEndsTheEpochAtItsDeadline) {

@@ -129,7 +129,7 @@ bool UcxWorker::NothingLeftRunning() {
 }
 
 absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl::Time deadline,
-                                absl::Duration stall_limit) {
+                                absl::Duration stall_limit, bool interruptible) {
   absl::Status result;
   auto status_of = [](const PendingOperation& op, ucp_tag_recv_info_t* info) {
     return op.receive ? ucp_tag_recv_request_test(op.request, info)
@@ -159,7 +159,7 @@ absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl:
       if (result.ok()) result = UcxStatus(status, op.what.c_str());
     }
     if (pending > 0 && result.ok()) SleepIfIdle(last_activity);
-    if (pending > 0 && result.ok() && interrupt_ != nullptr && *interrupt_) {
+    if (pending > 0 && result.ok() && interruptible && interrupt_ != nullptr && *interrupt_) {
       result = absl::CancelledError(
           absl::StrCat("interrupted with ", pending, " UCX operations unfinished"));
     }

@@ -76,9 +76,12 @@ class UcxWorker {
   // does not yield to cancelling (a rendezvous with a peer that stopped answering) gets
   // its endpoint force-closed, which ends it. Every request is freed either way.
   // UNAVAILABLE as well (and the rest cancelled) once none of them has finished for
-  // `stall_limit`: a dead link that nobody closes ends the wait in bounded time.
+  // `stall_limit`: a dead link that nobody closes ends the wait in bounded time. A wait
+  // that is not `interruptible` ignores the interrupt flag (what must be waited for even
+  // while an epoch is aborted, within its deadline).
   absl::Status WaitAll(std::vector<PendingOperation>* operations, absl::Time deadline,
-                       absl::Duration stall_limit = absl::InfiniteDuration());
+                       absl::Duration stall_limit = absl::InfiniteDuration(),
+                       bool interruptible = true);
 
   // While `*interrupt` is true, every wait ends at once (CANCELLED). Another thread may set
   // it to abort an epoch; null: never interrupted. The flag must outlive the worker's use.
