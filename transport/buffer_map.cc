@@ -2,6 +2,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "planner/dtype.h"
 #include "transport/gpu/cuda_ipc_buffer.h"
 #include "transport/host_memory.h"
 #include "transport/memory_fault_guard.h"
@@ -39,6 +40,19 @@ absl::Status BufferMap::DeclareTensor(const std::string& name, const TensorShape
   }
   return absl::InvalidArgumentError(
       absl::StrCat(name, ": declared again with a different dtype or shape"));
+}
+
+absl::StatusOr<TensorTable> TensorTableOf(const v1::LayoutSpec& spec) {
+  TensorTable tensors;
+  for (const v1::TensorSpec& t : spec.tensors()) {
+    absl::StatusOr<int> bytes = planner::DtypeBytes(t.dtype());
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor \"", t.name(), "\": ", bytes.status().message()));
+    }
+    tensors[t.name()] = TensorShape{*bytes, Dims(t.shape().begin(), t.shape().end())};
+  }
+  return tensors;
 }
 
 absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout,
@@ -216,6 +230,15 @@ absl::Status BufferMap::CheckBacked() const {
     }
   }
   return absl::OkStatus();
+}
+
+bool BufferMap::StillNamed(v1::Role role, int64_t rank) const {
+  auto it = ranks_.find({role, rank});
+  if (it == ranks_.end()) return false;
+  for (const std::unique_ptr<MappedBuffer>& segment : it->second.segments) {
+    if (!segment->StillNamed()) return false;
+  }
+  return true;
 }
 
 void BufferMap::RemoveRank(v1::Role role, int64_t rank) {

@@ -30,6 +30,8 @@ struct TensorShape {
 };
 // Tensor name -> element size and global shape, as the layouts declare them.
 using TensorTable = absl::flat_hash_map<std::string, TensorShape>;
+// The tensors `spec` declares; an error names a tensor of unknown dtype.
+absl::StatusOr<TensorTable> TensorTableOf(const v1::LayoutSpec& spec);
 
 // One view of a registered rank, resolved to memory.
 struct MappedView {
@@ -88,6 +90,9 @@ class BufferMap {
   // the rank, the buffer and what changed (a segment truncated by its owner). Checked at
   // the start of each epoch, before the data plane touches anything.
   absl::Status CheckBacked() const;
+  // Whether the rank is mapped and each of its buffers is still what its name leads to (a
+  // rank registered again under the same segment names has new memory behind them).
+  bool StillNamed(v1::Role role, int64_t rank) const;
 
   // Staged destination ranks (RankLayout.staged): the views point into shadow copies of
   // the buffers, which the data plane writes. StageEpoch marks the staged destination

@@ -19,6 +19,9 @@ class MappedBuffer {
   // OK while every byte of the mapping is backed, so touching it cannot fault; an error
   // naming the buffer and the cause when its owner shrank it since it was mapped.
   virtual absl::Status CheckBacked() const { return absl::OkStatus(); }
+  // Whether the memory its name leads to now is still what was mapped (false: the owner
+  // removed it, or made a new one under the same name).
+  virtual bool StillNamed() const { return true; }
 };
 
 }  // namespace refit::transport

@@ -1,8 +1,8 @@
 // The destination ranks of same-host peer daemons that this daemon writes straight into
 // (PlanSlice's shared_destinations, PlanExecutor::WriteStraightInto), mapped here and kept
-// across epochs: a rank is mapped when a slice first lists it, again only when its layout
-// changed (it registered again, with new segments), and unmapped once a slice no longer
-// lists it. Mapping prefaults every page (SharedMemorySegment::Open), so a warm epoch
+// across epochs: a rank is mapped when a slice first lists it, again only when it registered
+// again (another layout, or new segments under the same names), and unmapped once a slice
+// no longer lists it. Mapping prefaults every page (SharedMemorySegment::Open), so a warm epoch
 // touches no fresh page of a peer's rank either.
 #ifndef REFIT_TRANSPORT_PEER_DESTINATIONS_H_
 #define REFIT_TRANSPORT_PEER_DESTINATIONS_H_
@@ -24,13 +24,12 @@ class PeerDestinations {
   // Brings the map to `shared` (a slice's shared_destinations): its ranks that `placement`
   // puts on another daemon than `self` are mapped, the others forgotten. An error names
   // the rank and the segment; the epoch must not run then (its peers expect the pieces to
-  // be written straight).
+  // be written straight), and the ranks that did map stay mapped for the next one.
   absl::Status Update(const v1::LayoutSpec& shared, const RankPlacement& placement, int32_t self);
 
-  // Maps the ranks of `others` (a coordinator's list of same-host peers' destination ranks,
-  // ahead of the epochs) not mapped yet, or mapped with another layout; forgets nothing and
-  // leaves ranks() alone (the slice decides what goes straight). Not while an epoch runs.
-  // An error names the first rank that could not be mapped (the others are still mapped).
+  // The same ahead of the epochs, for `others` (a coordinator's list of same-host peers'
+  // destination ranks): leaves ranks() alone (the slice decides what goes straight). Not
+  // while an epoch runs. An error names the first rank that could not be mapped.
   absl::Status Prepare(const v1::LayoutSpec& others);
 
   // Every rank the last Update listed, this daemon's own included: the list both ends of a
@@ -41,8 +40,13 @@ class PeerDestinations {
   int64_t mappings() const { return mappings_; }
 
  private:
-  // Maps `layout` unless it is mapped as it is (replacing another mapping of the rank).
-  absl::Status MapRank(const v1::RankLayout& layout, const TensorTable& tensors);
+  // Whether `layout` is mapped as it is: the same layout, and the same segments behind
+  // its buffers' names (a rank registered again under the same names has new ones).
+  bool MappedAsIs(const v1::RankLayout& layout) const;
+  // Maps `wanted` (rank -> its layout, in `spec`), forgetting every other rank and every
+  // rank not mapped as it is first; each rank declares only the tensors its views name.
+  absl::Status MapAll(const std::map<int64_t, const v1::RankLayout*>& wanted,
+                      const v1::LayoutSpec& spec);
 
   BufferMap buffers_;
   std::map<int64_t, std::string> mapped_;  // rank -> its layout as mapped, serialized

@@ -151,6 +151,16 @@ absl::Status SharedMemorySegment::CheckBacked() const {
   return absl::OkStatus();
 }
 
+bool SharedMemorySegment::StillNamed() const {
+  if (fd_ < 0) return true;  // created here: the name is this process's
+  const int named = shm_open(name_.c_str(), O_RDONLY, 0);
+  if (named < 0) return false;
+  FdCloser closer(named);
+  struct stat now, mapped;
+  if (fstat(named, &now) != 0 || fstat(fd_, &mapped) != 0) return false;
+  return now.st_dev == mapped.st_dev && now.st_ino == mapped.st_ino;
+}
+
 absl::Status UnlinkSharedMemory(const std::string& name) {
   absl::Status valid = CheckName(name);
   if (!valid.ok()) return valid;

@@ -36,6 +36,8 @@ class SharedMemorySegment : public MappedBuffer {
   int64_t bytes() const override { return bytes_; }
   // FAILED_PRECONDITION when the segment now holds fewer bytes than were mapped.
   absl::Status CheckBacked() const override;
+  // Opened segments: whether the name still leads to the mapped segment (the same inode).
+  bool StillNamed() const override;
 
  private:
   SharedMemorySegment(std::string name, uint8_t* data, int64_t bytes, bool owner, int fd)

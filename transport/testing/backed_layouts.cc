@@ -65,12 +65,9 @@ v1::LayoutSpec BackedLayouts::Back(const v1::LayoutSpec& spec, const std::string
 }
 
 TensorTable TensorsOf(const v1::LayoutSpec& spec) {
-  TensorTable tensors;
-  for (const v1::TensorSpec& t : spec.tensors()) {
-    tensors[t.name()] =
-        TensorShape{*planner::DtypeBytes(t.dtype()), Dims(t.shape().begin(), t.shape().end())};
-  }
-  return tensors;
+  absl::StatusOr<TensorTable> tensors = TensorTableOf(spec);
+  EXPECT_TRUE(tensors.ok()) << tensors.status();
+  return tensors.ok() ? *std::move(tensors) : TensorTable();
 }
 
 void FillViews(BufferMap* map, v1::Role role, const v1::RankLayout& rank) {
