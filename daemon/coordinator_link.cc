@@ -13,6 +13,9 @@
 namespace refit::daemon {
 namespace {
 
+// The shortest time between two progress messages of an epoch.
+constexpr absl::Duration kProgressInterval = absl::Milliseconds(20);
+
 // The nodes of the daemons holding the slice's destination ranks.
 std::vector<std::string> DestinationNodes(const v1::PlanSlice* slice) {
   std::vector<std::string> nodes;
@@ -371,7 +374,14 @@ void CoordinatorLink::MapPeerDestinations() {
 
 void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice) {
   v1::DaemonMessage done;
+  // Progress at most every kProgressInterval: an epoch of many quick batches would
+  // otherwise write a message per batch on the stream (and the coordinator read them all),
+  // and the report of a short epoch says everything anyway.
+  absl::Time last_progress = absl::Now();
   *done.mutable_done() = executor_->Run(execute, slice, [&](int64_t delivered) {
+    const absl::Time now = absl::Now();
+    if (now - last_progress < kProgressInterval) return;
+    last_progress = now;
     v1::DaemonMessage progress;
     progress.mutable_progress()->set_epoch_id(execute.epoch_id());
     progress.mutable_progress()->set_bytes_done(delivered);

@@ -21,6 +21,10 @@
 namespace refit::daemon {
 namespace {
 
+// Source views of at least this many bytes are hashed on a thread of their own while the
+// data plane runs.
+constexpr int64_t kViewBytesPerThread = 4 << 20;
+
 // The destination ranks the slice places on its own daemon.
 std::set<int64_t> DestinationsHere(const v1::PlanSlice& slice) {
   std::set<int64_t> here;
@@ -199,11 +203,16 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
   std::atomic<bool> stop_hashing{false};
   std::future<absl::StatusOr<std::vector<v1::ViewChecksum>>> source_view_checksums;
   if (execute.checksums()) {
+    std::vector<v1::RankRegistration> sources = RegistrationsOf(v1::ROLE_SOURCE);
+    // A thread of its own pays for itself only with enough bytes to hash; a few small views
+    // are hashed after the data plane (a thread per epoch costs more than they do).
+    const std::launch launch = ViewChecksumBytes(sources, *buffers, only) >= kViewBytesPerThread
+                                   ? std::launch::async
+                                   : std::launch::deferred;
     source_view_checksums =
-        std::async(std::launch::async | std::launch::deferred,
-                   [sources = RegistrationsOf(v1::ROLE_SOURCE), buffers, only, &stop_hashing] {
-                     return ChecksumViews(sources, *buffers, only, &stop_hashing);
-                   });
+        std::async(launch, [sources = std::move(sources), buffers, only, &stop_hashing] {
+          return ChecksumViews(sources, *buffers, only, &stop_hashing);
+        });
   }
   absl::Cleanup stop_on_return = [&stop_hashing] { stop_hashing = true; };
   const absl::Time data_plane_start = absl::Now();

@@ -79,6 +79,24 @@ absl::StatusOr<std::vector<v1::ViewChecksum>> ChecksumViews(
   return out;
 }
 
+int64_t ViewChecksumBytes(const std::vector<v1::RankRegistration>& registrations,
+                          const transport::BufferMap& buffers, const ViewKeySet* only) {
+  int64_t bytes = 0;
+  for (const v1::RankRegistration& r : registrations) {
+    if (r.layout().bucketed()) continue;
+    for (int v = 0; v < r.layout().views_size(); ++v) {
+      if (only != nullptr && !only->count({r.role(), r.layout().rank(), v})) continue;
+      const v1::ShardView& view = r.layout().views(v);
+      auto tensor = buffers.tensors().find(view.tensor());
+      if (tensor == buffers.tensors().end()) continue;
+      int64_t elements = 1;
+      for (int64_t e : view.extent()) elements *= e;
+      bytes += elements * tensor->second.element_bytes;
+    }
+  }
+  return bytes;
+}
+
 absl::StatusOr<int64_t> CompareViewChecksums(const v1::LayoutSpec& sources,
                                              const v1::LayoutSpec& destinations,
                                              const std::vector<v1::ViewChecksum>& checksums) {

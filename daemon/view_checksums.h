@@ -28,6 +28,10 @@ absl::StatusOr<std::vector<v1::ViewChecksum>> ChecksumViews(
     const std::vector<v1::RankRegistration>& registrations, const transport::BufferMap& buffers,
     const ViewKeySet* only = nullptr, const std::atomic<bool>* stop = nullptr);
 
+// The bytes ChecksumViews would hash at most (views in GPU memory counted too).
+int64_t ViewChecksumBytes(const std::vector<v1::RankRegistration>& registrations,
+                          const transport::BufferMap& buffers, const ViewKeySet* only = nullptr);
+
 // The views whose checksums CompareViewChecksums can compare with another: those whose box
 // another view holds too, destination views counted only when `destinations_hashed`
 // (elsewhere the piece checksums cover them and they are not hashed). A view no other one

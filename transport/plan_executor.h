@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/refit.pb.h"
@@ -54,8 +55,8 @@ class RankPlacement {
   absl::StatusOr<int32_t> DaemonOf(v1::Role role, int64_t rank) const;
 
  private:
-  std::map<RankKey, int32_t> daemons_;
-  std::map<RankKey, int32_t> devices_;
+  absl::flat_hash_map<RankKey, int32_t> daemons_;  // looked up twice per transfer
+  absl::flat_hash_map<RankKey, int32_t> devices_;
   int32_t default_daemon_ = -1;
 };
 

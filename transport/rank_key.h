@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "proto/refit.pb.h"
@@ -42,6 +43,10 @@ struct RankKey {
   }
   friend bool operator==(const RankKey& a, const RankKey& b) {
     return a.role == b.role && a.rank == b.rank;
+  }
+  template <typename H>
+  friend H AbslHashValue(H h, const RankKey& key) {
+    return H::combine(std::move(h), static_cast<int>(key.role), key.rank);
   }
 };
 
