@@ -91,8 +91,12 @@ void CoordinatorLink::Start() {
         MapPeerDestinations();
         return executor_->EnsureWorker();
       },
-      [this](const EpochQueue::Job& job) { RunEpoch(job.execute, job.slice.get()); });
+      [this](const EpochQueue::Job& job) { RunEpoch(job.execute, job.slice); });
   thread_ = std::thread([this]() { Run(); });
+  {
+    absl::MutexLock lock(&heartbeat_mu_);
+    heartbeat_stopped_ = false;
+  }
   heartbeat_thread_ = std::thread([this]() { Heartbeat(); });
 }
 
@@ -100,8 +104,14 @@ void CoordinatorLink::Heartbeat() {
   v1::DaemonMessage beat;
   beat.mutable_heartbeat();
   while (!stopping_) {
-    const absl::Time next = absl::Now() + absl::Milliseconds(std::max<int64_t>(lease_ms_ / 4, 10));
-    while (!stopping_ && absl::Now() < next) absl::SleepFor(absl::Milliseconds(10));
+    // The lease comes with each session's Welcome.
+    const absl::Duration interval = absl::Milliseconds(std::max<int64_t>(lease_ms_ / 4, 10));
+    {
+      // Asleep until the beat is due or Stop says so (not polling: a host of many
+      // daemons would wake for nothing a hundred times a second each).
+      absl::MutexLock lock(&heartbeat_mu_);
+      heartbeat_mu_.AwaitWithTimeout(absl::Condition(&heartbeat_stopped_), interval);
+    }
     if (connected_ && !stopping_) Write(beat);
   }
 }
@@ -109,6 +119,10 @@ void CoordinatorLink::Heartbeat() {
 void CoordinatorLink::Stop() {
   if (!thread_.joinable()) return;
   stopping_ = true;
+  {
+    absl::MutexLock lock(&heartbeat_mu_);
+    heartbeat_stopped_ = true;
+  }
   // A running epoch stops at once and reports its interruption while the stream is up.
   interrupt_ = true;
   epochs_->AwaitIdle(absl::Seconds(5));
@@ -372,7 +386,8 @@ void CoordinatorLink::MapPeerDestinations() {
   if (ranks != nullptr) executor_->MapPeerDestinations(*ranks);
 }
 
-void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice) {
+void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute,
+                               const std::shared_ptr<const v1::PlanSlice>& slice) {
   v1::DaemonMessage done;
   // Progress at most every kProgressInterval: an epoch of many quick batches would
   // otherwise write a message per batch on the stream (and the coordinator read them all),
@@ -393,7 +408,7 @@ void CoordinatorLink::RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSl
     // Reported done from here on (even if the report is lost with the stream).
     if (done.done().ok() && executed_epoch_ == execute.epoch_id()) {
       executed_reported_ = true;
-      executed_destination_nodes_ = DestinationNodes(slice);
+      executed_destination_nodes_ = DestinationNodes(slice.get());
     }
   }
   Write(done);

@@ -82,7 +82,7 @@ class CoordinatorLink {
   // On the epoch thread between epochs: maps the latest peer destinations, if any came.
   void MapPeerDestinations();
   // Runs the epoch (EpochExecutor) and reports it to the coordinator.
-  void RunEpoch(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice);
+  void RunEpoch(const v1::ExecuteEpoch& execute, const std::shared_ptr<const v1::PlanSlice>& slice);
 
   const std::string coordinator_;
   const std::string node_;
@@ -95,6 +95,8 @@ class CoordinatorLink {
   const std::string incarnation_;
   std::thread thread_;
   std::thread heartbeat_thread_;
+  absl::Mutex heartbeat_mu_;
+  bool heartbeat_stopped_ ABSL_GUARDED_BY(heartbeat_mu_) = false;  // Stop wakes the heartbeat
   std::atomic<bool> stopping_{false};
   std::atomic<int64_t> lease_ms_{5000};  // from the coordinator's Welcome
   std::atomic<bool> connected_{false};

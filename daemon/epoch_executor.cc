@@ -70,14 +70,35 @@ EpochExecutor::~EpochExecutor() {
   nccl_.Leave();
 }
 
-v1::EpochDone EpochExecutor::Run(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
+const EpochExecutor::SliceFacts& EpochExecutor::FactsOf(
+    const std::shared_ptr<const v1::PlanSlice>& slice) {
+  if (facts_.slice == slice) return facts_;
+  facts_ = SliceFacts{slice};
+  for (const v1::RankPlacement& p : slice->placement()) {
+    facts_.placement.Place(p.role(), p.rank(), p.daemon());
+    if (p.gpu()) facts_.placement.PlaceDevice(p.role(), p.rank(), p.device());
+  }
+  facts_.destinations_here = DestinationsHere(*slice);
+  facts_.exchanged_with = ExchangedWith(*slice, facts_.placement);
+  return facts_;
+}
+
+v1::EpochDone EpochExecutor::Run(const v1::ExecuteEpoch& execute,
+                                 const std::shared_ptr<const v1::PlanSlice>& slice,
                                  const Progress& progress) {
-  const std::set<int64_t> destinations_here =
-      slice == nullptr ? std::set<int64_t>{} : DestinationsHere(*slice);
-  std::optional<RankRegistry::BufferHold> hold = registry_->BeginEpoch(destinations_here);
   v1::EpochDone done;
+  done.set_epoch_id(execute.epoch_id());
+  if (slice == nullptr || slice->digest() != execute.plan_digest()) {
+    done.set_code(static_cast<int32_t>(absl::StatusCode::kFailedPrecondition));
+    done.set_error("no plan slice for this epoch's plan");
+    spdlog::warn("refitd {}: epoch {} failed: {}", node_, execute.epoch_id(), done.error());
+    if (metrics_ != nullptr) metrics_->EpochDone(false);
+    return done;
+  }
+  const SliceFacts& facts = FactsOf(slice);
+  std::optional<RankRegistry::BufferHold> hold = registry_->BeginEpoch(facts.destinations_here);
   if (data_plane_.worker() != nullptr) {
-    done = Execute(execute, slice, destinations_here, &hold->mutable_buffers(), progress);
+    done = Execute(execute, facts, &hold->mutable_buffers(), progress);
   } else {
     done.set_epoch_id(execute.epoch_id());
     done.set_code(static_cast<int32_t>(absl::StatusCode::kUnavailable));
@@ -98,9 +119,7 @@ v1::EpochDone EpochExecutor::Run(const v1::ExecuteEpoch& execute, const v1::Plan
   return done;
 }
 
-v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
-                                     const v1::PlanSlice* slice_or_null,
-                                     const std::set<int64_t>& destinations_here,
+v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const SliceFacts& facts,
                                      transport::BufferMap* buffers, const Progress& progress) {
   v1::EpochDone done;
   done.set_epoch_id(execute.epoch_id());
@@ -117,21 +136,14 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
                  absl::ToDoubleSeconds(absl::Now() - start), std::string(status.message()));
     return done;
   };
-  if (slice_or_null == nullptr || slice_or_null->digest() != execute.plan_digest()) {
-    return fail(absl::FailedPreconditionError("no plan slice for this epoch's plan"));
-  }
-  const v1::PlanSlice& slice = *slice_or_null;
+  const v1::PlanSlice& slice = *facts.slice;
+  const transport::RankPlacement& placement = facts.placement;
   // A segment its owner truncated since registration would fault at the first touch.
   if (absl::Status backed = buffers->CheckBacked(); !backed.ok()) return fail(backed);
   int64_t transfers = 0;
   for (const v1::Batch& batch : slice.plan().batches()) transfers += batch.transfers_size();
   spdlog::info("refitd {}: epoch {} (version {}) started: {} transfers in {} batches", node_,
                execute.epoch_id(), execute.version(), transfers, slice.plan().batches_size());
-  transport::RankPlacement placement;
-  for (const v1::RankPlacement& p : slice.placement()) {
-    placement.Place(p.role(), p.rank(), p.daemon());
-    if (p.gpu()) placement.PlaceDevice(p.role(), p.rank(), p.device());
-  }
   transport::NcclRoute nccl;
   if (slice.has_nccl()) {
     if (absl::Status joined = nccl_.Join(slice, deadline, &nccl); !joined.ok()) {
@@ -142,7 +154,7 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
   // daemons would otherwise each hold an endpoint to every other. Receiving needs one
   // too: closing it is what ends a receive stuck behind a dead link.
   absl::StatusOr<std::vector<transport::UcxEndpoint*>> peers =
-      data_plane_.PeersFor(slice, ExchangedWith(slice, placement));
+      data_plane_.PeersFor(slice, facts.exchanged_with);
   if (!peers.ok()) return fail(peers.status());
   transport::PlanExecutor executor(buffers, placement, slice.daemon_index(), data_plane_.worker(),
                                    *peers);
@@ -179,7 +191,7 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute,
   // Bucketed destination ranks here: their pieces go through their buckets to their
   // processes, each bucket hashed on the way when the epoch checks its pieces.
   std::unique_ptr<transport::DestinationSink> buckets = registry_->bucket_streams().SinkFor(
-      buffers, destinations_here,
+      buffers, facts.destinations_here,
       BucketStreams::EpochContext{execute.epoch_id(), execute.version(), deadline, interrupt_});
   executor.UseSink(buckets.get());
   executor.HashPieces(execute.checksums());

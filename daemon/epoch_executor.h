@@ -56,14 +56,22 @@ class EpochExecutor {
   // the checksums and each destination rank's finish time, or the failure with its kind
   // (FAILED_PRECONDITION for a missing slice or a truncated segment, UNAVAILABLE without a
   // data plane, CANCELLED when interrupted, the data plane's own otherwise).
-  v1::EpochDone Run(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
-                    const Progress& progress);
+  v1::EpochDone Run(const v1::ExecuteEpoch& execute,
+                    const std::shared_ptr<const v1::PlanSlice>& slice, const Progress& progress);
 
  private:
-  // `destinations_here`: the slice's destination ranks on this daemon (the buffer hold's).
-  v1::EpochDone Execute(const v1::ExecuteEpoch& execute, const v1::PlanSlice* slice,
-                        const std::set<int64_t>& destinations_here, transport::BufferMap* buffers,
-                        const Progress& progress);
+  // What every epoch of one slice derives from it alike, kept until another slice comes
+  // (a warm epoch of a large group would otherwise place every rank of it again).
+  struct SliceFacts {
+    std::shared_ptr<const v1::PlanSlice> slice;  // held: its address names it
+    transport::RankPlacement placement;
+    std::set<int64_t> destinations_here;  // the slice's destination ranks on this daemon
+    std::set<int32_t> exchanged_with;     // the daemons its pieces go to or come from
+  };
+  // The facts of `slice` (not null), derived again only for another slice.
+  const SliceFacts& FactsOf(const std::shared_ptr<const v1::PlanSlice>& slice);
+  v1::EpochDone Execute(const v1::ExecuteEpoch& execute, const SliceFacts& facts,
+                        transport::BufferMap* buffers, const Progress& progress);
   // The registrations of this daemon's ranks of one side.
   std::vector<v1::RankRegistration> RegistrationsOf(v1::Role role) const;
   void RecordStats(const std::string& epoch_id, const v1::PlanSlice& slice,
@@ -87,6 +95,7 @@ class EpochExecutor {
   transport::SharedMemoryInboxes inboxes_;
   // The destination ranks of daemons of this host that pieces go straight into.
   transport::PeerDestinations peer_destinations_;
+  SliceFacts facts_;
 };
 
 }  // namespace refit::daemon

@@ -87,7 +87,9 @@ class EpochExecutorTest : public ::testing::Test {
   }
 
   v1::EpochDone Run(const v1::PlanSlice* slice) {
-    return executor_.Run(execute_, slice, [this](int64_t delivered) {
+    // A copy each time: the executor keeps what it derived from a slice by its address.
+    auto copy = slice == nullptr ? nullptr : std::make_shared<const v1::PlanSlice>(*slice);
+    return executor_.Run(execute_, copy, [this](int64_t delivered) {
       delivered_ = std::max(delivered_, delivered);
     });
   }
