@@ -13,12 +13,21 @@
 #   memcpy         one copy of the delivered bytes in one process: the bound on this machine
 # The first epoch (connections, first touch) is shown apart; "warm" is the median of the
 # others over all rounds. Every system checks every delivered byte after each epoch.
-#   bench/refit_vs_torch.sh BIN_DIR [ROUNDS] [EPOCHS]
-# BIN_DIR holds refitd, refit-coordinator, refit-synthetic-ranks and refitctl.
+#   bench/refit_vs_torch.sh BIN_DIR [ROUNDS] [EPOCHS] [SETUP]
+# BIN_DIR holds refitd, refit-coordinator, refit-synthetic-ranks and refitctl. SETUP is
+# refit's side: mini (one trainer node and one inference node, 8 GPUs each: two refitd) or
+# mini4 (the same ranks at 2 GPUs per node: two trainer and two inference nodes, four
+# refitd). The torch baselines run one process per rank either way.
 set -euo pipefail
 bin=$(cd "$1" && pwd)
 rounds=${2:-3}
 epochs=${3:-4}
+setup=${4:-mini}
+case $setup in
+  mini) gpus=8 trainers=(train-node-0) inferences=(infer-node-0) ;;
+  mini4) gpus=2 trainers=(train-node-0 train-node-1) inferences=(infer-node-0 infer-node-1) ;;
+  *) echo "refit_vs_torch.sh: no setup $setup (mini or mini4)" >&2; exit 2 ;;
+esac
 here=$(cd "$(dirname "$0")/.." && pwd)
 source "$here/tests/e2e/cluster.sh"
 open_work vs-torch
@@ -40,23 +49,36 @@ refit_live() {
  "skipChecksums": $2}
 JSON
   start_coordinator "$work/job.json"
-  start_daemons train-node-0 infer-node-0
-  "$bin/refit-synthetic-ranks" --side=destination --model="$model" --host=infer-node-0 \
-    --socket="$work/infer-node-0.sock" --versions="$epochs" --ack_dir="$work" \
-    > "$work/inference-ranks.log" 2>&1 &
-  pids+=($!)
-  local inference_ranks=$!
+  start_daemons "${trainers[@]}" "${inferences[@]}"
+  local node ranks=("$bin/refit-synthetic-ranks" --model="$model" --gpus_per_node="$gpus"
+                    --source_parallel="$source_parallel"
+                    --destination_parallel="$destination_parallel" --versions="$epochs"
+                    --ack_dir="$work")
+  local inference_ranks=() trainer_ranks=()
+  for node in "${inferences[@]}"; do
+    "${ranks[@]}" --side=destination --host="$node" --socket="$work/$node.sock" \
+      > "$work/inference-ranks-$node.log" 2>&1 &
+    pids+=($!)
+    inference_ranks+=($!)
+  done
   for _ in $(seq 600); do destinations_seen 4 && break; sleep 0.1; done
-  "$bin/refit-synthetic-ranks" --side=source --model="$model" --host=train-node-0 \
-    --socket="$work/train-node-0.sock" --coordinator="$coordinator" --versions="$epochs" \
-    --ack_dir="$work" > "$work/trainer-ranks.log" 2>&1 || { cat "$work"/*.log; exit 1; }
-  wait "$inference_ranks" || { cat "$work"/*.log; exit 1; }
+  for node in "${trainers[@]}"; do
+    "${ranks[@]}" --side=source --host="$node" --socket="$work/$node.sock" \
+      --coordinator="$coordinator" --ack_from="${#inferences[@]}" \
+      > "$work/trainer-ranks-$node.log" 2>&1 &
+    trainer_ranks+=($!)
+  done
+  for pid in "${trainer_ranks[@]}" "${inference_ranks[@]}"; do
+    wait "$pid" || { cat "$work"/*.log; exit 1; }
+  done
   # Every version was checked byte for byte by the inference ranks.
-  (($(grep -c "^version [0-9]*: 0 of" "$work/inference-ranks.log") == epochs)) ||
-    { cat "$work/inference-ranks.log"; exit 1; }
+  for node in "${inferences[@]}"; do
+    (($(grep -c "^version [0-9]*: 0 of" "$work/inference-ranks-$node.log") == epochs)) ||
+      { cat "$work/inference-ranks-$node.log"; exit 1; }
+  done
   # "epoch bench-1: version 1, 1180.0 MB in 0.812 s (1.45 GB/s)"
   awk -v name="$1" '/^epoch / { print name, ++n, $(NF - 3), $(NF - 6) / 1000 }' \
-    "$work/trainer-ranks.log" >> "$results"
+    "$work/trainer-ranks-${trainers[0]}.log" >> "$results"
   stop_all
   rm -f "$work"/verified-* "$work"/*.sock
 }
