@@ -206,10 +206,12 @@ int Run() {
         report = coordinator->Refit(version, timeout);
       }
       if (!report.ok()) return Fail(absl::StrCat("refit of version ", version), report.status());
-      std::printf("epoch %s: version %lld, %.1f MB in %.3f s (%.2f GB/s)\n",
-                  report->epoch_id().c_str(), static_cast<long long>(version),
-                  report->bytes() / 1e6, report->seconds(),
-                  report->bytes() / std::max(1e-9, report->seconds()) / 1e9);
+      std::printf(
+          "epoch %s: version %lld, %.1f MB in %.3f s (%.2f GB/s); %.3f s after the last "
+          "publish\n",
+          report->epoch_id().c_str(), static_cast<long long>(version), report->bytes() / 1e6,
+          report->seconds(), report->bytes() / std::max(1e-9, report->seconds()) / 1e9,
+          report->epoch_seconds());
     } else {
       for (int64_t rank : ranks) {
         absl::StatusOr<int64_t> got = daemon.WaitForVersion(rank, version, timeout);

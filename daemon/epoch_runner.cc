@@ -234,6 +234,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
   // The epoch writes the buffers of daemons still in doubt about an older one: that one
   // is over for them.
   SettleDaemonsInDoubt(/*superseded=*/true);
+  const absl::Time epoch_start = absl::Now();
   const auto [epoch_id, number] = StartEpoch(version, planned->wire, *snapshot);
   const absl::Status launched =
       Launch(*snapshot, planned->wire, epoch_id, number, version, deadline).status();
@@ -241,7 +242,8 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
   const absl::Status outcome =
       Decide(launched, deadline, cancelled, *snapshot, planned->wire, &checksummed);
   TellDaemons(epoch_id, version, outcome, *snapshot);
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  const absl::Time end = absl::Now();
+  const double seconds = absl::ToDoubleSeconds(end - start);
   if (!outcome.ok()) {
     spdlog::warn("epoch {} version {} aborted after {:.3f} s: {}", epoch_id, version, seconds,
                  std::string(outcome.message()));
@@ -249,14 +251,16 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
     return outcome;
   }
   const planner::PlanStats& stats = planned->plan->stats;
-  const v1::RefitReport report = Report(*planned, *snapshot, checksummed, seconds);
+  v1::RefitReport report = Report(*planned, *snapshot, checksummed, seconds);
+  report.set_epoch_seconds(absl::ToDoubleSeconds(end - epoch_start));
   spdlog::info(
-      "epoch {} version {} committed: {} bytes in {:.3f} s ({:.2f} GB/s), {} daemons, "
-      "slowest {} ({:.3f} s), {} views and {} pieces checksummed, plan {}",
+      "epoch {} version {} committed: {} bytes in {:.3f} s ({:.2f} GB/s; {:.3f} s after the "
+      "last publish), {} daemons, slowest {} ({:.3f} s), {} views and {} pieces checksummed, "
+      "plan {}",
       epoch_id, version, stats.total_bytes, seconds,
-      stats.total_bytes / std::max(seconds, 1e-9) / 1e9, snapshot->channels.size(),
-      report.slowest_node().empty() ? "-" : report.slowest_node(), report.slowest_node_seconds(),
-      checksummed.first, checksummed.second, planned->wire.digest());
+      stats.total_bytes / std::max(seconds, 1e-9) / 1e9, report.epoch_seconds(),
+      snapshot->channels.size(), report.slowest_node().empty() ? "-" : report.slowest_node(),
+      report.slowest_node_seconds(), checksummed.first, checksummed.second, planned->wire.digest());
   if (metrics_ != nullptr) {
     metrics_->EpochCommitted(seconds, stats.network_bytes, stats.nvlink_bytes, stats.local_bytes,
                              version);
