@@ -582,10 +582,11 @@ bool PlanExecutor::WrittenStraight(const Resolved& r) const {
   const v1::Transfer& t = *r.transfer;
   if (ordered_run_ || peer_destinations_ == nullptr || r.src_daemon == r.dst_daemon) return false;
   const int32_t peer = r.src_daemon == self_ ? r.dst_daemon : r.src_daemon;
+  // From a view (a source's, or a destination's the writer holds, forwarded to a replica
+  // in a later batch than the one that wrote it) into a listed destination rank.
   return (r.src_daemon == self_ || r.dst_daemon == self_) && shared_memory_peers_.count(peer) &&
-         t.src().kind() == v1::ENDPOINT_SOURCE_VIEW &&
-         t.dst().kind() == v1::ENDPOINT_DESTINATION_VIEW &&
-         placement_.DeviceOf(v1::ROLE_SOURCE, t.src().rank()) < 0 &&
+         IsViewEndpoint(t.src()) && t.dst().kind() == v1::ENDPOINT_DESTINATION_VIEW &&
+         placement_.DeviceOf(EndpointRole(t.src().kind()), t.src().rank()) < 0 &&
          placement_.DeviceOf(v1::ROLE_DESTINATION, t.dst().rank()) < 0 &&
          straight_ranks_.count(t.dst().rank());
 }

@@ -155,11 +155,12 @@ class PlanExecutor {
   }
   // Destination ranks `ranks` (PlanSlice's shared_destinations: this daemon's own listed
   // too) are shared memory that the daemons of UseSharedMemory's peers map as well. A piece
-  // from a source view in host memory here into a view of such a rank on a peer is written
-  // straight into the rank's memory through `peer_destinations` (the peers' ranks mapped
-  // here, kept by the caller): one copy, no staging, no message, both ends hashed here, as a
-  // local copy. A piece from such a peer into such a rank here is the peer's to write and is
-  // left alone. Both daemons decide from the same list. Unordered plans only.
+  // from a view in host memory here (a source's, or a destination's forwarded to a replica)
+  // into a view of such a rank on a peer is written straight into the rank's memory through
+  // `peer_destinations` (the peers' ranks mapped here, kept by the caller): one copy, no
+  // staging, no message, both ends hashed here, as a local copy. A piece from such a peer
+  // into such a rank here is the peer's to write and is left alone. Both daemons decide
+  // from the same list. Unordered plans only.
   void WriteStraightInto(std::set<int64_t> ranks, BufferMap* peer_destinations) {
     straight_ranks_ = std::move(ranks);
     peer_destinations_ = peer_destinations;

@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "planner/layout.h"
 #include "planner/plan_proto.h"
@@ -168,7 +169,8 @@ void ExpectPieceHashesOfWhatMoved(const v1::Plan& plan, const RankPlacement& pla
         const PieceHashes* taken = &results[*placement.DaemonOf(role, end.rank())]->piece_hashes;
         // A piece written straight into a same-host peer's rank is hashed by its writer.
         if (destination && taken->written_by_peers.count(t.sequence())) {
-          taken = &results[*placement.DaemonOf(v1::ROLE_SOURCE, t.src().rank())]->piece_hashes;
+          taken = &results[*placement.DaemonOf(EndpointRole(t.src().kind()), t.src().rank())]
+                       ->piece_hashes;
         }
         const std::map<int64_t, uint64_t>& hashes =
             destination ? taken->at_destination : taken->at_source;
@@ -414,6 +416,70 @@ TEST(PlanExecutorTest, PiecesBetweenDaemonsOfOneHostAreWrittenStraightIntoTheDes
   }
   ExpectPieceHashesOfWhatMoved(refit.plan, PlaceByHost(refit.sources, refit.destinations, 2),
                                *refit.everything, results, /*every_view_end=*/true);
+}
+
+TEST(PlanExecutorTest, AReplicaForwardedToADaemonOfTheSameHostIsWrittenStraight) {
+  constexpr int kReplicas = 4;
+  // One trainer rank, four inference replicas on four hosts (NVLink domains): the planner
+  // sends w out of the trainer host once and forwards it from replica to replica in later
+  // batches. With every daemon on one machine, a forwarded piece is copied by the daemon of
+  // the replica it is read from straight into the next one's rank, as pieces from source
+  // views are.
+  refit::testing::LayoutBuilder src_builder, dst_builder;
+  src_builder.Tensor("w", {2048, 2048}).Rank(0, "trainer", 0).Replicated("w", {0});
+  dst_builder.Tensor("w", {2048, 2048});
+  for (int r = 0; r < kReplicas; ++r) {
+    dst_builder.Rank(r, absl::StrCat("inference-", r), 0).Replicated("w", {r});
+  }
+  testing::BackedLayouts backed;
+  const v1::LayoutSpec sources = backed.Back(src_builder.spec(), "source");
+  const v1::LayoutSpec destinations = backed.Back(dst_builder.spec(), "destination");
+  BufferMap everything(testing::TensorsOf(sources));
+  ASSERT_NO_FATAL_FAILURE(AddEveryRank(sources, destinations, &everything));
+  const planner::Layout src = *planner::CompileLayout(src_builder.spec(), "source");
+  const planner::Layout dst = *planner::CompileLayout(dst_builder.spec(), "destination");
+  auto built = planner::BuildPlan(src, dst, planner::DgxH100Topology(), planner::PlanOptions());
+  ASSERT_TRUE(built.ok()) << built.status();
+  const v1::Plan plan = planner::PlanToProto(**built, src, dst);
+  const RankPlacement placement = PlaceByHost(sources, destinations, kReplicas + 1);
+  std::vector<int64_t> forwarded;  // sequences of pieces read from a destination view
+  for (const v1::Batch& batch : plan.batches()) {
+    for (const v1::Transfer& t : batch.transfers()) {
+      if (t.src().kind() == v1::ENDPOINT_DESTINATION_VIEW) forwarded.push_back(t.sequence());
+    }
+  }
+  ASSERT_FALSE(forwarded.empty()) << "the plan forwards nothing";
+  std::vector<int64_t> outbox_allocations;
+  const auto results =
+      RunOnDaemons(plan, sources, destinations, placement, kReplicas + 1, 70, absl::Seconds(10),
+                   /*missing_daemon=*/-1,
+                   /*interrupt=*/nullptr, /*runs=*/2, /*staging_allocations=*/nullptr,
+                   PlanExecutor::kDefaultMessageChunkBytes, /*staging_held_bytes=*/nullptr,
+                   Sharing::kStraight, &outbox_allocations);
+  for (const auto& result : results) ASSERT_TRUE(result.ok()) << result.status();
+  std::map<std::pair<int32_t, int32_t>, int64_t> forwarded_bytes;  // (from, to) daemons
+  for (const v1::Batch& batch : plan.batches()) {
+    for (const v1::Transfer& t : batch.transfers()) {
+      if (t.src().kind() != v1::ENDPOINT_DESTINATION_VIEW) continue;
+      const int32_t to = *placement.DaemonOf(v1::ROLE_DESTINATION, t.dst().rank());
+      const int32_t from = *placement.DaemonOf(v1::ROLE_DESTINATION, t.src().rank());
+      ASSERT_NE(from, to);
+      EXPECT_EQ(results[to]->piece_hashes.written_by_peers.count(t.sequence()), 1u)
+          << "forwarded piece " << t.sequence() << " was not left to its writer";
+      forwarded_bytes[{from, to}] += t.bytes();
+    }
+  }
+  // An inference daemon sends only what it forwards, all of it written straight.
+  for (const auto& [pair, bytes] : forwarded_bytes) {
+    const auto [from, to] = pair;
+    EXPECT_EQ(results[from]->bytes_sent_to.at(to), bytes) << from << " to " << to;
+    EXPECT_EQ(results[to]->bytes_received_from.at(from), bytes) << from << " to " << to;
+  }
+  EXPECT_EQ(outbox_allocations, std::vector<int64_t>(kReplicas + 1, 0)) << "nothing handed over";
+  for (const v1::RankLayout& r : destinations.ranks()) {
+    EXPECT_EQ(testing::WrongBytes(everything, v1::ROLE_DESTINATION, r), 0) << r.rank();
+  }
+  ExpectPieceHashesOfWhatMoved(plan, placement, everything, results, /*every_view_end=*/true);
 }
 
 TEST(PlanExecutorTest, ADaemonWrittenStraightIntoWaitsForTheWritersWord) {
