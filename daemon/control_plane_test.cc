@@ -272,6 +272,12 @@ TEST_F(ControlPlaneTest, RefitMovesEveryByteAndCommitsTheVersion) {
   v1::RefitReport again;
   ASSERT_TRUE(Refit(1, &again).ok());
   EXPECT_EQ(again.epoch_id(), report.epoch_id());
+  // The epoch's own time (after the trainers published, 100 ms after the Refit) is part of
+  // the Refit's, and a repeat says both as they were.
+  EXPECT_GT(report.epoch_seconds(), 0);
+  EXPECT_LT(report.epoch_seconds(), report.seconds());
+  EXPECT_EQ(again.epoch_seconds(), report.epoch_seconds());
+  EXPECT_EQ(again.seconds(), report.seconds());
   EXPECT_EQ(Refit(0, &again).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(Refit(-1, &again).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
 

@@ -251,8 +251,8 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
     return outcome;
   }
   const planner::PlanStats& stats = planned->plan->stats;
-  v1::RefitReport report = Report(*planned, *snapshot, checksummed, seconds);
-  report.set_epoch_seconds(absl::ToDoubleSeconds(end - epoch_start));
+  const v1::RefitReport report =
+      Report(*planned, *snapshot, checksummed, seconds, absl::ToDoubleSeconds(end - epoch_start));
   spdlog::info(
       "epoch {} version {} committed: {} bytes in {:.3f} s ({:.2f} GB/s; {:.3f} s after the "
       "last publish), {} daemons, slowest {} ({:.3f} s), {} views and {} pieces checksummed, "
@@ -443,7 +443,8 @@ void EpochRunner::TellDaemons(const std::string& epoch_id, int64_t version,
 }
 
 v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const ClusterSnapshot& snapshot,
-                                    std::pair<int64_t, int64_t> checksummed, double seconds) {
+                                    std::pair<int64_t, int64_t> checksummed, double seconds,
+                                    double epoch_seconds) {
   const planner::PlanStats& stats = planned.plan->stats;
   absl::MutexLock lock(&mu_);
   v1::RefitReport report;
@@ -451,6 +452,7 @@ v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const ClusterSn
   report.set_version(epoch_->version());
   report.set_bytes(stats.total_bytes);
   report.set_seconds(seconds);
+  report.set_epoch_seconds(epoch_seconds);
   report.set_views_checksummed(checksummed.first);
   report.set_pieces_checksummed(checksummed.second);
   for (int64_t r : planned.planned_around) report.add_missing_source_ranks(r);

@@ -143,8 +143,8 @@ class EpochRunner {
                    const ClusterSnapshot& snapshot) ABSL_LOCKS_EXCLUDED(mu_);
   // The report of a committed epoch, remembered for repeats and Status.
   v1::RefitReport Report(const PlannedEpoch& planned, const ClusterSnapshot& snapshot,
-                         std::pair<int64_t, int64_t> checksummed, double seconds)
-      ABSL_LOCKS_EXCLUDED(mu_);
+                         std::pair<int64_t, int64_t> checksummed, double seconds,
+                         double epoch_seconds) ABSL_LOCKS_EXCLUDED(mu_);
 
   Cluster* cluster_;
   const v1::JobSpec job_;
