@@ -872,12 +872,9 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
   const absl::Duration stop_limit =
       stall_limit_ == absl::InfiniteDuration() ? kDefaultStopLimit : stall_limit_;
   absl::Status settled = stops.Settle(stop_limit);
-  if (settled.ok()) return ran;
-  if (ran.ok()) {
-    // Every batch's word of what was written arrived, so the bytes are all in: a word
-    // that went missing after them changes nothing here.
-    return ran;
-  }
+  // After a run that succeeded every batch's word of what was written arrived, so the bytes
+  // are all in: a stop word that went missing after them changes nothing here.
+  if (settled.ok() || ran.ok()) return ran;
   return absl::Status(ran.status().code(),
                       absl::StrCat(ran.status().message(), "; ", settled.message()));
 }
