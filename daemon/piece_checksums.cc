@@ -6,6 +6,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -56,6 +57,44 @@ std::string Describe(const v1::Endpoint& e) {
   }
   return absl::StrCat(e.kind() == v1::ENDPOINT_SOURCE_VIEW ? "source" : "destination", " rank ",
                       e.rank(), " view ", e.view());
+}
+
+// Transfer sequence -> (source hash, destination hash), each present or not.
+using PieceEnds = std::map<int64_t, std::pair<std::optional<uint64_t>, std::optional<uint64_t>>>;
+
+// A box of a tensor in one view: (rank, view, tensor, offset, extent).
+using ViewBox =
+    std::tuple<int64_t, int32_t, std::string, std::vector<int64_t>, std::vector<int64_t>>;
+
+ViewBox BoxOf(const v1::Endpoint& view, const v1::Transfer& t) {
+  return {view.rank(),
+          view.view(),
+          t.tensor(),
+          {t.offset().begin(), t.offset().end()},
+          {t.extent().begin(), t.extent().end()}};
+}
+
+// A transfer that reads a destination view (a replica forwarded from what an earlier batch
+// wrote) must read what that earlier transfer wrote there, when it wrote exactly this box:
+// this catches a read that came before the write had landed, or after something else wrote
+// over it, which neither transfer's own two ends can see (each copy hashes what it moved).
+absl::Status CompareWithItsWrite(const v1::Transfer& t, const PieceEnds& ends,
+                                 const std::map<ViewBox, int64_t>& written_by, int64_t* compared) {
+  auto writer = written_by.find(BoxOf(t.src(), t));
+  if (writer == written_by.end()) return absl::OkStatus();
+  auto written = ends.find(writer->second);
+  auto read = ends.find(t.sequence());
+  if (written == ends.end() || read == ends.end() || !written->second.second ||
+      !read->second.first) {
+    return absl::OkStatus();
+  }
+  ++*compared;
+  if (*written->second.second == *read->second.first) return absl::OkStatus();
+  return absl::DataLossError(absl::StrFormat(
+      "checksum mismatch on %s [%s] + [%s]: %s was read as %016x to go on to %s, but %016x had "
+      "been written there (transfer %d)",
+      t.tensor(), absl::StrJoin(t.offset(), ","), absl::StrJoin(t.extent(), ","), Describe(t.src()),
+      *read->second.first, Describe(t.dst()), *written->second.second, writer->second));
 }
 
 }  // namespace
@@ -122,8 +161,7 @@ absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
 
 absl::StatusOr<int64_t> ComparePieceChecksums(const v1::Plan& plan,
                                               const std::vector<v1::PieceChecksum>& pieces) {
-  // sequence -> (source hash, destination hash), each present or not.
-  std::map<int64_t, std::pair<std::optional<uint64_t>, std::optional<uint64_t>>> ends;
+  PieceEnds ends;
   for (const v1::PieceChecksum& p : pieces) {
     auto& [source, destination] = ends[p.sequence()];
     (p.destination() ? destination : source) = p.xxh64();
@@ -136,9 +174,17 @@ absl::StatusOr<int64_t> ComparePieceChecksums(const v1::Plan& plan,
         filled_by[{t.dst().rank(), t.dst().relay_buffer()}] = t.sequence();
     }
   }
+  // A destination view's box -> the sequence of the transfer that wrote it.
+  std::map<ViewBox, int64_t> written_by;
   int64_t compared = 0;
   for (const v1::Batch& batch : plan.batches()) {
     for (const v1::Transfer& t : batch.transfers()) {
+      if (t.src().kind() == v1::ENDPOINT_DESTINATION_VIEW) {
+        absl::Status read_as_written = CompareWithItsWrite(t, ends, written_by, &compared);
+        if (!read_as_written.ok()) return read_as_written;
+      }
+      if (t.dst().kind() == v1::ENDPOINT_DESTINATION_VIEW)
+        written_by[BoxOf(t.dst(), t)] = t.sequence();
       // A read of a whole relay buffer pairs with the source end of the buffer's fill.
       int64_t source_sequence = t.sequence();
       if (IsRelayBuffer(t.src())) {

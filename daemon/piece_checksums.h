@@ -4,6 +4,10 @@
 // elements in row-major order, so memory layouts do not matter). The coordinator pairs the
 // two by the transfer's sequence in the plan. Unlike view checksums, which compare views
 // holding the same box, this covers reshards, where the two sides' boxes differ.
+// Hashes are taken on the way (transport::PieceHashes): where a piece crosses a transport
+// the sender hashes what it packs and the receiver what it unpacks; a copy inside one
+// process hashes the bytes it copies once, for both ends. A replica forwarded from a
+// destination view is checked against what was written there (the read must see the write).
 // A piece that travels through a relay buffer is checked end to end: the source end of the
 // transfer that filled the buffer against the destination end of each transfer that
 // reads the whole buffer. Transfers through scratch buffers (gather_broadcast), and reads
@@ -27,13 +31,15 @@ namespace refit::daemon {
 // An end hashed on the way (`on_the_way`, the executor's ExecutionStats::piece_hashes)
 // keeps that hash; the others are hashed now, through `buffers`. Ends hashed on the way at
 // a same-host peer's destination rank (written straight) are reported here, and this
-// daemon's ends that such a peer wrote (`written_by_peers`) are left to that peer. The destination end of a
-// piece into a bucketed rank exists only as hashed on the way (left out when absent).
+// daemon's ends that such a peer wrote (`written_by_peers`) are left to that peer. The destination
+// end of a piece into a bucketed rank exists only as hashed on the way (left out when absent).
 absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
     const v1::Plan& slice, const transport::RankPlacement& placement, int32_t self,
     const transport::BufferMap& buffers, const transport::PieceHashes* on_the_way = nullptr);
 
-// Compares both ends of every transfer of `plan` that has them. Returns how many transfers
+// Compares both ends of every transfer of `plan` that has them, and the source end of each
+// transfer that reads a box of a destination view (a forwarded replica) with the
+// destination end of the transfer that wrote that same box there. Returns how many pairs
 // were compared, or DATA_LOSS naming the first piece whose ends differ.
 absl::StatusOr<int64_t> ComparePieceChecksums(const v1::Plan& plan,
                                               const std::vector<v1::PieceChecksum>& pieces);

@@ -5,8 +5,12 @@
 #include "daemon/piece_checksums.h"
 
 #include <random>
+#include <set>
+#include <string>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gtest/gtest.h"
 #include "planner/layout.h"
 #include "planner/plan_proto.h"
@@ -72,12 +76,26 @@ TEST(PieceChecksumsTest, BothEndsAgreeAfterRandomReshards) {
     ASSERT_NO_FATAL_FAILURE(Execute(pair, planner::kStrategyReshard, &run));
     auto pieces = ChecksumPieces(run.plan, run.placement, 0, *run.buffers);
     ASSERT_TRUE(pieces.ok()) << pieces.status();
-    int64_t transfers = 0;
-    for (const v1::Batch& batch : run.plan.batches()) transfers += batch.transfers_size();
+    // Forwards of a box a destination view was given whole are compared with that write.
+    int64_t transfers = 0, forwards_of_written_boxes = 0;
+    std::set<std::string> written;  // "rank view tensor offset extent" of destination views
+    auto box = [](const v1::Endpoint& view, const v1::Transfer& t) {
+      return absl::StrCat(view.rank(), " ", view.view(), " ", t.tensor(), " ",
+                          absl::StrJoin(t.offset(), ","), " ", absl::StrJoin(t.extent(), ","));
+    };
+    for (const v1::Batch& batch : run.plan.batches()) {
+      for (const v1::Transfer& t : batch.transfers()) {
+        ++transfers;
+        if (t.src().kind() == v1::ENDPOINT_DESTINATION_VIEW) {
+          forwards_of_written_boxes += written.count(box(t.src(), t));
+        }
+        written.insert(box(t.dst(), t));
+      }
+    }
     EXPECT_EQ(static_cast<int64_t>(pieces->size()), 2 * transfers);  // reshard: view to view
     absl::StatusOr<int64_t> compared = ComparePieceChecksums(run.plan, *pieces);
     ASSERT_TRUE(compared.ok()) << compared.status();
-    EXPECT_EQ(*compared, transfers);
+    EXPECT_EQ(*compared, transfers + forwards_of_written_boxes);
   }
 }
 
@@ -222,6 +240,52 @@ TEST(PieceChecksumsTest, PiecesThroughRelayBuffersAreComparedEndToEnd) {
   EXPECT_TRUE(absl::StrContains(compared.status().message(),
                                 absl::StrCat("where relay buffer ", relayed->src().relay_buffer())))
       << compared.status();
+}
+
+// A replica forwarded from a destination view is compared with what was written there: a
+// forward that read the box before the write landed (its own two ends agree, as one copy
+// hashes both) is caught and named.
+TEST(PieceChecksumsTest, AForwardedReplicaMustReadWhatWasWrittenThere) {
+  v1::Plan plan;
+  auto add_transfer = [&](v1::EndpointKind from_kind, int64_t from_rank, int64_t to_rank,
+                          int64_t sequence) {
+    v1::Transfer* t = plan.add_batches()->add_transfers();
+    t->mutable_src()->set_kind(from_kind);
+    t->mutable_src()->set_rank(from_rank);
+    t->mutable_dst()->set_kind(v1::ENDPOINT_DESTINATION_VIEW);
+    t->mutable_dst()->set_rank(to_rank);
+    t->set_tensor("w");
+    for (int64_t o : {4, 0}) t->add_offset(o);
+    for (int64_t e : {4, 6}) t->add_extent(e);
+    t->set_sequence(sequence);
+  };
+  add_transfer(v1::ENDPOINT_SOURCE_VIEW, 0, 0, 7);       // trainer 0 -> replica 0
+  add_transfer(v1::ENDPOINT_DESTINATION_VIEW, 0, 1, 8);  // replica 0 -> replica 1
+  auto pieces = [](uint64_t written, uint64_t forwarded) {
+    std::vector<v1::PieceChecksum> out;
+    for (auto [sequence, destination, hash] : {std::tuple{7, false, written},
+                                               {7, true, written},
+                                               {8, false, forwarded},
+                                               {8, true, forwarded}}) {
+      v1::PieceChecksum& p = out.emplace_back();
+      p.set_sequence(sequence);
+      p.set_destination(destination);
+      p.set_xxh64(hash);
+    }
+    return out;
+  };
+  // Each transfer's own ends, and the forward's read against the write.
+  EXPECT_EQ(*ComparePieceChecksums(plan, pieces(0x1234, 0x1234)), 3);
+  absl::StatusOr<int64_t> stale = ComparePieceChecksums(plan, pieces(0x1234, 0x5678));
+  ASSERT_EQ(stale.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(absl::StrContains(stale.status().message(),
+                                "destination rank 0 view 0 was read as 0000000000005678 to go on "
+                                "to destination rank 1 view 0, but 0000000000001234 had been "
+                                "written there (transfer 7)"))
+      << stale.status();
+  // A forward of another box of the view than the one written is not paired.
+  plan.mutable_batches(1)->mutable_transfers(0)->set_extent(0, 2);
+  EXPECT_EQ(*ComparePieceChecksums(plan, pieces(0x1234, 0x5678)), 2);
 }
 
 }  // namespace

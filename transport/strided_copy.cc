@@ -160,18 +160,18 @@ void CopyBox(const Dims& extent, int element_bytes, const ConstStridedRef& src,
     CopyBox(extent, element_bytes, src, dst);
     return;
   }
-  HashState source, destination;
+  HashState copied;
   ForEachRunPair(extent, element_bytes, src, dst,
                  [&](const uint8_t* from, uint8_t* to, int64_t bytes) {
                    for (int64_t at = 0; at < bytes; at += kHashSliceBytes) {
                      const int64_t slice = std::min(kHashSliceBytes, bytes - at);
                      std::memcpy(to + at, from + at, slice);
-                     if (source_hash != nullptr) source.Update(from + at, slice);
-                     if (destination_hash != nullptr) destination.Update(to + at, slice);
+                     copied.Update(from + at, slice);  // still in cache
                    }
                  });
-  if (source_hash != nullptr) *source_hash = source.Digest();
-  if (destination_hash != nullptr) *destination_hash = destination.Digest();
+  const uint64_t hash = copied.Digest();
+  if (source_hash != nullptr) *source_hash = hash;
+  if (destination_hash != nullptr) *destination_hash = hash;
 }
 
 void ForEachRun(const Dims& extent, int element_bytes, const ConstStridedRef& box,

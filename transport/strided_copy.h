@@ -55,9 +55,12 @@ bool HoldsNothing(const Dims& extent);
 void CopyBox(const Dims& extent, int element_bytes, const ConstStridedRef& src,
              const StridedRef& dst);
 
-// The same copy, hashing on the way (each given hash set to HashBox of its side): the
-// source as read, and the destination as written, read back in slices while they are
-// still in cache, so it checks what landed. Null: that side is not hashed.
+// The same copy, hashing on the way: each given hash (null: not wanted) is set to HashBox
+// of the bytes copied, hashed once, slice by slice as they are read (still in cache). Both
+// ends get the same hash: in one process the bytes written are the bytes read, and hashing
+// the destination again (read back from the cache right after the write) checked memcpy
+// against itself for a second pass over every byte. What a copy cannot vouch for (bytes
+// that crossed a transport, a destination read again later) is checked where it is read.
 void CopyBox(const Dims& extent, int element_bytes, const ConstStridedRef& src,
              const StridedRef& dst, uint64_t* source_hash, uint64_t* destination_hash);
 
