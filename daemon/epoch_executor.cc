@@ -119,6 +119,17 @@ v1::EpochDone EpochExecutor::Run(const v1::ExecuteEpoch& execute,
   return done;
 }
 
+v1::EpochDone EpochExecutor::FailBeforeRun(transport::PlanExecutor* executor, const v1::Plan& plan,
+                                           uint32_t epoch_number, v1::EpochDone failed) {
+  if (absl::Status said = executor->SayNotWriting(plan, epoch_number); !said.ok()) {
+    spdlog::warn(
+        "refitd {}: epoch {}: could not tell the same-host peers it writes into that "
+        "it will not: {} (they wait for it up to the stall limit)",
+        node_, failed.epoch_id(), std::string(said.message()));
+  }
+  return failed;
+}
+
 v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const SliceFacts& facts,
                                      transport::BufferMap* buffers, const Progress& progress) {
   v1::EpochDone done;
@@ -138,18 +149,10 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const Slic
   };
   const v1::PlanSlice& slice = *facts.slice;
   const transport::RankPlacement& placement = facts.placement;
-  // A segment its owner truncated since registration would fault at the first touch.
-  if (absl::Status backed = buffers->CheckBacked(); !backed.ok()) return fail(backed);
   int64_t transfers = 0;
   for (const v1::Batch& batch : slice.plan().batches()) transfers += batch.transfers_size();
   spdlog::info("refitd {}: epoch {} (version {}) started: {} transfers in {} batches", node_,
                execute.epoch_id(), execute.version(), transfers, slice.plan().batches_size());
-  transport::NcclRoute nccl;
-  if (slice.has_nccl()) {
-    if (absl::Status joined = nccl_.Join(slice, deadline, &nccl); !joined.ok()) {
-      return fail(joined);
-    }
-  }
   // Connections only to the daemons this slice exchanges pieces with: a large group's
   // daemons would otherwise each hold an endpoint to every other. Receiving needs one
   // too: closing it is what ends a receive stuck behind a dead link.
@@ -179,9 +182,23 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const Slic
       if (absl::Status mapped = peer_destinations_.Update(slice.shared_destinations(), placement,
                                                           slice.daemon_index());
           !mapped.ok()) {
-        return fail(mapped);
+        // As listed, so that the peers hear that this daemon will not write into them.
+        std::set<int64_t> listed;
+        for (const v1::RankLayout& r : slice.shared_destinations().ranks()) listed.insert(r.rank());
+        executor.WriteStraightInto(std::move(listed), peer_destinations_.buffers());
+        return FailBeforeRun(&executor, slice.plan(), execute.epoch_number(), fail(mapped));
       }
       executor.WriteStraightInto(peer_destinations_.ranks(), peer_destinations_.buffers());
+    }
+  }
+  // A segment its owner truncated since registration would fault at the first touch.
+  if (absl::Status backed = buffers->CheckBacked(); !backed.ok()) {
+    return FailBeforeRun(&executor, slice.plan(), execute.epoch_number(), fail(backed));
+  }
+  transport::NcclRoute nccl;
+  if (slice.has_nccl()) {
+    if (absl::Status joined = nccl_.Join(slice, deadline, &nccl); !joined.ok()) {
+      return FailBeforeRun(&executor, slice.plan(), execute.epoch_number(), fail(joined));
     }
   }
   if (nccl.group != nullptr) {

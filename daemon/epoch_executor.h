@@ -72,6 +72,10 @@ class EpochExecutor {
   const SliceFacts& FactsOf(const std::shared_ptr<const v1::PlanSlice>& slice);
   v1::EpochDone Execute(const v1::ExecuteEpoch& execute, const SliceFacts& facts,
                         transport::BufferMap* buffers, const Progress& progress);
+  // `failed`, after telling the same-host peers `executor` would have written straight into
+  // that it will not (they would otherwise wait for it up to the stall limit).
+  v1::EpochDone FailBeforeRun(transport::PlanExecutor* executor, const v1::Plan& plan,
+                              uint32_t epoch_number, v1::EpochDone failed);
   // The registrations of this daemon's ranks of one side.
   std::vector<v1::RankRegistration> RegistrationsOf(v1::Role role) const;
   void RecordStats(const std::string& epoch_id, const v1::PlanSlice& slice,

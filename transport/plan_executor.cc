@@ -820,6 +820,47 @@ absl::StatusOr<std::vector<std::vector<PlanExecutor::Resolved>>> PlanExecutor::R
   return batches;
 }
 
+PlanExecutor::StraightWriteParties PlanExecutor::PartiesOf(
+    const std::vector<std::vector<Resolved>>& batches) const {
+  StraightWriteParties parties;
+  for (int b = 0; b < static_cast<int>(batches.size()); ++b) {
+    for (const Resolved& r : batches[b]) {
+      if (!WrittenStraight(r)) continue;
+      if (r.src_daemon == self_) parties.last_batch_writing_to[r.dst_daemon] = b;
+      if (r.dst_daemon == self_) parties.writers.insert(r.src_daemon);
+    }
+  }
+  return parties;
+}
+
+absl::Duration PlanExecutor::StopLimit() const {
+  return stall_limit_ == absl::InfiniteDuration() ? kDefaultStopLimit : stall_limit_;
+}
+
+uint64_t PlanExecutor::StoppedWritingTag(uint32_t epoch, int32_t writer) const {
+  return MessageTag(epoch, MessageKind::kWritten, kStoppedWritingIndex, writer);
+}
+
+absl::Status PlanExecutor::SayNotWriting(const v1::Plan& plan, uint32_t epoch) {
+  ordered_run_ = plan.ordered_batches();
+  absl::StatusOr<std::vector<std::vector<Resolved>>> batches = ResolveBatches(plan);
+  if (!batches.ok()) return batches.status();
+  const StraightWriteParties parties = PartiesOf(*batches);
+  if (parties.last_batch_writing_to.empty()) return absl::OkStatus();
+  if (worker_ == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "epoch ", epoch, ": this daemon writes straight into peers but has no UCX worker"));
+  }
+  StraightWriteStops stops(worker_);
+  absl::Status told;
+  for (const auto& [peer, last] : parties.last_batch_writing_to) {
+    absl::Status one = stops.Tell(peer, PeerOf(peer), StoppedWritingTag(epoch, self_));
+    if (told.ok()) told = one;
+  }
+  absl::Status settled = stops.Settle(StopLimit());
+  return told.ok() ? settled : told;
+}
+
 absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t epoch,
                                                  absl::Time deadline) {
   ordered_run_ = plan.ordered_batches();
@@ -828,29 +869,19 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
     return absl::Status(batches.status().code(),
                         absl::StrCat("epoch ", epoch, ": ", batches.status().message()));
   }
-  // The same-host peers this daemon writes straight into (and the last batch that does),
-  // and those that write straight into ranks here: each writer's word that it stopped
-  // writing is awaited however the run ends (transport/straight_write_stops.h).
-  std::map<int32_t, int> last_batch_writing_to;
-  std::set<int32_t> writers;
-  for (int b = 0; b < static_cast<int>(batches->size()); ++b) {
-    for (const Resolved& r : (*batches)[b]) {
-      if (!WrittenStraight(r)) continue;
-      if (r.src_daemon == self_) last_batch_writing_to[r.dst_daemon] = b;
-      if (r.dst_daemon == self_) writers.insert(r.src_daemon);
-    }
-  }
-  if ((!writers.empty() || !last_batch_writing_to.empty()) && worker_ == nullptr) {
+  // Each writer's word that it stopped writing straight into ranks here is awaited however
+  // the run ends (transport/straight_write_stops.h).
+  const StraightWriteParties parties = PartiesOf(*batches);
+  const std::map<int32_t, int>& last_batch_writing_to = parties.last_batch_writing_to;
+  if ((!parties.writers.empty() || !last_batch_writing_to.empty()) && worker_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "epoch ", epoch,
         ": pieces are written straight between daemons but this one has no UCX worker"));
   }
   StraightWriteStops stops(worker_);
-  auto stop_tag = [&](int32_t sender) {
-    return MessageTag(epoch, MessageKind::kWritten, kStoppedWritingIndex, sender);
-  };
+  auto stop_tag = [&](int32_t sender) { return StoppedWritingTag(epoch, sender); };
   absl::Status expected;
-  for (int32_t writer : writers) {
+  for (int32_t writer : parties.writers) {
     if (expected.ok()) expected = stops.Expect(writer, stop_tag(writer));
   }
   absl::StatusOr<ExecutionStats> ran = absl::UnknownError("not run");
@@ -869,9 +900,7 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
   for (const auto& [peer, last] : last_batch_writing_to) {
     stops.Tell(peer, PeerOf(peer), stop_tag(self_)).IgnoreError();  // a silent peer waits it out
   }
-  const absl::Duration stop_limit =
-      stall_limit_ == absl::InfiniteDuration() ? kDefaultStopLimit : stall_limit_;
-  absl::Status settled = stops.Settle(stop_limit);
+  absl::Status settled = stops.Settle(StopLimit());
   // After a run that succeeded every batch's word of what was written arrived, so the bytes
   // are all in: a stop word that went missing after them changes nothing here.
   if (settled.ok() || ran.ok()) return ran;

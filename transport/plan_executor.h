@@ -87,6 +87,13 @@ class PlanExecutor {
   // apart. Errors name the batch, the tensor and the peer.
   absl::StatusOr<ExecutionStats> Run(const v1::Plan& plan, uint32_t epoch, absl::Time deadline);
 
+  // Instead of Run, for an epoch this daemon will not run (it failed before its data
+  // plane started): tells each same-host peer it would have written straight into that it
+  // stopped writing there, so that peer's run does not wait for it up to the stall limit.
+  // Set up as for Run (WriteStraightInto, UseSharedMemory). Waits at most the stop limit
+  // for the words to go out.
+  absl::Status SayNotWriting(const v1::Plan& plan, uint32_t epoch);
+
   // Called after each batch with the bytes this daemon wrote into destination views so far
   // (its own, and peers' it writes straight into; a progress report: summed over daemons
   // it reaches the plan's final bytes).
@@ -272,6 +279,16 @@ class PlanExecutor {
   std::set<int32_t> shared_memory_peers_;
   SharedMemoryOutbox* outbox_ = nullptr;
   SharedMemoryInboxes* inboxes_ = nullptr;
+  // The same-host peers this daemon writes straight into in `batches`, with the last batch
+  // that does, and the peers that write straight into ranks here.
+  struct StraightWriteParties {
+    std::map<int32_t, int> last_batch_writing_to;
+    std::set<int32_t> writers;
+  };
+  StraightWriteParties PartiesOf(const std::vector<std::vector<Resolved>>& batches) const;
+  absl::Duration StopLimit() const;
+  uint64_t StoppedWritingTag(uint32_t epoch, int32_t writer) const;
+
   std::set<int64_t> straight_ranks_;
   BufferMap* peer_destinations_ = nullptr;
   bool ordered_run_ = false;  // the plan being run has ordered batches

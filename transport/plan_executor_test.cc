@@ -81,7 +81,7 @@ std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
     int64_t chunk_bytes = PlanExecutor::kDefaultMessageChunkBytes,
     std::vector<int64_t>* staging_held_bytes = nullptr, Sharing sharing = Sharing::kNone,
     std::vector<int64_t>* outbox_allocations = nullptr,
-    const std::function<void(int32_t, PlanExecutor*, UcxWorker*)>& before_run = nullptr,
+    const std::function<bool(int32_t, PlanExecutor*, UcxWorker*)>& before_run = nullptr,
     const std::function<void(int32_t)>& after_run = nullptr) {
   std::vector<Daemon> daemons(count);
   for (int32_t d = 0; d < count; ++d) {
@@ -133,7 +133,10 @@ std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
         ASSERT_TRUE(peers.Update(destinations, placement, d).ok());
         executor.WriteStraightInto(peers.ranks(), peers.buffers());
       }
-      if (before_run) before_run(d, &executor, daemons[d].worker.get());
+      if (before_run && !before_run(d, &executor, daemons[d].worker.get())) {
+        daemons[d].result = absl::AbortedError("not run");
+        return;
+      }
       for (int run = 0; run < runs; ++run) {
         daemons[d].result = executor.Run(plan, epoch + run, absl::Now() + timeout);
         if (!daemons[d].result.ok()) break;
@@ -532,6 +535,7 @@ TEST(PlanExecutorTest, AnInterruptedDaemonReturnsOnlyOnceItsSameHostWriterStoppe
         } else {
           absl::SleepFor(absl::Milliseconds(300));
         }
+        return true;
       },
       [&](int32_t d) {
         if (d != 1) return;
@@ -548,6 +552,76 @@ TEST(PlanExecutorTest, AnInterruptedDaemonReturnsOnlyOnceItsSameHostWriterStoppe
   EXPECT_TRUE(written_when_it_returned);
   EXPECT_GE(returned_after, absl::Milliseconds(300));
   EXPECT_LT(returned_after, absl::Seconds(5));
+}
+
+TEST(PlanExecutorTest, AWriterThatFailedBeforeItsRunSaysItWillNotWriteAndIsNotWaitedFor) {
+  const TwoHostRefit refit;
+  // The trainer's daemon (0) fails before its data plane (a truncated segment, say): it
+  // says so instead of running, and the coordinator aborts the inference daemon's epoch.
+  // The inference daemon returns at once, not after the stall limit (30 s here) that it
+  // waits for a writer that said nothing.
+  std::atomic<bool> aborted{false};
+  const absl::Time start = absl::Now();
+  absl::Status said = absl::UnknownError("not said");
+  const auto results = RunOnDaemons(
+      refit.plan, refit.sources, refit.destinations, refit.placement, 2, 13, absl::Seconds(10),
+      /*missing_daemon=*/-1, /*interrupt=*/nullptr, /*runs=*/1, /*staging_allocations=*/nullptr,
+      PlanExecutor::kDefaultMessageChunkBytes, /*staging_held_bytes=*/nullptr, Sharing::kStraight,
+      /*outbox_allocations=*/nullptr, [&](int32_t d, PlanExecutor* executor, UcxWorker* worker) {
+        if (d == 1) {
+          executor->SetInterrupt(&aborted);
+          worker->SetInterrupt(&aborted);
+          return true;
+        }
+        said = executor->SayNotWriting(refit.plan, 13);
+        aborted = true;
+        return false;
+      });
+  EXPECT_TRUE(said.ok()) << said;
+  EXPECT_EQ(results[1].status().code(), absl::StatusCode::kCancelled) << results[1].status();
+  EXPECT_EQ(results[1].status().message().find("did not say"), std::string::npos)
+      << results[1].status();
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+}
+
+TEST(PlanExecutorTest, MorePiecesThanATagHasChunkNumbersForStillArriveWhole) {
+  // 1,100 small tensors from one trainer to one inference rank: one batch of 1,100 pieces,
+  // each a chunk of its own at a 1-byte chunk limit, more than the tag's 1,024 chunk
+  // numbers. The limit must grow until the chunks fit, over UCX and through shared memory.
+  refit::testing::LayoutBuilder src_builder, dst_builder;
+  constexpr int kTensors = 1100;
+  for (int i = 0; i < kTensors; ++i) {
+    const std::string name = absl::StrCat("t", i);
+    src_builder.Tensor(name, {4, 4}).Rank(0, "trainer", -1).Replicated(name, {0});
+    dst_builder.Tensor(name, {4, 4}).Rank(0, "inference", -1).Replicated(name, {0});
+  }
+  const planner::Layout src = *planner::CompileLayout(src_builder.spec(), "source");
+  const planner::Layout dst = *planner::CompileLayout(dst_builder.spec(), "destination");
+  auto built = planner::BuildPlan(src, dst, planner::DgxH100Topology(), planner::PlanOptions());
+  ASSERT_TRUE(built.ok()) << built.status();
+  const v1::Plan plan = planner::PlanToProto(**built, src, dst);
+  int64_t most_in_a_batch = 0;
+  for (const v1::Batch& batch : plan.batches()) {
+    most_in_a_batch = std::max<int64_t>(most_in_a_batch, batch.transfers_size());
+  }
+  ASSERT_GT(most_in_a_batch, 1024);  // the chunk numbers a tag has (kChunkBits)
+  for (const Sharing sharing : {Sharing::kNone, Sharing::kHandoff}) {
+    SCOPED_TRACE(sharing == Sharing::kNone ? "over UCX" : "through shared memory");
+    testing::BackedLayouts backed;  // fresh, zeroed destination segments each time
+    const v1::LayoutSpec sources = backed.Back(src_builder.spec(), "source");
+    const v1::LayoutSpec destinations = backed.Back(dst_builder.spec(), "destination");
+    BufferMap everything(testing::TensorsOf(sources));
+    ASSERT_NO_FATAL_FAILURE(AddEveryRank(sources, destinations, &everything));
+    const auto results =
+        RunOnDaemons(plan, sources, destinations, PlaceByHost(sources, destinations, 2), 2, 3,
+                     absl::Seconds(30), /*missing_daemon=*/-1,
+                     /*interrupt=*/nullptr, /*runs=*/1,
+                     /*staging_allocations=*/nullptr, /*chunk_bytes=*/1,
+                     /*staging_held_bytes=*/nullptr, sharing);
+    for (const auto& result : results) ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(results[1]->bytes_received_from.at(0), kTensors * 4 * 4 * 4);
+    EXPECT_EQ(testing::WrongBytes(everything, v1::ROLE_DESTINATION, destinations.ranks(0)), 0);
+  }
 }
 
 TEST(PlanExecutorTest, AMissingPeerEndsTheEpochAtItsDeadline) {
