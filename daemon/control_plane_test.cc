@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "client/daemon_clients.h"
 #include "daemon/coordinator_link.h"
 #include "daemon/coordinator_server.h"
@@ -774,6 +775,71 @@ TEST(ControlPlaneReplicasTest, ALostSourceIsPlannedAroundWhenAReplicaHoldsItsDat
               0);
   }
   links.clear();
+}
+
+// Two data-parallel trainers whose replicas of one tensor differ: the replicas are compared
+// a share of the tensors per epoch, so within sourceReplicaCheckEpochs (4) epochs exactly one
+// fails naming that tensor's views, and the others commit; with 1, the first epoch fails.
+TEST(ControlPlaneReplicasTest, DivergentTrainerReplicasAreCaughtWithinTheirCheckEpochs) {
+  constexpr int kTensors = 8;
+  refit::testing::LayoutBuilder src, dst;
+  src.Rank(0, "trainer-a", 0).Rank(1, "trainer-b", 0);
+  dst.Rank(0, "inference", 0).Rank(1, "inference", 1);
+  for (int i = 0; i < kTensors; ++i) {
+    const std::string name = absl::StrCat("w", i);
+    src.Tensor(name, {16, 12}).Replicated(name, {0, 1});
+    dst.Tensor(name, {16, 12}).Chunked(name, 1, {0, 1});
+  }
+  transport::testing::BackedLayouts backed;
+  const v1::LayoutSpec sources = backed.Back(src.spec(), "source");
+  const v1::LayoutSpec destinations = backed.Back(dst.spec(), "destination");
+  for (const int every : {0, 1}) {  // the default (4), then every epoch
+    SCOPED_TRACE(::testing::Message() << "sourceReplicaCheckEpochs " << every);
+    v1::JobSpec job;
+    job.set_name("replicas");
+    job.set_source_ranks(2);
+    job.set_destination_ranks(2);
+    job.set_source_replica_check_epochs(every);
+    auto coordinator = CoordinatorServer::Start("127.0.0.1:0", job, absl::Seconds(30));
+    ASSERT_TRUE(coordinator.ok()) << coordinator.status();
+    const std::string address = (*coordinator)->address();
+    Daemons daemons(address, {"trainer-a", "trainer-b", "inference"});
+    auto& [registries, links] = daemons;
+    ASSERT_NO_FATAL_FAILURE(RegisterAll(sources, destinations, [&](const v1::RankLayout& r) {
+      return registries[r.host()].get();
+    }));
+    for (int i = 0; i < 250 && (*coordinator)->cluster().RankCount(v1::ROLE_DESTINATION) < 2; ++i) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    int failed = 0, committed = 0;
+    for (int64_t version = 1; version <= 4; ++version) {
+      for (const v1::RankLayout& r : sources.ranks()) {
+        transport::BufferMap& buffers = registries[r.host()]->HoldBuffers().mutable_buffers();
+        transport::testing::FillViews(&buffers, v1::ROLE_SOURCE, r);
+        if (r.rank() == 1) {  // trainer-b's w5 drifted from trainer-a's
+          absl::StatusOr<transport::StridedRef> byte =
+              buffers.LocateForWrite(v1::ROLE_SOURCE, 1, 5, "w5", {3, 4}, {1, 1});
+          ASSERT_TRUE(byte.ok()) << byte.status();
+          byte->base[0] ^= 0x10;
+        }
+        ASSERT_TRUE(registries[r.host()]->Publish(r.rank(), version).ok());
+      }
+      absl::StatusOr<v1::RefitReport> report =
+          client::CoordinatorClient(address).Refit(version, absl::Seconds(20));
+      if (report.ok()) {
+        ++committed;
+        continue;
+      }
+      ++failed;
+      EXPECT_EQ(report.status().code(), absl::StatusCode::kDataLoss) << report.status();
+      EXPECT_TRUE(absl::StrContains(report.status().message(), "on w5 [0,0] + [16,12]"))
+          << report.status();
+      if (every == 1) break;
+    }
+    EXPECT_EQ(failed, 1);
+    EXPECT_EQ(committed, every == 1 ? 0 : 3);
+    links.clear();
+  }
 }
 
 // Four daemons, random layouts spread over them by host (fused and strided buffers,

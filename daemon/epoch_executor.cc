@@ -228,19 +228,29 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const Slic
     }
   }
   const ViewKeySet* only = compared.has_value() ? &*compared : nullptr;
+  // Where every piece is hashed (unordered plans), source views are hashed only to compare
+  // the trainers' replicas with each other: a share of the tensors each epoch
+  // (JobSpec.source_replica_check_epochs). Ordered plans compare every view every epoch.
+  std::optional<ViewKeySet> source_share;
   // An epoch that fails stops the hashing (the future's destructor waits for it).
   std::atomic<bool> stop_hashing{false};
   std::future<absl::StatusOr<std::vector<v1::ViewChecksum>>> source_view_checksums;
   if (execute.checksums()) {
     std::vector<v1::RankRegistration> sources = RegistrationsOf(v1::ROLE_SOURCE);
+    const ViewKeySet* hashed = only;
+    if (!slice.plan().ordered_batches() && execute.source_replica_check_epochs() > 1) {
+      source_share = SourceReplicaShare(sources, only, execute.epoch_number(),
+                                        execute.source_replica_check_epochs());
+      hashed = &*source_share;
+    }
     // A thread of its own pays for itself only with enough bytes to hash; a few small views
     // are hashed after the data plane (a thread per epoch costs more than they do).
-    const std::launch launch = ViewChecksumBytes(sources, *buffers, only) >= kViewBytesPerThread
+    const std::launch launch = ViewChecksumBytes(sources, *buffers, hashed) >= kViewBytesPerThread
                                    ? std::launch::async
                                    : std::launch::deferred;
     source_view_checksums =
-        std::async(launch, [sources = std::move(sources), buffers, only, &stop_hashing] {
-          return ChecksumViews(sources, *buffers, only, &stop_hashing);
+        std::async(launch, [sources = std::move(sources), buffers, hashed, &stop_hashing] {
+          return ChecksumViews(sources, *buffers, hashed, &stop_hashing);
         });
   }
   absl::Cleanup stop_on_return = [&stop_hashing] { stop_hashing = true; };

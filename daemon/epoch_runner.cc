@@ -156,6 +156,9 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
     execute->set_epoch_number(number);
     execute->set_checksums(!job_.skip_checksums());
     execute->set_stall_ms(job_.data_plane_stall_ms());
+    execute->set_source_replica_check_epochs(job_.source_replica_check_epochs() > 0
+                                                 ? job_.source_replica_check_epochs()
+                                                 : kDefaultSourceReplicaCheckEpochs);
     if (!channel->Send(execute_message)) {
       return absl::UnavailableError(absl::StrCat("refitd on ", cluster_->NodeOf(index),
                                                  " is unreachable (its stream ended)"));

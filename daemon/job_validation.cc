@@ -16,8 +16,8 @@ absl::Status Bad(const std::string& field, const std::string& rule) {
 }
 
 // 0 means the default; otherwise within [low, high].
-absl::Status CheckOptionalRange(const std::string& field, int64_t value, int64_t low,
-                                int64_t high, const std::string& unit) {
+absl::Status CheckOptionalRange(const std::string& field, int64_t value, int64_t low, int64_t high,
+                                const std::string& unit) {
   if (value == 0 || (value >= low && value <= high)) return absl::OkStatus();
   return Bad(field, absl::StrCat(value, " is outside ", low, " to ", high, " ", unit,
                                  " (0 or absent: the default)"));
@@ -41,8 +41,9 @@ absl::Status CheckJob(const v1::JobSpec& job) {
     }
   }
   const int64_t max_ranks = RegistrationLimits().max_rank + 1;
-  for (const auto& [field, count] : {std::pair<const char*, int64_t>{"sourceRanks", job.source_ranks()},
-                                     {"destinationRanks", job.destination_ranks()}}) {
+  for (const auto& [field, count] :
+       {std::pair<const char*, int64_t>{"sourceRanks", job.source_ranks()},
+        {"destinationRanks", job.destination_ranks()}}) {
     if (count < 1 || count > max_ranks) {
       return Bad(field, absl::StrCat(count, " is not a rank count: 1 to ", max_ranks,
                                      " (or name a model and its parallel settings)"));
@@ -57,6 +58,10 @@ absl::Status CheckJob(const v1::JobSpec& job) {
   if (status.ok()) {
     status = CheckOptionalRange("dataPlaneStallMs", job.data_plane_stall_ms(), 100,
                                 int64_t{24} * 3600 * 1000, "ms");
+  }
+  if (status.ok()) {
+    status = CheckOptionalRange("sourceReplicaCheckEpochs", job.source_replica_check_epochs(), 1,
+                                1000, "epochs");
   }
   if (status.ok() && job.staging_budget_bytes() < 0) {
     status = Bad("stagingBudgetBytes", absl::StrCat(job.staging_budget_bytes(), " is negative"));

@@ -37,6 +37,8 @@ TEST(JobValidationTest, EveryFieldOutOfRangeIsRefusedByName) {
   ExpectRefused([](v1::JobSpec* j) { j->set_data_plane_stall_ms(5); },
                 "job: dataPlaneStallMs 5 is outside 100");
   ExpectRefused([](v1::JobSpec* j) { j->set_epoch_deadline_ms(-1); }, "job: epochDeadlineMs -1");
+  ExpectRefused([](v1::JobSpec* j) { j->set_source_replica_check_epochs(-4); },
+                "job: sourceReplicaCheckEpochs -4 is outside 1 to 1000 epochs");
   ExpectRefused([](v1::JobSpec* j) { j->set_staging_budget_bytes(-1); },
                 "job: stagingBudgetBytes -1 is negative");
   ExpectRefused([](v1::JobSpec* j) { j->set_strategy("broadcast"); },

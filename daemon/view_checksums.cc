@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "transport/memory_fault_guard.h"
 #include "transport/strided_copy.h"
+#include "xxhash.h"
 
 namespace refit::daemon {
 namespace {
@@ -153,6 +154,24 @@ absl::StatusOr<int64_t> CompareViewChecksums(const v1::LayoutSpec& sources,
                                             absl::StrFormat(" %016x", reference)));
   }
   return compared;
+}
+
+ViewKeySet SourceReplicaShare(const std::vector<v1::RankRegistration>& sources,
+                              const ViewKeySet* only, uint32_t epoch_number, uint32_t every) {
+  ViewKeySet share;
+  for (const v1::RankRegistration& r : sources) {
+    if (r.role() != v1::ROLE_SOURCE) continue;
+    for (int v = 0; v < r.layout().views_size(); ++v) {
+      const std::tuple<int, int64_t, int32_t> key{v1::ROLE_SOURCE, r.layout().rank(), v};
+      if (only != nullptr && only->count(key) == 0) continue;
+      const std::string& tensor = r.layout().views(v).tensor();
+      if (every > 1 && XXH3_64bits(tensor.data(), tensor.size()) % every != epoch_number % every) {
+        continue;
+      }
+      share.insert(key);
+    }
+  }
+  return share;
 }
 
 ViewKeySet ComparedViews(const v1::LayoutSpec& sources, const v1::LayoutSpec& destinations,

@@ -39,6 +39,17 @@ int64_t ViewChecksumBytes(const std::vector<v1::RankRegistration>& registrations
 ViewKeySet ComparedViews(const v1::LayoutSpec& sources, const v1::LayoutSpec& destinations,
                          bool destinations_hashed);
 
+// The default of JobSpec.source_replica_check_epochs.
+inline constexpr uint32_t kDefaultSourceReplicaCheckEpochs = 4;
+
+// Of the source views of `sources` (those in `only`, when given), the ones epoch
+// `epoch_number` hashes when source replicas are compared a share at a time, `every`
+// epochs for all: the views of the tensors whose name hashes (XXH3) to `epoch_number`
+// modulo `every`. Every daemon picks the same tensors, so the replicas of a tensor are
+// hashed in the same epoch wherever they are; `every` <= 1: all of them.
+ViewKeySet SourceReplicaShare(const std::vector<v1::RankRegistration>& sources,
+                              const ViewKeySet* only, uint32_t epoch_number, uint32_t every);
+
 // Compares the checksums of views with the same (tensor, offset, extent). Returns how
 // many views were compared with at least one other copy, or DATA_LOSS naming the views
 // that disagree with the source side (or with the majority when no source holds the box).

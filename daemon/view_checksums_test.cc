@@ -2,6 +2,10 @@
 // box agree after a correct copy, and one flipped byte in any copy is named.
 #include "daemon/view_checksums.h"
 
+#include <map>
+#include <string>
+#include <tuple>
+
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
 #include "transport/testing/backed_layouts.h"
@@ -122,6 +126,41 @@ TEST_F(ViewChecksumsTest, OnlyViewsWithATwinAreCompared) {
   ASSERT_TRUE(selected.ok()) << selected.status();
   EXPECT_EQ(CompareViewChecksums(sources_, destinations_, *selected).status().code(),
             absl::StatusCode::kDataLoss);
+}
+
+// Source replicas compared a share at a time: over `every` consecutive epochs each source
+// view is hashed exactly once, all of a tensor's views in the same epoch; `only` still
+// applies, and `every` 1 hashes all of them each epoch.
+TEST_F(ViewChecksumsTest, EachSourceViewIsInExactlyOneShareOfItsCheckEpochs) {
+  refit::testing::LayoutBuilder src;
+  src.Rank(0, "a", 0).Rank(1, "b", 0);
+  for (int i = 0; i < 12; ++i) {
+    const std::string name = "t" + std::to_string(i);
+    src.Tensor(name, {4, 4}).Replicated(name, {0, 1});
+  }
+  const std::vector<v1::RankRegistration> sources = Registrations(src.spec(), v1::ROLE_SOURCE);
+  constexpr uint32_t kEvery = 4;
+  std::map<std::tuple<int, int64_t, int32_t>, int> times;
+  int shares_with_views = 0;
+  for (uint32_t epoch = 9; epoch < 9 + kEvery; ++epoch) {
+    const ViewKeySet share = SourceReplicaShare(sources, nullptr, epoch, kEvery);
+    shares_with_views += !share.empty();
+    for (const auto& key : share) {
+      ++times[key];
+      // The replica of the same tensor (same view index on the other rank) is in too.
+      EXPECT_EQ(share.count({v1::ROLE_SOURCE, 1 - std::get<1>(key), std::get<2>(key)}), 1u);
+    }
+  }
+  EXPECT_EQ(times.size(), 24u);
+  for (const auto& [key, count] : times) EXPECT_EQ(count, 1);
+  EXPECT_GT(shares_with_views, 1);  // spread over the epochs, not all in one
+  EXPECT_EQ(SourceReplicaShare(sources, nullptr, 9, 1).size(), 24u);
+  const ViewKeySet only{{v1::ROLE_SOURCE, 0, 3}};
+  size_t with_only = 0;
+  for (uint32_t epoch = 0; epoch < kEvery; ++epoch) {
+    with_only += SourceReplicaShare(sources, &only, epoch, kEvery).size();
+  }
+  EXPECT_EQ(with_only, 1u);
 }
 
 }  // namespace
