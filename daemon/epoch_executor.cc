@@ -183,9 +183,8 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const Slic
                                                           slice.daemon_index());
           !mapped.ok()) {
         // As listed, so that the peers hear that this daemon will not write into them.
-        std::set<int64_t> listed;
-        for (const v1::RankLayout& r : slice.shared_destinations().ranks()) listed.insert(r.rank());
-        executor.WriteStraightInto(std::move(listed), peer_destinations_.buffers());
+        executor.WriteStraightInto(transport::PeerDestinations::Listed(slice.shared_destinations()),
+                                   peer_destinations_.buffers());
         return FailBeforeRun(&executor, slice.plan(), execute.epoch_number(), fail(mapped));
       }
       executor.WriteStraightInto(peer_destinations_.ranks(), peer_destinations_.buffers());

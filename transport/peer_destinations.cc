@@ -83,8 +83,14 @@ absl::Status PeerDestinations::Update(const v1::LayoutSpec& shared, const RankPl
     if (daemon.ok() && *daemon != self) wanted[layout.rank()] = &layout;
   }
   if (absl::Status mapped = MapAll(wanted, shared); !mapped.ok()) return mapped;
-  for (const v1::RankLayout& layout : shared.ranks()) ranks_.insert(layout.rank());
+  ranks_ = Listed(shared);
   return absl::OkStatus();
+}
+
+std::set<int64_t> PeerDestinations::Listed(const v1::LayoutSpec& shared) {
+  std::set<int64_t> listed;
+  for (const v1::RankLayout& layout : shared.ranks()) listed.insert(layout.rank());
+  return listed;
 }
 
 }  // namespace refit::transport

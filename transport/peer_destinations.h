@@ -35,6 +35,9 @@ class PeerDestinations {
   // Every rank the last Update listed, this daemon's own included: the list both ends of a
   // straight write decide from.
   const std::set<int64_t>& ranks() const { return ranks_; }
+  // The ranks `shared` (a slice's shared_destinations) lists: what ranks() holds after an
+  // Update of it succeeded.
+  static std::set<int64_t> Listed(const v1::LayoutSpec& shared);
   BufferMap* buffers() { return &buffers_; }
   // How many times a rank was mapped (tests: a warm epoch maps nothing).
   int64_t mappings() const { return mappings_; }

@@ -872,8 +872,7 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
   // Each writer's word that it stopped writing straight into ranks here is awaited however
   // the run ends (transport/straight_write_stops.h).
   const StraightWriteParties parties = PartiesOf(*batches);
-  const std::map<int32_t, int>& last_batch_writing_to = parties.last_batch_writing_to;
-  if ((!parties.writers.empty() || !last_batch_writing_to.empty()) && worker_ == nullptr) {
+  if ((!parties.writers.empty() || !parties.last_batch_writing_to.empty()) && worker_ == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "epoch ", epoch,
         ": pieces are written straight between daemons but this one has no UCX worker"));
@@ -890,14 +889,14 @@ absl::StatusOr<ExecutionStats> PlanExecutor::Run(const v1::Plan& plan, uint32_t 
   } else {
     ran = RunResolved(plan, *batches, epoch, deadline, [&](int batch) {
       absl::Status told;
-      for (const auto& [peer, last] : last_batch_writing_to) {
+      for (const auto& [peer, last] : parties.last_batch_writing_to) {
         if (last == batch && told.ok()) told = stops.Tell(peer, PeerOf(peer), stop_tag(self_));
       }
       return told;
     });
   }
   // A run that ended early has not told every peer yet.
-  for (const auto& [peer, last] : last_batch_writing_to) {
+  for (const auto& [peer, last] : parties.last_batch_writing_to) {
     stops.Tell(peer, PeerOf(peer), stop_tag(self_)).IgnoreError();  // a silent peer waits it out
   }
   absl::Status settled = stops.Settle(StopLimit());
