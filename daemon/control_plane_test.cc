@@ -302,6 +302,42 @@ TEST_F(ControlPlaneTest, RefitMovesEveryByteAndCommitsTheVersion) {
   EXPECT_FALSE(inference_metrics_.destination_version.Has({{"rank", "0"}}));
 }
 
+// Once the group is complete the coordinator sends the plan slices ahead of the first
+// epoch, and the daemons set up between epochs what it needs: the inference daemon, which
+// receives the trainers' pieces into host staging (no shared memory between these two),
+// holds its staging before any refit, and neither epoch allocates more.
+TEST_F(ControlPlaneTest, TheDaemonsPrepareForTheFirstEpochOnceTheGroupIsComplete) {
+  ASSERT_TRUE(GroupSeen(2, 2));
+  const prometheus::Labels staging{{"kind", "host_staging"}};
+  auto held = [&]() { return inference_metrics_.kept_memory_bytes.Add(staging).Value(); };
+  auto allocations = [&]() {
+    return inference_metrics_.kept_memory_allocations.Add(staging).Value();
+  };
+  for (int i = 0; i < 250 && held() == 0; ++i) absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_GT(held(), 0) << "no staging set up before the first epoch";
+  const double prepared = held();
+  EXPECT_EQ(allocations(), 1);
+  for (const v1::RankLayout& r : sources_.ranks()) {
+    transport::testing::FillViews(&trainer_.HoldBuffers().mutable_buffers(), v1::ROLE_SOURCE, r);
+  }
+  for (int64_t version : {1, 2}) {
+    for (const v1::RankLayout& r : sources_.ranks()) {
+      ASSERT_TRUE(trainer_.Publish(r.rank(), version).ok());
+    }
+    v1::RefitReport report;
+    const grpc::Status refit = Refit(version, &report);
+    ASSERT_TRUE(refit.ok()) << refit.error_message();
+  }
+  for (const v1::RankLayout& r : destinations_.ranks()) {
+    EXPECT_EQ(
+        transport::testing::WrongBytes(inference_.HoldBuffers().buffers(), v1::ROLE_DESTINATION, r),
+        0)
+        << "rank " << r.rank();
+  }
+  EXPECT_EQ(held(), prepared);
+  EXPECT_EQ(allocations(), 1) << "an epoch allocated staging the preparation had not";
+}
+
 TEST_F(ControlPlaneTest, AnUnpublishedVersionFailsAtTheDeadlineNamingTheRanks) {
   ASSERT_TRUE(GroupSeen(2, 2));
   ASSERT_TRUE(trainer_.Publish(0, 4).ok());  // rank 1 never publishes

@@ -148,8 +148,9 @@ grpc::Status ControlService::Control(
             !added.ok()) {
           spdlog::warn("refitd on {}: registration refused: {}", hello.node(),
                        std::string(added.message()));
-        } else if (destination) {
-          SendPeerDestinations(session.index);
+        } else {
+          if (destination) SendPeerDestinations(session.index);
+          runner_->PrepareSoon();  // the slices go out once the group is complete
         }
         UpdateRankGauges();
         break;

@@ -89,7 +89,15 @@ void CoordinatorLink::Start() {
       &interrupt_,
       [this]() {
         MapPeerDestinations();
-        return executor_->EnsureWorker();
+        if (!executor_->EnsureWorker()) return false;
+        std::shared_ptr<const v1::PlanSlice> slice;
+        {
+          absl::MutexLock lock(&mu_);
+          slice = std::move(slice_to_prepare_);
+          slice_to_prepare_.reset();
+        }
+        executor_->Prepare(slice);
+        return true;
       },
       [this](const EpochQueue::Job& job) { RunEpoch(job.execute, job.slice); });
   thread_ = std::thread([this]() { Run(); });
@@ -196,6 +204,11 @@ void CoordinatorLink::Session() {
         break;
       case v1::CoordinatorMessage::kPlan:
         slice_ = std::make_shared<const v1::PlanSlice>(std::move(*message.mutable_plan()));
+        {
+          absl::MutexLock lock(&mu_);
+          slice_to_prepare_ = slice_;
+        }
+        epochs_->Nudge();
         break;
       case v1::CoordinatorMessage::kExecute:
         OnExecute(message.execute());

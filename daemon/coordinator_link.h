@@ -128,6 +128,8 @@ class CoordinatorLink {
   // The coordinator's latest list of same-host peers' destination ranks, not yet mapped
   // (the epoch thread maps it between epochs).
   std::shared_ptr<const v1::LayoutSpec> peer_destinations_ ABSL_GUARDED_BY(mu_);
+  // The latest plan slice, for the epoch thread to prepare for between epochs.
+  std::shared_ptr<const v1::PlanSlice> slice_to_prepare_ ABSL_GUARDED_BY(mu_);
 
   // Owned by the link's thread.
   std::shared_ptr<const v1::PlanSlice> slice_;

@@ -99,6 +99,7 @@ v1::EpochDone EpochExecutor::Run(const v1::ExecuteEpoch& execute,
   std::optional<RankRegistry::BufferHold> hold = registry_->BeginEpoch(facts.destinations_here);
   if (data_plane_.worker() != nullptr) {
     done = Execute(execute, facts, &hold->mutable_buffers(), progress);
+    RecordKeptMemory();
   } else {
     done.set_epoch_id(execute.epoch_id());
     done.set_code(static_cast<int32_t>(absl::StatusCode::kUnavailable));
@@ -117,6 +118,72 @@ v1::EpochDone EpochExecutor::Run(const v1::ExecuteEpoch& execute,
   // what the peer sends next (see ucx_worker.h).
   if (metrics_ != nullptr) metrics_->EpochDone(done.ok());
   return done;
+}
+
+absl::Status EpochExecutor::UseKeptMemory(const v1::PlanSlice& slice,
+                                          const transport::RankPlacement& placement,
+                                          transport::PlanExecutor* executor) {
+  executor->UseHostStaging(&host_staging_);
+  if (shared_memory_domain_.empty()) return absl::OkStatus();
+  std::set<int32_t> same_host;
+  for (const v1::DaemonPeer& peer : slice.daemons()) {
+    if (peer.index() != slice.daemon_index() &&
+        peer.shared_memory_domain() == shared_memory_domain_) {
+      same_host.insert(peer.index());
+    }
+  }
+  if (same_host.empty()) return absl::OkStatus();
+  executor->UseSharedMemory(same_host, &outbox_, &inboxes_);
+  // Pieces from this daemon's source views into those peers' destination ranks in shared
+  // memory are written straight into them.
+  if (absl::Status mapped =
+          peer_destinations_.Update(slice.shared_destinations(), placement, slice.daemon_index());
+      !mapped.ok()) {
+    // As listed, so that the peers hear that this daemon will not write into them.
+    executor->WriteStraightInto(transport::PeerDestinations::Listed(slice.shared_destinations()),
+                                peer_destinations_.buffers());
+    return mapped;
+  }
+  executor->WriteStraightInto(peer_destinations_.ranks(), peer_destinations_.buffers());
+  return absl::OkStatus();
+}
+
+void EpochExecutor::Prepare(const std::shared_ptr<const v1::PlanSlice>& slice) {
+  if (slice == nullptr || slice == prepared_ || data_plane_.worker() == nullptr) return;
+  prepared_ = slice;
+  const absl::Time start = absl::Now();
+  const SliceFacts& facts = FactsOf(slice);
+  absl::Status ready;
+  absl::StatusOr<std::vector<transport::UcxEndpoint*>> peers =
+      data_plane_.PeersFor(*slice, facts.exchanged_with);
+  if (!peers.ok()) {
+    ready = peers.status();
+  } else {
+    RankRegistry::BufferHold hold = registry_->HoldBuffers();
+    transport::PlanExecutor executor(&hold.mutable_buffers(), facts.placement,
+                                     slice->daemon_index(), data_plane_.worker(), *peers);
+    ready = UseKeptMemory(*slice, facts.placement, &executor);
+    if (ready.ok()) ready = executor.Reserve(slice->plan());
+  }
+  if (!ready.ok()) {
+    spdlog::warn(
+        "refitd {}: could not prepare for plan {} ahead of its epochs (the first "
+        "epoch sets up what it needs): {}",
+        node_, slice->digest(), std::string(ready.message()));
+    return;
+  }
+  RecordKeptMemory();
+  spdlog::info(
+      "refitd {}: prepared for plan {} in {:.3f} s: {} peers connected, {:.1f} MB of host "
+      "staging, {:.1f} MB of shared-memory outbox",
+      node_, slice->digest(), absl::ToDoubleSeconds(absl::Now() - start), peers->size(),
+      host_staging_.HeldBytes(-1) / 1e6, outbox_.held_bytes() / 1e6);
+}
+
+void EpochExecutor::RecordKeptMemory() {
+  if (metrics_ == nullptr) return;
+  metrics_->KeptMemory("host_staging", host_staging_.HeldBytes(-1), host_staging_.allocations());
+  metrics_->KeptMemory("shared_memory_outbox", outbox_.held_bytes(), outbox_.allocations());
 }
 
 v1::EpochDone EpochExecutor::FailBeforeRun(transport::PlanExecutor* executor, const v1::Plan& plan,
@@ -165,30 +232,9 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const Slic
   // it within this bound rather than at its deadline.
   executor.SetStallLimit(absl::Milliseconds(execute.stall_ms() > 0 ? execute.stall_ms() : 10000));
   executor.SetInterrupt(interrupt_);
-  executor.UseHostStaging(&host_staging_);
   executor.SetCopyThreads(copy_threads_);
-  if (!shared_memory_domain_.empty()) {
-    std::set<int32_t> same_host;
-    for (const v1::DaemonPeer& peer : slice.daemons()) {
-      if (peer.index() != slice.daemon_index() &&
-          peer.shared_memory_domain() == shared_memory_domain_) {
-        same_host.insert(peer.index());
-      }
-    }
-    if (!same_host.empty()) {
-      executor.UseSharedMemory(same_host, &outbox_, &inboxes_);
-      // Pieces from this daemon's source views into those peers' destination ranks in
-      // shared memory are written straight into them.
-      if (absl::Status mapped = peer_destinations_.Update(slice.shared_destinations(), placement,
-                                                          slice.daemon_index());
-          !mapped.ok()) {
-        // As listed, so that the peers hear that this daemon will not write into them.
-        executor.WriteStraightInto(transport::PeerDestinations::Listed(slice.shared_destinations()),
-                                   peer_destinations_.buffers());
-        return FailBeforeRun(&executor, slice.plan(), execute.epoch_number(), fail(mapped));
-      }
-      executor.WriteStraightInto(peer_destinations_.ranks(), peer_destinations_.buffers());
-    }
+  if (absl::Status kept = UseKeptMemory(slice, placement, &executor); !kept.ok()) {
+    return FailBeforeRun(&executor, slice.plan(), execute.epoch_number(), fail(kept));
   }
   // A segment its owner truncated since registration would fault at the first touch.
   if (absl::Status backed = buffers->CheckBacked(); !backed.ok()) {

@@ -51,6 +51,12 @@ class EpochExecutor {
   // Makes the UCX worker if there is none; false if it cannot (logged).
   bool EnsureWorker() { return data_plane_.EnsureWorker(); }
 
+  // Sets up now, between epochs, what the epochs of `slice` need and keep (connections to
+  // the daemons it exchanges pieces with, host staging and the shared-memory outbox at its
+  // largest batch's size), so that its first epoch costs what a later one does. Once per
+  // slice; what fails is logged and left to the epoch (which fails or succeeds as without).
+  void Prepare(const std::shared_ptr<const v1::PlanSlice>& slice);
+
   using Progress = std::function<void(int64_t delivered_bytes)>;
   // Runs `execute` with `slice` (null: none was received) and returns the report: ok with
   // the checksums and each destination rank's finish time, or the failure with its kind
@@ -72,10 +78,18 @@ class EpochExecutor {
   const SliceFacts& FactsOf(const std::shared_ptr<const v1::PlanSlice>& slice);
   v1::EpochDone Execute(const v1::ExecuteEpoch& execute, const SliceFacts& facts,
                         transport::BufferMap* buffers, const Progress& progress);
+  // Gives `executor` the memory kept across epochs: the host staging and, with peers of
+  // this daemon's shared-memory domain in `slice`, the outbox, the inboxes and the peers'
+  // ranks to write straight into (mapped now if not yet; an error if they cannot be, with
+  // the executor told of them as listed, so it can say it will not write into them).
+  absl::Status UseKeptMemory(const v1::PlanSlice& slice, const transport::RankPlacement& placement,
+                             transport::PlanExecutor* executor);
   // `failed`, after telling the same-host peers `executor` would have written straight into
   // that it will not (they would otherwise wait for it up to the stall limit).
   v1::EpochDone FailBeforeRun(transport::PlanExecutor* executor, const v1::Plan& plan,
                               uint32_t epoch_number, v1::EpochDone failed);
+  // The host staging and outbox held now, for the metrics.
+  void RecordKeptMemory();
   // The registrations of this daemon's ranks of one side.
   std::vector<v1::RankRegistration> RegistrationsOf(v1::Role role) const;
   void RecordStats(const std::string& epoch_id, const v1::PlanSlice& slice,
@@ -100,6 +114,7 @@ class EpochExecutor {
   // The destination ranks of daemons of this host that pieces go straight into.
   transport::PeerDestinations peer_destinations_;
   SliceFacts facts_;
+  std::shared_ptr<const v1::PlanSlice> prepared_;  // the last slice Prepare set up for
 };
 
 }  // namespace refit::daemon

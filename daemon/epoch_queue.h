@@ -1,6 +1,7 @@
 // refitd's epoch thread: runs the epochs the control stream hands it, one at a time, so the
 // stream keeps reading (and can abort one) while an epoch runs. Between epochs it calls
-// `prepare` (refitd remakes a lost UCX worker and maps same-host peers' ranks there) and,
+// `prepare` (refitd remakes a lost UCX worker, maps same-host peers' ranks and prepares for
+// a new plan slice there) and,
 // while that fails, tries again every 500 ms; Nudge has it called again. Every submitted epoch
 // runs, even one interrupted before it started: it must still be reported.
 #ifndef REFIT_DAEMON_EPOCH_QUEUE_H_

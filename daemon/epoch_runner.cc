@@ -87,10 +87,7 @@ absl::StatusOr<std::optional<v1::NcclSetup>> EpochRunner::NcclSetupFor(
   return setup;
 }
 
-absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& snapshot,
-                                                      const v1::Plan& plan,
-                                                      const std::string& epoch_id, uint32_t number,
-                                                      int64_t version, absl::Time deadline) {
+absl::Status EpochRunner::SendSlices(const ClusterSnapshot& snapshot, const v1::Plan& plan) {
   transport::RankPlacement where;
   for (const v1::RankPlacement& p : snapshot.placement) where.Place(p.role(), p.rank(), p.daemon());
   absl::StatusOr<std::optional<v1::NcclSetup>> nccl = NcclSetupFor(snapshot, plan);
@@ -111,7 +108,6 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
   if (nccl->has_value())
     absl::StrAppend(&slice_key, "|nccl ", absl::CHexEscape((*nccl)->unique_id()));
   std::optional<ViewKeySet> compared;  // computed when a slice is sent
-  std::set<int32_t> asked;
   for (const auto& [index, channel] : snapshot.channels) {
     // A daemon keeps its slice across epochs: it is sent again only when the plan, the
     // group or the daemon's session changed.
@@ -147,6 +143,17 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
       sent_to = channel;
       sent_key = slice_key;
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& snapshot,
+                                                      const v1::Plan& plan,
+                                                      const std::string& epoch_id, uint32_t number,
+                                                      int64_t version, absl::Time deadline) {
+  if (absl::Status sent = SendSlices(snapshot, plan); !sent.ok()) return sent;
+  std::set<int32_t> asked;
+  for (const auto& [index, channel] : snapshot.channels) {
     v1::CoordinatorMessage execute_message;
     v1::ExecuteEpoch* execute = execute_message.mutable_execute();
     execute->set_epoch_id(epoch_id);
@@ -166,6 +173,75 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
     asked.insert(index);
   }
   return asked;
+}
+
+EpochRunner::~EpochRunner() {
+  {
+    absl::MutexLock lock(&prepare_mu_);
+    preparer_exit_ = true;
+  }
+  if (preparer_.joinable()) preparer_.join();
+}
+
+void EpochRunner::PrepareSoon() {
+  absl::MutexLock lock(&prepare_mu_);
+  prepare_wanted_ = true;
+  if (!preparer_.joinable()) preparer_ = std::thread([this]() { PrepareLoop(); });
+}
+
+void EpochRunner::PrepareLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&prepare_mu_);
+      auto woken = [this]() ABSL_SHARED_LOCKS_REQUIRED(prepare_mu_) {
+        return prepare_wanted_ || preparer_exit_;
+      };
+      prepare_mu_.Await(absl::Condition(&woken));
+      if (preparer_exit_) return;
+      prepare_wanted_ = false;
+    }
+    PrepareGroup();
+  }
+}
+
+void EpochRunner::PrepareGroup() {
+  // Not while an epoch holds the group (its Launch sends the slices), and only for a group
+  // as complete as an epoch needs it (a partial one plans around missing sources).
+  if (cluster_->RankCount(v1::ROLE_SOURCE) < job_.source_ranks() ||
+      cluster_->RankCount(v1::ROLE_DESTINATION) < job_.destination_ranks() ||
+      !TakeGroup(absl::Now(), nullptr)) {
+    return;
+  }
+  {
+    absl::MutexLock run_lock(&run_mu_);  // never contended: the group is ours
+    int64_t version;
+    {
+      absl::MutexLock lock(&mu_);
+      version = current_version_;
+    }
+    absl::Status sent;
+    absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot();
+    absl::StatusOr<PlannedEpoch> planned = absl::UnknownError("not planned");
+    if (!snapshot.ok()) {
+      sent = snapshot.status();
+    } else if (planned = PlanEpoch(version, *snapshot); !planned.ok()) {
+      sent = planned.status();
+    } else {
+      sent = SendSlices(*snapshot, planned->wire);
+    }
+    if (sent.ok()) {
+      spdlog::info(
+          "the refit group is complete: plan {} sent to its {} daemons ahead of the next "
+          "epoch",
+          planned->wire.digest(), snapshot->channels.size());
+    } else {
+      spdlog::info(
+          "the refit group is complete, but its plan was not sent ahead (the next "
+          "epoch tries again): {}",
+          std::string(sent.message()));
+    }
+  }
+  ReleaseGroup();
 }
 
 bool EpochRunner::TakeGroup(absl::Time deadline, const Cancelled& cancelled) {

@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -34,6 +35,18 @@ class EpochRunner {
   // `metrics` may be null.
   EpochRunner(Cluster* cluster, v1::JobSpec job, CoordinatorMetrics* metrics = nullptr)
       : cluster_(cluster), job_(std::move(job)), metrics_(metrics) {}
+  // Waits for a preparation under way (PrepareSoon).
+  ~EpochRunner();
+  EpochRunner(const EpochRunner&) = delete;
+  EpochRunner& operator=(const EpochRunner&) = delete;
+
+  // Once every rank of the group is registered, sends each daemon its plan slice ahead of
+  // the next epoch, so that the daemons set up between epochs what it needs (connections,
+  // staging, shared-memory outbox: EpochExecutor::Prepare) and the first epoch costs what
+  // a later one does. On a thread of the runner's own; calls made before it gets to them
+  // count as one, and nothing is sent while an epoch holds the group (its Launch sends the
+  // slices). The control streams call it when a rank registers.
+  void PrepareSoon() ABSL_LOCKS_EXCLUDED(prepare_mu_);
 
   // Says whether the caller gave up (a cancelled RPC); checked every 100 ms while waiting.
   using Cancelled = std::function<bool()>;
@@ -73,6 +86,12 @@ class EpochRunner {
 
  private:
   // Slices the plan for each daemon and sends slice + execute; returns the daemons asked.
+  // Sends each daemon of `snapshot` its slice of `plan` unless it holds it already.
+  absl::Status SendSlices(const ClusterSnapshot& snapshot, const v1::Plan& plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // PrepareSoon's thread, and what it does each time it is woken.
+  void PrepareLoop() ABSL_LOCKS_EXCLUDED(prepare_mu_);
+  void PrepareGroup();
   absl::StatusOr<std::set<int32_t>> Launch(const ClusterSnapshot& snapshot, const v1::Plan& plan,
                                            const std::string& epoch_id, uint32_t number,
                                            int64_t version, absl::Time deadline)
@@ -178,6 +197,10 @@ class EpochRunner {
   std::map<std::string, bool> outcomes_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> outcome_order_ ABSL_GUARDED_BY(mu_);
   absl::Mutex settle_mu_;  // one SettleDaemonsInDoubt at a time
+  absl::Mutex prepare_mu_;
+  bool prepare_wanted_ ABSL_GUARDED_BY(prepare_mu_) = false;
+  bool preparer_exit_ ABSL_GUARDED_BY(prepare_mu_) = false;
+  std::thread preparer_;  // started by the first PrepareSoon
   bool group_busy_ ABSL_GUARDED_BY(mu_) = false;
   int64_t group_version_ ABSL_GUARDED_BY(mu_) = -1;  // what the group's holder refits
 };

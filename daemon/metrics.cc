@@ -108,7 +108,29 @@ DaemonMetrics::DaemonMetrics(std::shared_ptr<prometheus::Registry> r, const std:
                     "daemon held at once in its last epoch")
               .Labels(NodeLabel(node))
               .Register(*r)
-              .Add({})) {}
+              .Add({})),
+      kept_memory_bytes(prometheus::BuildGauge()
+                            .Name("refitd_kept_memory_bytes")
+                            .Help("Memory the data plane keeps across epochs, by kind "
+                                  "(host_staging, shared_memory_outbox)")
+                            .Labels(NodeLabel(node))
+                            .Register(*r)),
+      kept_memory_allocations(
+          prometheus::BuildCounter()
+              .Name("refitd_kept_memory_allocations_total")
+              .Help("How often the data plane allocated (grew) the memory it keeps across "
+                    "epochs, by kind; a warm epoch allocates none")
+              .Labels(NodeLabel(node))
+              .Register(*r)) {
+  for (const char* kind : {"host_staging", "shared_memory_outbox"}) KeptMemory(kind, 0, 0);
+}
+
+void DaemonMetrics::KeptMemory(const std::string& kind, int64_t bytes, int64_t allocations) {
+  const prometheus::Labels labels{{"kind", kind}};
+  kept_memory_bytes.Add(labels).Set(static_cast<double>(bytes));
+  prometheus::Counter& allocated = kept_memory_allocations.Add(labels);
+  if (allocations > allocated.Value()) allocated.Increment(allocations - allocated.Value());
+}
 
 void DaemonMetrics::RelayBufferPeak(int64_t bytes) {
   relay_buffer_peak_bytes.Set(static_cast<double>(bytes));

@@ -48,6 +48,9 @@ struct DaemonMetrics {
   void ForgetDestination(int64_t rank);
   // The most relay-buffer bytes this daemon held at once in its last epoch (0: none).
   void RelayBufferPeak(int64_t bytes);
+  // The memory of `kind` the data plane keeps across epochs: bytes held now, and how often
+  // it was allocated since the daemon started.
+  void KeptMemory(const std::string& kind, int64_t bytes, int64_t allocations);
 
   std::shared_ptr<prometheus::Registry> registry;
   prometheus::Family<prometheus::Counter>& epochs;
@@ -56,6 +59,8 @@ struct DaemonMetrics {
   prometheus::Family<prometheus::Gauge>& ranks;
   prometheus::Family<prometheus::Gauge>& destination_version;
   prometheus::Gauge& relay_buffer_peak_bytes;
+  prometheus::Family<prometheus::Gauge>& kept_memory_bytes;
+  prometheus::Family<prometheus::Counter>& kept_memory_allocations;
 };
 
 }  // namespace refit::daemon

@@ -224,38 +224,108 @@ std::vector<PlanExecutor::Chunk> PlanExecutor::CutIntoChunks(
   }
 }
 
+PlanExecutor::BatchRoutes PlanExecutor::RouteBatch(const std::vector<Resolved>& transfers) const {
+  BatchRoutes routes;
+  for (const Resolved& r : transfers) {
+    if (WrittenStraight(r)) {
+      if (r.src_daemon == self_) {
+        routes.local.push_back(r.transfer);
+        routes.straight_to[r.dst_daemon] += r.transfer->bytes();
+      } else {  // the peer writes it
+        routes.written_by_peers.push_back(r.transfer);
+        routes.straight_from[r.src_daemon] += r.transfer->bytes();
+      }
+    } else if (r.src_daemon == self_ && r.dst_daemon == self_) {
+      routes.local.push_back(r.transfer);
+    } else if ((r.src_daemon == self_ || r.dst_daemon == self_) && ViaNccl(*r.transfer)) {
+      routes.nccl.push_back(r.transfer);
+    } else if (r.src_daemon == self_) {
+      routes.outgoing[r.dst_daemon].push_back(r.transfer);
+    } else if (r.dst_daemon == self_) {
+      routes.incoming[r.src_daemon].push_back(r.transfer);
+    }
+  }
+  return routes;
+}
+
+std::vector<PlanExecutor::Stream> PlanExecutor::StreamsOf(const BatchRoutes& routes) const {
+  const bool shared_memory = outbox_ != nullptr && inboxes_ != nullptr;
+  std::vector<Stream> streams;
+  for (const auto& [peer, list] : routes.incoming) {
+    streams.push_back({peer, false, CutIntoChunks(list), PeerOf(peer)});
+  }
+  for (const auto& [peer, list] : routes.outgoing) {
+    streams.push_back({peer, true, CutIntoChunks(list), PeerOf(peer)});
+  }
+  for (Stream& stream : streams) {
+    if (shared_memory && shared_memory_peers_.count(stream.peer)) {
+      stream.mailbox = std::make_shared<Mailbox>();
+    }
+  }
+  return streams;
+}
+
+PlanExecutor::SlotSizes PlanExecutor::SlotSizesOf(const std::vector<Stream>& streams) {
+  SlotSizes slots;
+  for (const Stream& stream : streams) {
+    if (stream.mailbox != nullptr && !stream.outgoing) continue;  // reads the sender's outbox
+    int64_t largest = 0;
+    for (const Chunk& chunk : stream.chunks) largest = std::max(largest, chunk.bytes);
+    std::vector<int64_t>& into = stream.mailbox != nullptr ? slots.outbox : slots.staging;
+    into.push_back(largest);
+    if (stream.chunks.size() > 1) into.push_back(largest);
+  }
+  return slots;
+}
+
+absl::Status PlanExecutor::Reserve(const v1::Plan& plan) {
+  if (plan.ordered_batches()) return absl::OkStatus();  // staged piece by piece, not in slots
+  ordered_run_ = false;
+  absl::StatusOr<std::vector<std::vector<Resolved>>> batches = ResolveBatches(plan);
+  if (!batches.ok()) return batches.status();
+  auto carved_bytes = [](const std::vector<int64_t>& sizes) {
+    int64_t total = 0;
+    for (int64_t size : sizes) total += StagingPool::AlignUp(size);
+    return total;
+  };
+  int64_t staging = 0, outbox = 0;
+  for (const std::vector<Resolved>& batch : *batches) {
+    const SlotSizes slots = SlotSizesOf(StreamsOf(RouteBatch(batch)));
+    staging = std::max(staging, carved_bytes(slots.staging));
+    outbox = std::max(outbox, carved_bytes(slots.outbox));
+  }
+  if (staging > 0 && host_staging_ != nullptr) {
+    if (absl::Status carved = host_staging_->Carve(-1, {staging}).status(); !carved.ok()) {
+      return carved;
+    }
+  }
+  if (outbox > 0 && outbox_ != nullptr) return outbox_->Carve({outbox}).status();
+  return absl::OkStatus();
+}
+
 absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int32_t batch,
                                     uint32_t epoch, absl::Time deadline, RunMemory* run_memory,
                                     ExecutionStats* stats) {
-  std::map<int32_t, std::vector<const v1::Transfer*>> outgoing, incoming;
-  // Local copies, then pieces written straight into same-host peers' destination ranks;
-  // the bytes written straight to and from each peer in this batch.
-  std::vector<const v1::Transfer*> local, nccl;
-  std::map<int32_t, int64_t> straight_to, straight_from;
-  for (const Resolved& r : transfers) {
-    if (WrittenStraight(r)) {
-      const int64_t bytes = r.transfer->bytes();
-      stats->bytes_via_shared_memory += bytes;
-      if (r.src_daemon == self_) {
-        local.push_back(r.transfer);
-        stats->bytes_sent_to[r.dst_daemon] += bytes;
-        straight_to[r.dst_daemon] += bytes;
-      } else {  // the peer writes it
-        stats->bytes_received_from[r.src_daemon] += bytes;
-        stats->piece_hashes.written_by_peers.insert(r.transfer->sequence());
-        straight_from[r.src_daemon] += bytes;
-      }
-    } else if (r.src_daemon == self_ && r.dst_daemon == self_) {
-      local.push_back(r.transfer);
-    } else if ((r.src_daemon == self_ || r.dst_daemon == self_) && ViaNccl(*r.transfer)) {
-      nccl.push_back(r.transfer);
-    } else if (r.src_daemon == self_) {
-      outgoing[r.dst_daemon].push_back(r.transfer);
-    } else if (r.dst_daemon == self_) {
-      incoming[r.src_daemon].push_back(r.transfer);
-    }
+  const BatchRoutes routes = RouteBatch(transfers);
+  // Local copies, then pieces written straight into same-host peers' destination ranks.
+  const std::vector<const v1::Transfer*>& local = routes.local;
+  const std::vector<const v1::Transfer*>& nccl = routes.nccl;
+  // The bytes written straight to and from each peer in this batch.
+  const std::map<int32_t, int64_t>& straight_to = routes.straight_to;
+  const std::map<int32_t, int64_t>& straight_from = routes.straight_from;
+  for (const auto& [peer, bytes] : straight_to) {
+    stats->bytes_via_shared_memory += bytes;
+    stats->bytes_sent_to[peer] += bytes;
   }
-  if ((!incoming.empty() || !outgoing.empty() || !straight_to.empty() || !straight_from.empty()) &&
+  for (const auto& [peer, bytes] : straight_from) {
+    stats->bytes_via_shared_memory += bytes;
+    stats->bytes_received_from[peer] += bytes;
+  }
+  for (const v1::Transfer* t : routes.written_by_peers) {
+    stats->piece_hashes.written_by_peers.insert(t->sequence());
+  }
+  if ((!routes.incoming.empty() || !routes.outgoing.empty() || !straight_to.empty() ||
+       !straight_from.empty()) &&
       worker_ == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("batch ", batch, " crosses daemons but this one has no UCX worker"));
@@ -269,51 +339,19 @@ absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int3
   // notices; an incoming stream needs no slots (it unpacks from the sender's outbox) and
   // answers each chunk with a receipt, which the sender awaits before it packs into that
   // slot again.
-  struct Mailbox {  // the small messages of a shared-memory stream, two rounds' worth
-    EncodedNotice notices[2];
-    int64_t receipts[2] = {0, 0};
-  };
-  struct Stream {
-    int32_t peer;
-    bool outgoing;
-    std::vector<Chunk> chunks;
-    UcxEndpoint* endpoint = nullptr;
-    uint8_t* slots[2] = {nullptr, nullptr};
-    // Set for a stream through shared memory; kept alive by what UCX may still write.
-    std::shared_ptr<Mailbox> mailbox;
-  };
-  const bool shared_memory = outbox_ != nullptr && inboxes_ != nullptr;
-  std::vector<Stream> streams;
-  for (const auto& [peer, list] : incoming) {
-    streams.push_back({peer, false, CutIntoChunks(list), PeerOf(peer)});
-  }
-  for (const auto& [peer, list] : outgoing) {
-    streams.push_back({peer, true, CutIntoChunks(list), PeerOf(peer)});
-  }
-  for (Stream& stream : streams) {
-    if (!shared_memory || !shared_memory_peers_.count(stream.peer)) continue;
-    stream.mailbox = std::make_shared<Mailbox>();
-    // A receipt goes back on the endpoint to the sender (held to every peer received from).
-    if (stream.endpoint == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("batch ", batch, ": no connection to daemon ", stream.peer));
-    }
-  }
-  std::vector<int64_t> sizes, outbox_sizes;
+  std::vector<Stream> streams = StreamsOf(routes);
   size_t rounds = 0;
   for (const Stream& stream : streams) {
-    int64_t largest = 0;
-    for (const Chunk& chunk : stream.chunks) largest = std::max(largest, chunk.bytes);
     rounds = std::max(rounds, stream.chunks.size());
-    if (stream.mailbox != nullptr && !stream.outgoing) continue;
-    if (stream.endpoint == nullptr && stream.outgoing) {
+    // A receipt goes back on the endpoint to the sender (held to every peer received from).
+    if (stream.endpoint == nullptr && (stream.outgoing || stream.mailbox != nullptr)) {
       return absl::FailedPreconditionError(
           absl::StrCat("batch ", batch, ": no connection to daemon ", stream.peer));
     }
-    std::vector<int64_t>& into = stream.mailbox != nullptr ? outbox_sizes : sizes;
-    into.push_back(largest);
-    if (stream.chunks.size() > 1) into.push_back(largest);
   }
+  const SlotSizes slot_sizes = SlotSizesOf(streams);
+  const std::vector<int64_t>& sizes = slot_sizes.staging;
+  const std::vector<int64_t>& outbox_sizes = slot_sizes.outbox;
   StagingPool* host_staging = host_staging_ != nullptr ? host_staging_ : &run_memory->host_staging;
   std::vector<uint8_t*> carved, outbox_carved;
   if (!sizes.empty()) {

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -139,6 +140,12 @@ class PlanExecutor {
     on_message_received_ = std::move(received);
   }
 
+  // Grows the host staging (UseHostStaging) and the shared-memory outbox (UseSharedMemory)
+  // now to what `plan`'s largest batch carves from them, so that Run's first epoch faults in
+  // no fresh page (touching a new page costs more than copying into a touched one). Configure
+  // the executor as for Run first. Nothing for an ordered plan.
+  absl::Status Reserve(const v1::Plan& plan);
+
   // Sends pieces between GPU buffers of different daemons over NCCL instead of UCX.
   void UseNccl(const NcclRoute* route) { nccl_ = route; }
 
@@ -196,6 +203,42 @@ class PlanExecutor {
     int32_t dst_daemon;
   };
 
+  // A batch's transfers by the way each takes from or to this daemon.
+  struct BatchRoutes {
+    std::map<int32_t, std::vector<const v1::Transfer*>> outgoing, incoming;  // by peer
+    // Copies here, then pieces this daemon writes straight into same-host peers' ranks.
+    std::vector<const v1::Transfer*> local;
+    std::vector<const v1::Transfer*> nccl;
+    // Pieces same-host peers write straight into ranks here.
+    std::vector<const v1::Transfer*> written_by_peers;
+    // The bytes written straight to and from each peer.
+    std::map<int32_t, int64_t> straight_to, straight_from;
+  };
+  BatchRoutes RouteBatch(const std::vector<Resolved>& transfers) const;
+  // The small messages of a shared-memory stream, two rounds' worth.
+  struct Mailbox {
+    EncodedNotice notices[2];
+    int64_t receipts[2] = {0, 0};
+  };
+  // One peer's messages in one direction during a batch.
+  struct Stream {
+    int32_t peer;
+    bool outgoing;
+    std::vector<Chunk> chunks;
+    UcxEndpoint* endpoint = nullptr;  // null without a connection to the peer
+    uint8_t* slots[2] = {nullptr, nullptr};
+    // Set for a stream through shared memory; kept alive by what UCX may still write.
+    std::shared_ptr<Mailbox> mailbox;
+  };
+  // The streams of a batch's messages (incoming first), cut into chunks, slots not carved.
+  std::vector<Stream> StreamsOf(const BatchRoutes& routes) const;
+  // The slots `streams` take, in stream order: two of its largest chunk per stream (one when
+  // it has a single chunk), from host staging, or from the outbox for an outgoing stream
+  // through shared memory (an incoming one unpacks from the sender's outbox: none).
+  struct SlotSizes {
+    std::vector<int64_t> staging, outbox;
+  };
+  static SlotSizes SlotSizesOf(const std::vector<Stream>& streams);
   // Each batch's transfers with the daemons at their ends; errors name the batch.
   absl::StatusOr<std::vector<std::vector<Resolved>>> ResolveBatches(const v1::Plan& plan) const;
   // Run's batches, calling `after_batch` after each one that succeeded.

@@ -295,6 +295,79 @@ TEST(PlanExecutorTest, HostStagingIsAllocatedOnceAndKeptAcrossEpochs) {
   EXPECT_EQ(results[1]->bytes_received_from.at(0), 64 * 64 * 4);
 }
 
+// Three tensors from a trainer host to an inference host, in two batches of 16 and 24 KiB
+// (the planner fills a batch from the largest piece down): each batch one message.
+struct SmallThenLargeBatch {
+  SmallThenLargeBatch() {
+    refit::testing::LayoutBuilder src_builder, dst_builder;
+    for (refit::testing::LayoutBuilder* builder : {&src_builder, &dst_builder}) {
+      builder->Tensor("b", {64, 64}).Tensor("c", {48, 64}).Tensor("d", {48, 64});
+      builder->Rank(0, builder == &src_builder ? "trainer" : "inference", 0);
+      builder->Replicated("b", {0}).Replicated("c", {0}).Replicated("d", {0});
+    }
+    sources = backed.Back(src_builder.spec(), "source");
+    destinations = backed.Back(dst_builder.spec(), "destination");
+    const planner::Layout src = *planner::CompileLayout(src_builder.spec(), "source");
+    const planner::Layout dst = *planner::CompileLayout(dst_builder.spec(), "destination");
+    planner::PlanOptions options;
+    options.staging_budget_bytes = kLargestBatchBytes;
+    auto built = planner::BuildPlan(src, dst, planner::DgxH100Topology(), options);
+    EXPECT_TRUE(built.ok()) << built.status();
+    plan = planner::PlanToProto(**built, src, dst);
+    placement = PlaceByHost(sources, destinations, 2);
+  }
+  static int64_t BatchBytes(const v1::Batch& batch) {
+    int64_t bytes = 0;
+    for (const v1::Transfer& t : batch.transfers()) bytes += t.bytes();
+    return bytes;
+  }
+  static constexpr int64_t kLargestBatchBytes = 2 * 48 * 64 * 4;
+  testing::BackedLayouts backed;
+  v1::LayoutSpec sources, destinations;
+  v1::Plan plan;
+  RankPlacement placement;
+};
+
+// Reserve grows the host staging and the outbox to the largest batch's need before the
+// first epoch: no run allocates after it. Without it the first epoch allocates twice (the
+// small batch's block, then the large one's).
+TEST(PlanExecutorTest, ReservedStagingAndOutboxAreAllTheRunsTake) {
+  const SmallThenLargeBatch refit;
+  ASSERT_EQ(refit.plan.batches_size(), 2);
+  ASSERT_LT(refit.BatchBytes(refit.plan.batches(0)), refit.BatchBytes(refit.plan.batches(1)));
+  ASSERT_EQ(refit.BatchBytes(refit.plan.batches(1)), SmallThenLargeBatch::kLargestBatchBytes);
+  for (const Sharing sharing : {Sharing::kNone, Sharing::kHandoff}) {
+    for (const bool reserve : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << (sharing == Sharing::kNone ? "over UCX" : "handed over")
+                                        << (reserve ? ", reserved" : ""));
+      std::vector<int64_t> staging, held, outbox;
+      std::vector<absl::Status> reserved(2);
+      const auto results = RunOnDaemons(
+          refit.plan, refit.sources, refit.destinations, refit.placement, 2, 60, absl::Seconds(10),
+          /*missing_daemon=*/-1, /*interrupt=*/nullptr, /*runs=*/2, &staging,
+          PlanExecutor::kDefaultMessageChunkBytes, &held, sharing, &outbox,
+          [&](int32_t d, PlanExecutor* executor, UcxWorker*) {
+            if (reserve) reserved[d] = executor->Reserve(refit.plan);
+            return reserved[d].ok();
+          });
+      for (int32_t d = 0; d < 2; ++d) {
+        ASSERT_TRUE(reserved[d].ok()) << reserved[d];
+        ASSERT_TRUE(results[d].ok()) << results[d].status();
+      }
+      const int64_t allocations = reserve ? 1 : 2;
+      const int64_t largest = StagingPool::AlignUp(SmallThenLargeBatch::kLargestBatchBytes);
+      if (sharing == Sharing::kNone) {
+        EXPECT_EQ(staging, (std::vector<int64_t>{allocations, allocations}));
+        EXPECT_EQ(held, (std::vector<int64_t>{largest, largest}));
+      } else {
+        EXPECT_EQ(staging, (std::vector<int64_t>{0, 0}));
+        EXPECT_EQ(outbox, (std::vector<int64_t>{allocations, 0}));
+      }
+      EXPECT_EQ(results[1]->bytes_received_from.at(0), (64 + 48 + 48) * 64 * 4);
+    }
+  }
+}
+
 // Rows on four trainer ranks, columns on two inference ranks: eight 2 KiB pieces cross in
 // one batch.
 struct RowsToColumns {
