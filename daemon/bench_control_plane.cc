@@ -17,6 +17,7 @@
 #include "client/daemon_clients.h"
 #include "daemon/coordinator_link.h"
 #include "daemon/coordinator_server.h"
+#include "daemon/mutex_mode.h"
 #include "spdlog/spdlog.h"
 #include "transport/shared_memory.h"
 
@@ -130,6 +131,7 @@ int Run(int daemons, int epochs, int per_daemon) {
 }  // namespace refit::daemon
 
 int main(int argc, char** argv) {
+  refit::daemon::SkipMutexDeadlockDetection();  // as in refitd and the coordinator
   const int daemons = argc > 1 ? std::atoi(argv[1]) : 64;
   const int epochs = argc > 2 ? std::atoi(argv[2]) : 100;
   const int per_daemon = argc > 3 ? std::atoi(argv[3]) : 1;

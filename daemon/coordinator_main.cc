@@ -11,6 +11,7 @@
 #include "daemon/http_endpoints.h"
 #include "daemon/job_validation.h"
 #include "daemon/metrics.h"
+#include "daemon/mutex_mode.h"
 #include "daemon/open_file_limit.h"
 #include "daemon/shutdown_signal.h"
 #include "planner/reference_refits.h"
@@ -36,6 +37,7 @@ ABSL_FLAG(int, metrics_port, -1,
           "HTTP port for /metrics, /healthz and /readyz (0: any free port; -1: none)");
 
 int main(int argc, char** argv) {
+  refit::daemon::SkipMutexDeadlockDetection();
   absl::ParseCommandLine(argc, argv);
   const sigset_t signals = refit::daemon::BlockShutdownSignals();
   const int64_t open_files = refit::daemon::RaiseOpenFileLimit();

@@ -173,10 +173,12 @@ void EpochExecutor::Prepare(const std::shared_ptr<const v1::PlanSlice>& slice) {
     return;
   }
   RecordKeptMemory();
+  const int64_t connected =
+      std::count_if(peers->begin(), peers->end(), [](auto* peer) { return peer != nullptr; });
   spdlog::info(
       "refitd {}: prepared for plan {} in {:.3f} s: {} peers connected, {:.1f} MB of host "
       "staging, {:.1f} MB of shared-memory outbox",
-      node_, slice->digest(), absl::ToDoubleSeconds(absl::Now() - start), peers->size(),
+      node_, slice->digest(), absl::ToDoubleSeconds(absl::Now() - start), connected,
       host_staging_.HeldBytes(-1) / 1e6, outbox_.held_bytes() / 1e6);
 }
 

@@ -14,6 +14,7 @@
 #include "daemon/http_endpoints.h"
 #include "daemon/local_server.h"
 #include "daemon/metrics.h"
+#include "daemon/mutex_mode.h"
 #include "daemon/open_file_limit.h"
 #include "daemon/rank_registry.h"
 #include "daemon/shutdown_signal.h"
@@ -38,6 +39,7 @@ ABSL_FLAG(int, copy_threads, 0,
           "most 8");
 
 int main(int argc, char** argv) {
+  refit::daemon::SkipMutexDeadlockDetection();
   absl::ParseCommandLine(argc, argv);
   const sigset_t signals = refit::daemon::BlockShutdownSignals();
   const int64_t open_files = refit::daemon::RaiseOpenFileLimit();
