@@ -1,0 +1,40 @@
+// Block-scaled FP8, the way DeepSeek-V3-class checkpoints are served: a 2-D weight in
+// E4M3 codes plus one float32 scale per block of 128 x 128 elements (`weight_scale_inv`,
+// shape [ceil(rows / 128), ceil(cols / 128)]), the block's last row and column short at the
+// tensor's edges. The recipe is DeepGEMM's (per_block_cast_to_fp8), which trainers and
+// engines share:
+//   amax  = max |x| over the block, as float32, at least kMinBlockAmax (the zero-block rule:
+//           an all-zero block gets codes 0 and scale kMinBlockAmax / 448)
+//   code  = E4M3(x * (448 / amax)), the product in float32, rounded to nearest even and
+//           saturated at 448 (transport/fp8_e4m3.h)
+//   scale = amax / 448, in float32, so that x ~ code * scale.
+#ifndef REFIT_TRANSPORT_BLOCK_QUANTIZE_H_
+#define REFIT_TRANSPORT_BLOCK_QUANTIZE_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "transport/strided_copy.h"
+
+namespace refit::transport {
+
+inline constexpr int64_t kQuantizationBlock = 128;
+inline constexpr float kMinBlockAmax = 1e-4f;
+
+// What the weights to quantize are held in.
+enum class WideType { kF32, kBF16 };
+
+// Quantizes the 2-D box `extent` ([rows, cols]) of a weight, read through `weights` (of
+// `type`; strides in elements), into one E4M3 code per element written through `codes`
+// (strides in elements of one byte) and one scale per block written through `scales` (a
+// [ceil(rows / block), ceil(cols / block)] box of float32), blocks counted from the box's
+// corner: the caller passes a box that starts at a block corner of the tensor and is cut
+// short only where the tensor ends. INVALID_ARGUMENT for a box that is not 2-D or a block
+// that is not positive.
+absl::Status QuantizeBlocks(const Dims& extent, WideType type, const ConstStridedRef& weights,
+                            const StridedRef& codes, const StridedRef& scales,
+                            int64_t block = kQuantizationBlock);
+
+}  // namespace refit::transport
+
+#endif  // REFIT_TRANSPORT_BLOCK_QUANTIZE_H_
