@@ -5,6 +5,7 @@
 #define REFIT_TRANSPORT_FP8_E4M3_H_
 
 #include <cstdint>
+#include <cstring>
 
 namespace refit::transport {
 
@@ -13,11 +14,18 @@ inline constexpr float kE4M3Max = 448.0f;
 // The E4M3 code nearest `x` (ties to the even code); beyond +-448, infinities included,
 // +-448; NaN: 0x7F with x's sign.
 uint8_t FloatToE4M3(float x);
+// FloatToE4M3 of each of `count` floats, without branches (the compiler vectorizes it).
+void FloatsToE4M3(const float* in, uint8_t* out, int64_t count);
 // The value of an E4M3 code (NaN for 0x7F and 0xFF).
 float E4M3ToFloat(uint8_t code);
 
 // BF16 is the upper half of a float32: widening is exact.
-float Bf16ToFloat(uint16_t bits);
+inline float Bf16ToFloat(uint16_t bits) {
+  const uint32_t widened = static_cast<uint32_t>(bits) << 16;
+  float x;
+  std::memcpy(&x, &widened, sizeof(x));
+  return x;
+}
 // The BF16 nearest `x` (ties to even); NaN stays NaN (quiet).
 uint16_t FloatToBf16(float x);
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <vector>
 
 #include "transport/testing/reference_quantizer.h"
 
@@ -31,6 +32,27 @@ TEST(Fp8E4M3Test, EveryBf16ValueAndRandomFloatsGetTheReferenceCode) {
     for (const float x : {FloatOf(rng()), in_range(rng), tiny(rng)}) {
       ASSERT_EQ(FloatToE4M3(x), testing::ReferenceE4M3(x)) << x;
     }
+  }
+}
+
+// The vectorized array conversion gives each element the scalar one's code, for every
+// BF16 value, random bit patterns (NaNs and infinities among them) and a tail of odd length.
+TEST(Fp8E4M3Test, TheArrayConversionMatchesTheScalarOne) {
+  std::vector<float> values;
+  for (uint32_t half = 0; half <= 0xFFFF; ++half) values.push_back(FloatOf(half << 16));
+  std::mt19937 rng(32);
+  std::uniform_real_distribution<float> in_range(-500.0f, 500.0f);
+  for (int i = 0; i < 200000; ++i) {
+    values.push_back(FloatOf(rng()));
+    values.push_back(in_range(rng));
+  }
+  values.push_back(std::numeric_limits<float>::infinity());
+  values.push_back(-std::numeric_limits<float>::quiet_NaN());
+  values.push_back(std::ldexp(3.0f, -10));  // 3 elements past the last full 16
+  std::vector<uint8_t> codes(values.size());
+  FloatsToE4M3(values.data(), codes.data(), static_cast<int64_t>(values.size()));
+  for (size_t i = 0; i < values.size(); ++i) {
+    ASSERT_EQ(codes[i], FloatToE4M3(values[i])) << "element " << i << " = " << values[i];
   }
 }
 
