@@ -262,20 +262,26 @@ TEST(PlanExecutorTest, RandomLayoutsAcrossDaemonsArriveByteForByte) {
   }
 }
 
-// One replicated tensor from a trainer host to an inference host: two daemons, one plan.
+// A trainer host's layout to an inference host's: two daemons, one plan. By default one
+// replicated tensor.
 struct TwoHostRefit {
-  TwoHostRefit() {
-    refit::testing::LayoutBuilder src_builder, dst_builder;
-    src_builder.Tensor("w", {64, 64}).Rank(0, "trainer", 0).Replicated("w", {0});
-    dst_builder.Tensor("w", {64, 64}).Rank(0, "inference", 0).Replicated("w", {0});
+  TwoHostRefit() : TwoHostRefit(OneTensor("trainer"), OneTensor("inference")) {}
+  TwoHostRefit(const refit::testing::LayoutBuilder& src_builder,
+               const refit::testing::LayoutBuilder& dst_builder,
+               const planner::PlanOptions& options = planner::PlanOptions()) {
     sources = backed.Back(src_builder.spec(), "source");
     destinations = backed.Back(dst_builder.spec(), "destination");
     const planner::Layout src = *planner::CompileLayout(src_builder.spec(), "source");
     const planner::Layout dst = *planner::CompileLayout(dst_builder.spec(), "destination");
-    auto built = planner::BuildPlan(src, dst, planner::DgxH100Topology(), planner::PlanOptions());
+    auto built = planner::BuildPlan(src, dst, planner::DgxH100Topology(), options);
     EXPECT_TRUE(built.ok()) << built.status();
     plan = planner::PlanToProto(**built, src, dst);
     placement = PlaceByHost(sources, destinations, 2);
+  }
+  static refit::testing::LayoutBuilder OneTensor(const std::string& host) {
+    refit::testing::LayoutBuilder builder;
+    builder.Tensor("w", {64, 64}).Rank(0, host, 0).Replicated("w", {0});
+    return builder;
   }
   testing::BackedLayouts backed;
   v1::LayoutSpec sources, destinations;
@@ -297,45 +303,33 @@ TEST(PlanExecutorTest, HostStagingIsAllocatedOnceAndKeptAcrossEpochs) {
 
 // Three tensors from a trainer host to an inference host, in two batches of 16 and 24 KiB
 // (the planner fills a batch from the largest piece down): each batch one message.
-struct SmallThenLargeBatch {
-  SmallThenLargeBatch() {
-    refit::testing::LayoutBuilder src_builder, dst_builder;
-    for (refit::testing::LayoutBuilder* builder : {&src_builder, &dst_builder}) {
-      builder->Tensor("b", {64, 64}).Tensor("c", {48, 64}).Tensor("d", {48, 64});
-      builder->Rank(0, builder == &src_builder ? "trainer" : "inference", 0);
-      builder->Replicated("b", {0}).Replicated("c", {0}).Replicated("d", {0});
-    }
-    sources = backed.Back(src_builder.spec(), "source");
-    destinations = backed.Back(dst_builder.spec(), "destination");
-    const planner::Layout src = *planner::CompileLayout(src_builder.spec(), "source");
-    const planner::Layout dst = *planner::CompileLayout(dst_builder.spec(), "destination");
-    planner::PlanOptions options;
-    options.staging_budget_bytes = kLargestBatchBytes;
-    auto built = planner::BuildPlan(src, dst, planner::DgxH100Topology(), options);
-    EXPECT_TRUE(built.ok()) << built.status();
-    plan = planner::PlanToProto(**built, src, dst);
-    placement = PlaceByHost(sources, destinations, 2);
+constexpr int64_t kLargestBatchBytes = 2 * 48 * 64 * 4;
+TwoHostRefit SmallThenLargeBatch() {
+  refit::testing::LayoutBuilder src_builder, dst_builder;
+  for (refit::testing::LayoutBuilder* builder : {&src_builder, &dst_builder}) {
+    builder->Tensor("b", {64, 64}).Tensor("c", {48, 64}).Tensor("d", {48, 64});
+    builder->Rank(0, builder == &src_builder ? "trainer" : "inference", 0);
+    builder->Replicated("b", {0}).Replicated("c", {0}).Replicated("d", {0});
   }
-  static int64_t BatchBytes(const v1::Batch& batch) {
-    int64_t bytes = 0;
-    for (const v1::Transfer& t : batch.transfers()) bytes += t.bytes();
-    return bytes;
-  }
-  static constexpr int64_t kLargestBatchBytes = 2 * 48 * 64 * 4;
-  testing::BackedLayouts backed;
-  v1::LayoutSpec sources, destinations;
-  v1::Plan plan;
-  RankPlacement placement;
-};
+  planner::PlanOptions options;
+  options.staging_budget_bytes = kLargestBatchBytes;
+  return TwoHostRefit(src_builder, dst_builder, options);
+}
+
+int64_t BatchBytes(const v1::Batch& batch) {
+  int64_t bytes = 0;
+  for (const v1::Transfer& t : batch.transfers()) bytes += t.bytes();
+  return bytes;
+}
 
 // Reserve grows the host staging and the outbox to the largest batch's need before the
 // first epoch: no run allocates after it. Without it the first epoch allocates twice (the
 // small batch's block, then the large one's).
 TEST(PlanExecutorTest, ReservedStagingAndOutboxAreAllTheRunsTake) {
-  const SmallThenLargeBatch refit;
+  const TwoHostRefit refit = SmallThenLargeBatch();
   ASSERT_EQ(refit.plan.batches_size(), 2);
-  ASSERT_LT(refit.BatchBytes(refit.plan.batches(0)), refit.BatchBytes(refit.plan.batches(1)));
-  ASSERT_EQ(refit.BatchBytes(refit.plan.batches(1)), SmallThenLargeBatch::kLargestBatchBytes);
+  ASSERT_LT(BatchBytes(refit.plan.batches(0)), BatchBytes(refit.plan.batches(1)));
+  ASSERT_EQ(BatchBytes(refit.plan.batches(1)), kLargestBatchBytes);
   for (const Sharing sharing : {Sharing::kNone, Sharing::kHandoff}) {
     for (const bool reserve : {false, true}) {
       SCOPED_TRACE(::testing::Message() << (sharing == Sharing::kNone ? "over UCX" : "handed over")
@@ -355,7 +349,7 @@ TEST(PlanExecutorTest, ReservedStagingAndOutboxAreAllTheRunsTake) {
         ASSERT_TRUE(results[d].ok()) << results[d].status();
       }
       const int64_t allocations = reserve ? 1 : 2;
-      const int64_t largest = StagingPool::AlignUp(SmallThenLargeBatch::kLargestBatchBytes);
+      const int64_t largest = StagingPool::AlignUp(kLargestBatchBytes);
       if (sharing == Sharing::kNone) {
         EXPECT_EQ(staging, (std::vector<int64_t>{allocations, allocations}));
         EXPECT_EQ(held, (std::vector<int64_t>{largest, largest}));
