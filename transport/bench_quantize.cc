@@ -1,9 +1,9 @@
 // Quantizing pack against plain pack: the same BF16 (and F32) weight, DeepSeek-V3's
-// largest 2-D shape per TP32 rank of an expert-free layer ([7168, 18432 / 32 * 4]), is
-// either copied into a dense staging buffer (CopyBox, what a pack does today) or quantized
-// into E4M3 codes and 128 x 128 block scales (QuantizeBlocks), alternating, best of N runs
-// each; prints GB/s of weight read and the ratio. The quantized pack writes half (BF16) or
-// a quarter (F32) of the bytes, which is what the network then carries.
+// hidden size by a TP8 slice of its dense MLP ([7168, 18432 / 8]), is either copied into a
+// dense staging buffer (CopyBox, what a pack does today) or quantized into E4M3 codes and
+// 128 x 128 block scales (QuantizeBlocks), alternating, best of N runs each; prints GB/s of
+// weight read and the ratio. The quantized pack writes half (BF16) or a quarter (F32) of the
+// bytes, which is what the network then carries.
 //   bench_quantize [RUNS]
 #include <algorithm>
 #include <chrono>
