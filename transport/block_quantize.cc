@@ -3,7 +3,6 @@
 #include <emmintrin.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -13,55 +12,36 @@
 namespace refit::transport {
 namespace {
 
-// Element (row, col) of a 2-D box as float32.
-class WideReader {
- public:
-  WideReader(WideType type, const ConstStridedRef& box)
-      : type_(type),
-        base_(box.base),
-        row_stride_(box.strides[0]),
-        col_stride_(box.strides[1]),
-        bytes_(type == WideType::kF32 ? 4 : 2) {}
-  float At(int64_t row, int64_t col) const {
-    const uint8_t* element = base_ + (row * row_stride_ + col * col_stride_) * bytes_;
-    if (type_ == WideType::kF32) {
-      float value;
-      std::memcpy(&value, element, sizeof(value));
-      return value;
-    }
-    uint16_t bits;
-    std::memcpy(&bits, element, sizeof(bits));
-    return Bf16ToFloat(bits);
-  }
-
- private:
-  const WideType type_;
-  const uint8_t* base_;
-  const int64_t row_stride_, col_stride_;
-  const int64_t bytes_;
-};
-
-// One row's elements [begin, end) as float32, into `out`.
-void WidenRow(WideType type, const uint8_t* row, int64_t begin, int64_t end, float* out) {
-  if (type == WideType::kF32) {
-    std::memcpy(out, row + begin * 4, (end - begin) * 4);
+// Row `row` of the 2-D box `weights` as float32, into `out` (`cols` elements).
+void WidenRow(WideType type, const ConstStridedRef& weights, int64_t row, int64_t cols,
+              float* out) {
+  const int64_t element_bytes = type == WideType::kF32 ? 4 : 2;
+  const int64_t step = weights.strides[1];
+  const uint8_t* from = weights.base + row * weights.strides[0] * element_bytes;
+  int64_t i = 0;
+  if (step == 1 && type == WideType::kF32) {
+    std::memcpy(out, from, cols * 4);
     return;
   }
-  // A BF16 is the upper half of its float32: interleave zeros below, eight at a time.
-  const uint8_t* from = row + begin * 2;
-  const int64_t count = end - begin;
-  int64_t i = 0;
-  for (; i + 8 <= count; i += 8) {
-    const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i * 2));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
-                     _mm_unpacklo_epi16(_mm_setzero_si128(), halves));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i + 4),
-                     _mm_unpackhi_epi16(_mm_setzero_si128(), halves));
+  if (step == 1) {
+    // A BF16 is the upper half of its float32: interleave zeros below, eight at a time.
+    for (; i + 8 <= cols; i += 8) {
+      const __m128i halves = _mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i * 2));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                       _mm_unpacklo_epi16(_mm_setzero_si128(), halves));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i + 4),
+                       _mm_unpackhi_epi16(_mm_setzero_si128(), halves));
+    }
   }
-  for (; i < count; ++i) {
-    uint16_t bits;
-    std::memcpy(&bits, from + i * 2, sizeof(bits));
-    out[i] = Bf16ToFloat(bits);
+  for (; i < cols; ++i) {
+    const uint8_t* element = from + i * step * element_bytes;
+    if (type == WideType::kF32) {
+      std::memcpy(&out[i], element, sizeof(float));
+    } else {
+      uint16_t bits;
+      std::memcpy(&bits, element, sizeof(bits));
+      out[i] = Bf16ToFloat(bits);
+    }
   }
 }
 
@@ -91,21 +71,20 @@ uint32_t LargestMagnitudeBits(const float* values, int64_t count) {
   return result;
 }
 
-// QuantizeBlocks where the weights' and the codes' rows are contiguous: a band of `block`
-// rows at a time, widened one row at a time into `wide`, the block maxima first, then the
-// codes.
-void QuantizeContiguousRows(const Dims& extent, WideType type, const ConstStridedRef& weights,
-                            const StridedRef& codes, const StridedRef& scales, int64_t block) {
+// A band of `block` rows at a time, widened one row at a time into `wide`: the block maxima
+// first, then the codes (written through `narrow` when the codes' rows are strided).
+void QuantizeBands(const Dims& extent, WideType type, const ConstStridedRef& weights,
+                   const StridedRef& codes, const StridedRef& scales, int64_t block) {
   const int64_t rows = extent[0], cols = extent[1];
-  const int64_t element_bytes = type == WideType::kF32 ? 4 : 2;
   const int64_t block_cols = (cols + block - 1) / block;
   std::vector<float> wide(cols), multipliers(block_cols);
   std::vector<uint32_t> largest(block_cols);
+  std::vector<uint8_t> narrow(codes.strides[1] == 1 ? 0 : cols);
   for (int64_t band = 0; band < rows; band += block) {
     const int64_t band_end = std::min(rows, band + block);
     std::fill(largest.begin(), largest.end(), 0);
     for (int64_t r = band; r < band_end; ++r) {
-      WidenRow(type, weights.base + r * weights.strides[0] * element_bytes, 0, cols, wide.data());
+      WidenRow(type, weights, r, cols, wide.data());
       for (int64_t b = 0; b < block_cols; ++b) {
         const int64_t begin = b * block, end = std::min(cols, begin + block);
         largest[b] = std::max(largest[b], LargestMagnitudeBits(wide.data() + begin, end - begin));
@@ -121,12 +100,18 @@ void QuantizeContiguousRows(const Dims& extent, WideType type, const ConstStride
                   &scale, sizeof(scale));
     }
     for (int64_t r = band; r < band_end; ++r) {
-      WidenRow(type, weights.base + r * weights.strides[0] * element_bytes, 0, cols, wide.data());
+      WidenRow(type, weights, r, cols, wide.data());
       for (int64_t b = 0; b < block_cols; ++b) {
         const int64_t begin = b * block, end = std::min(cols, begin + block);
         for (int64_t c = begin; c < end; ++c) wide[c] *= multipliers[b];
       }
-      FloatsToE4M3(wide.data(), codes.base + r * codes.strides[0], cols);
+      uint8_t* row = codes.base + r * codes.strides[0];
+      if (narrow.empty()) {
+        FloatsToE4M3(wide.data(), row, cols);
+        continue;
+      }
+      FloatsToE4M3(wide.data(), narrow.data(), cols);
+      for (int64_t c = 0; c < cols; ++c) row[c * codes.strides[1]] = narrow[c];
     }
   }
 }
@@ -143,36 +128,7 @@ absl::Status QuantizeBlocks(const Dims& extent, WideType type, const ConstStride
   if (block <= 0) {
     return absl::InvalidArgumentError(absl::StrCat("a quantization block of ", block, " elements"));
   }
-  if (weights.strides[1] == 1 && codes.strides[1] == 1) {
-    QuantizeContiguousRows(extent, type, weights, codes, scales, block);
-    return absl::OkStatus();
-  }
-  const WideReader read(type, weights);
-  for (int64_t block_row = 0; block_row * block < extent[0]; ++block_row) {
-    const int64_t row_begin = block_row * block;
-    const int64_t row_end = std::min(extent[0], row_begin + block);
-    for (int64_t block_col = 0; block_col * block < extent[1]; ++block_col) {
-      const int64_t col_begin = block_col * block;
-      const int64_t col_end = std::min(extent[1], col_begin + block);
-      float amax = 0.0f;
-      for (int64_t r = row_begin; r < row_end; ++r) {
-        for (int64_t c = col_begin; c < col_end; ++c)
-          amax = std::max(amax, std::fabs(read.At(r, c)));
-      }
-      // NaN never wins std::max against a number; a NaN weight stays NaN in its code.
-      amax = std::max(amax, kMinBlockAmax);
-      const float multiplier = kE4M3Max / amax;
-      for (int64_t r = row_begin; r < row_end; ++r) {
-        uint8_t* row = codes.base + r * codes.strides[0];
-        for (int64_t c = col_begin; c < col_end; ++c) {
-          row[c * codes.strides[1]] = FloatToE4M3(read.At(r, c) * multiplier);
-        }
-      }
-      const float scale = amax / kE4M3Max;
-      std::memcpy(scales.base + (block_row * scales.strides[0] + block_col * scales.strides[1]) * 4,
-                  &scale, sizeof(scale));
-    }
-  }
+  QuantizeBands(extent, type, weights, codes, scales, block);
   return absl::OkStatus();
 }
 
