@@ -283,16 +283,11 @@ absl::Status PlanExecutor::Reserve(const v1::Plan& plan) {
   ordered_run_ = false;
   absl::StatusOr<std::vector<std::vector<Resolved>>> batches = ResolveBatches(plan);
   if (!batches.ok()) return batches.status();
-  auto carved_bytes = [](const std::vector<int64_t>& sizes) {
-    int64_t total = 0;
-    for (int64_t size : sizes) total += StagingPool::AlignUp(size);
-    return total;
-  };
   int64_t staging = 0, outbox = 0;
   for (const std::vector<Resolved>& batch : *batches) {
     const SlotSizes slots = SlotSizesOf(StreamsOf(RouteBatch(batch)));
-    staging = std::max(staging, carved_bytes(slots.staging));
-    outbox = std::max(outbox, carved_bytes(slots.outbox));
+    staging = std::max(staging, StagingPool::CarvedBytes(slots.staging));
+    outbox = std::max(outbox, StagingPool::CarvedBytes(slots.outbox));
   }
   if (staging > 0 && host_staging_ != nullptr) {
     if (absl::Status carved = host_staging_->Carve(-1, {staging}).status(); !carved.ok()) {

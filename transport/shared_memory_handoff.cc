@@ -82,13 +82,12 @@ SharedMemoryOutbox::SharedMemoryOutbox()
     : prefix_(absl::StrFormat("%s%d-%08x-", kOutboxPrefix, getpid(), std::random_device{}())) {}
 
 absl::StatusOr<std::vector<uint8_t*>> SharedMemoryOutbox::Carve(const std::vector<int64_t>& sizes) {
-  int64_t total = 0;
   for (int64_t size : sizes) {
     if (size < 0) {
       return absl::InvalidArgumentError(absl::StrCat("an outbox chunk of ", size, " bytes"));
     }
-    total += StagingPool::AlignUp(size);
   }
+  const int64_t total = StagingPool::CarvedBytes(sizes);
   if (segment_ == nullptr || segment_->bytes() < total) {
     segment_.reset();  // unlinked; a peer that mapped it keeps its mapping until it moves on
     absl::StatusOr<std::unique_ptr<SharedMemorySegment>> created = SharedMemorySegment::Create(

@@ -7,13 +7,12 @@ namespace refit::transport {
 
 absl::StatusOr<std::vector<uint8_t*>> StagingPool::Carve(int32_t device,
                                                          const std::vector<int64_t>& sizes) {
-  int64_t total = 0;
   for (int64_t size : sizes) {
     if (size < 0) {
       return absl::InvalidArgumentError(absl::StrCat("staging message of ", size, " bytes"));
     }
-    total += AlignUp(size);
   }
+  const int64_t total = CarvedBytes(sizes);
   Block& block = blocks_[device];
   if (block.bytes < total) {
     block.memory.reset();  // free the old block before asking for the larger one

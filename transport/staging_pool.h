@@ -29,6 +29,12 @@ class StagingPool {
   static int64_t AlignUp(int64_t bytes) {
     return (bytes + kAlignment - 1) / kAlignment * kAlignment;
   }
+  // The bytes a Carve of messages of `sizes` (none negative) takes: each aligned up.
+  static int64_t CarvedBytes(const std::vector<int64_t>& sizes) {
+    int64_t total = 0;
+    for (int64_t size : sizes) total += AlignUp(size);
+    return total;
+  }
 
   explicit StagingPool(Allocator allocate) : allocate_(std::move(allocate)) {}
 
