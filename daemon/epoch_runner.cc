@@ -87,7 +87,7 @@ absl::StatusOr<std::optional<v1::NcclSetup>> EpochRunner::NcclSetupFor(
   return setup;
 }
 
-absl::Status EpochRunner::SendSlices(const ClusterSnapshot& snapshot, const v1::Plan& plan) {
+absl::StatusOr<int> EpochRunner::SendSlices(const ClusterSnapshot& snapshot, const v1::Plan& plan) {
   transport::RankPlacement where;
   for (const v1::RankPlacement& p : snapshot.placement) where.Place(p.role(), p.rank(), p.daemon());
   absl::StatusOr<std::optional<v1::NcclSetup>> nccl = NcclSetupFor(snapshot, plan);
@@ -108,6 +108,7 @@ absl::Status EpochRunner::SendSlices(const ClusterSnapshot& snapshot, const v1::
   if (nccl->has_value())
     absl::StrAppend(&slice_key, "|nccl ", absl::CHexEscape((*nccl)->unique_id()));
   std::optional<ViewKeySet> compared;  // computed when a slice is sent
+  int sent = 0;
   for (const auto& [index, channel] : snapshot.channels) {
     // A daemon keeps its slice across epochs: it is sent again only when the plan, the
     // group or the daemon's session changed.
@@ -142,16 +143,17 @@ absl::Status EpochRunner::SendSlices(const ClusterSnapshot& snapshot, const v1::
       }
       sent_to = channel;
       sent_key = slice_key;
+      ++sent;
     }
   }
-  return absl::OkStatus();
+  return sent;
 }
 
 absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& snapshot,
                                                       const v1::Plan& plan,
                                                       const std::string& epoch_id, uint32_t number,
                                                       int64_t version, absl::Time deadline) {
-  if (absl::Status sent = SendSlices(snapshot, plan); !sent.ok()) return sent;
+  if (absl::StatusOr<int> sent = SendSlices(snapshot, plan); !sent.ok()) return sent.status();
   std::set<int32_t> asked;
   for (const auto& [index, channel] : snapshot.channels) {
     v1::CoordinatorMessage execute_message;
@@ -219,26 +221,28 @@ void EpochRunner::PrepareGroup() {
       absl::MutexLock lock(&mu_);
       version = current_version_;
     }
-    absl::Status sent;
+    std::string sent_ahead;  // the plan's digest once sent
+    absl::StatusOr<int> sent = absl::UnknownError("not planned");
     absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot();
-    absl::StatusOr<PlannedEpoch> planned = absl::UnknownError("not planned");
     if (!snapshot.ok()) {
       sent = snapshot.status();
-    } else if (planned = PlanEpoch(version, *snapshot); !planned.ok()) {
+    } else if (absl::StatusOr<PlannedEpoch> planned = PlanEpoch(version, *snapshot);
+               !planned.ok()) {
       sent = planned.status();
     } else {
       sent = SendSlices(*snapshot, planned->wire);
+      sent_ahead = planned->wire.digest();
     }
-    if (sent.ok()) {
+    if (!sent.ok()) {
       spdlog::info(
-          "the refit group is complete: plan {} sent to its {} daemons ahead of the next "
-          "epoch",
-          planned->wire.digest(), snapshot->channels.size());
-    } else {
+          "the refit group is complete, but its plan was not sent ahead (the next epoch tries "
+          "again): {}",
+          std::string(sent.status().message()));
+    } else if (*sent > 0) {
       spdlog::info(
-          "the refit group is complete, but its plan was not sent ahead (the next "
-          "epoch tries again): {}",
-          std::string(sent.message()));
+          "the refit group is complete: plan {} sent ahead of the next epoch to {} of its {} "
+          "daemons (the others hold it)",
+          sent_ahead, *sent, snapshot->channels.size());
     }
   }
   ReleaseGroup();

@@ -86,8 +86,9 @@ class EpochRunner {
 
  private:
   // Slices the plan for each daemon and sends slice + execute; returns the daemons asked.
-  // Sends each daemon of `snapshot` its slice of `plan` unless it holds it already.
-  absl::Status SendSlices(const ClusterSnapshot& snapshot, const v1::Plan& plan)
+  // Sends each daemon of `snapshot` its slice of `plan` unless it holds it already; how many
+  // it sent.
+  absl::StatusOr<int> SendSlices(const ClusterSnapshot& snapshot, const v1::Plan& plan)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // PrepareSoon's thread, and what it does each time it is woken.
   void PrepareLoop() ABSL_LOCKS_EXCLUDED(prepare_mu_);
