@@ -16,6 +16,19 @@ LayoutBuilder& LayoutBuilder::Tensor(const std::string& name, const std::vector<
   return *this;
 }
 
+LayoutBuilder& LayoutBuilder::BlockFp8(const std::string& name, const std::vector<int64_t>& shape,
+                                       const std::string& scale_tensor) {
+  Tensor(name, shape, "F8_E4M3");
+  v1::Quantization* q = spec_.mutable_tensors(spec_.tensors_size() - 1)->mutable_quantization();
+  q->set_scheme("block_fp8");
+  q->set_scale_tensor(scale_tensor);
+  std::vector<int64_t> blocks = shape;
+  for (size_t d = shape.size() >= 2 ? shape.size() - 2 : 0; d < shape.size(); ++d) {
+    blocks[d] = (shape[d] + 127) / 128;
+  }
+  return Tensor(scale_tensor, blocks, "F32");
+}
+
 v1::RankLayout* LayoutBuilder::FindRank(int64_t rank) {
   for (v1::RankLayout& r : *spec_.mutable_ranks()) {
     if (r.rank() == rank) return &r;

@@ -16,6 +16,10 @@ class LayoutBuilder {
  public:
   LayoutBuilder& Tensor(const std::string& name, const std::vector<int64_t>& shape,
                         const std::string& dtype = "F32");
+  // A tensor held in block-scaled FP8 (Quantization "block_fp8", 128 x 128 blocks over the
+  // last two dims) and its F32 scale tensor `scale_tensor`.
+  LayoutBuilder& BlockFp8(const std::string& name, const std::vector<int64_t>& shape,
+                          const std::string& scale_tensor);
   // Adds (or reuses) rank `rank` on host "host-<rank / gpus_per_host>".
   LayoutBuilder& Rank(int64_t rank, const std::string& host = "", int32_t device = -1);
   LayoutBuilder& View(int64_t rank, const std::string& tensor, const std::vector<int64_t>& offset,

@@ -1,0 +1,313 @@
+#include "planner/quantization.h"
+
+#include <map>
+#include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace refit::planner {
+namespace {
+
+// A destination tensor quantized from its sources' wider dtype.
+struct Recipe {
+  std::string scale_tensor;
+  std::string scheme;
+  std::string source_dtype;
+  Dims shape;
+  Dims block;
+  // False when the sources already hold the quantized dtype: nothing to derive.
+  bool derived = false;
+};
+
+Dims ShapeOf(const v1::TensorSpec& t) { return Dims(t.shape().begin(), t.shape().end()); }
+
+Box BoxOfView(const v1::ShardView& v) {
+  return Box{Dims(v.offset().begin(), v.offset().end()),
+             Dims(v.extent().begin(), v.extent().end())};
+}
+
+std::string BlockText(const Dims& block) { return absl::StrJoin(block, " x "); }
+
+std::string ShapeText(const Dims& shape) {
+  return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
+}
+
+absl::Status Invalid(const std::string& what) { return absl::InvalidArgumentError(what); }
+
+// Whether `box` (of a view whose dims match the tensor's) is whole blocks: it starts at a
+// block corner and ends at a block edge or the tensor's end. A box holding nothing is.
+bool WholeBlocks(const Box& box, const Dims& block, const Dims& shape) {
+  if (box.offset.size() != shape.size() || box.extent.size() != shape.size()) return true;
+  for (int64_t e : box.extent) {
+    if (e == 0) return true;
+  }
+  for (size_t d = 0; d < shape.size(); ++d) {
+    const int64_t end = box.offset[d] + box.extent[d];
+    if (box.offset[d] % block[d] != 0 || (end % block[d] != 0 && end != shape[d])) return false;
+  }
+  return true;
+}
+
+bool HoldsNothing(const v1::ShardView& v) {
+  for (int64_t e : v.extent()) {
+    if (e == 0) return true;
+  }
+  return false;
+}
+
+const v1::TensorSpec* FindTensor(const v1::LayoutSpec& spec, const std::string& name) {
+  for (const v1::TensorSpec& t : spec.tensors()) {
+    if (t.name() == name) return &t;
+  }
+  return nullptr;
+}
+
+// The recipes of the destinations' quantized tensors, checked against both sides.
+absl::StatusOr<std::map<std::string, Recipe>> RecipesOf(const v1::LayoutSpec& destinations,
+                                                        const v1::LayoutSpec& sources) {
+  std::map<std::string, Recipe> recipes;
+  std::map<std::string, std::string> weight_of_scale;
+  for (const v1::TensorSpec& t : destinations.tensors()) {
+    if (!t.has_quantization()) continue;
+    const v1::Quantization& q = t.quantization();
+    const std::string what = absl::StrCat("destination tensor \"", t.name(), "\"");
+    if (q.scheme() != kBlockFp8) {
+      return Invalid(absl::StrCat(what, ": quantization scheme \"", q.scheme(),
+                                  "\" is not known (expected \"", kBlockFp8, "\")"));
+    }
+    if (t.dtype() != "F8_E4M3") {
+      return Invalid(absl::StrCat(what, ": ", kBlockFp8, " holds F8_E4M3 codes, not ", t.dtype()));
+    }
+    Recipe recipe;
+    recipe.scheme = q.scheme();
+    recipe.shape = ShapeOf(t);
+    recipe.block = BlockOf(q, recipe.shape);
+    if (recipe.block.size() != recipe.shape.size()) {
+      return Invalid(absl::StrCat(what, ": quantization block ", ShapeText(recipe.block), " has ",
+                                  recipe.block.size(), " dims, the tensor ", recipe.shape.size()));
+    }
+    for (size_t d = 0; d < recipe.block.size(); ++d) {
+      if (recipe.block[d] <= 0) {
+        return Invalid(absl::StrCat(what, ": quantization block ", ShapeText(recipe.block),
+                                    " has a dim that is not positive"));
+      }
+      if (d + 2 < recipe.block.size() && recipe.block[d] != 1) {
+        return Invalid(absl::StrCat(what, ": quantization block ", ShapeText(recipe.block),
+                                    " spans more than the last two dims (the others take 1)"));
+      }
+    }
+    recipe.scale_tensor = q.scale_tensor();
+    if (recipe.scale_tensor.empty()) {
+      return Invalid(absl::StrCat(what, ": its quantization names no scale_tensor"));
+    }
+    if (!weight_of_scale.emplace(recipe.scale_tensor, t.name()).second) {
+      return Invalid(absl::StrCat(what, ": scale tensor \"", recipe.scale_tensor,
+                                  "\" already holds the scales of \"",
+                                  weight_of_scale[recipe.scale_tensor], "\""));
+    }
+    const v1::TensorSpec* scale = FindTensor(destinations, recipe.scale_tensor);
+    if (scale == nullptr) {
+      return Invalid(absl::StrCat(what, ": its scale tensor \"", recipe.scale_tensor,
+                                  "\" is not a destination tensor"));
+    }
+    Dims scale_shape =
+        BlocksOf(Box{Dims(recipe.shape.size(), 0), recipe.shape}, recipe.block).extent;
+    if (scale->dtype() != "F32" || ShapeOf(*scale) != scale_shape || scale->has_quantization()) {
+      return Invalid(absl::StrCat(what, ": its scale tensor \"", recipe.scale_tensor, "\" is ",
+                                  scale->dtype(), " ", ShapeText(ShapeOf(*scale)), "; blocks of ",
+                                  BlockText(recipe.block), " need F32 ", ShapeText(scale_shape)));
+    }
+    const v1::TensorSpec* source = FindTensor(sources, t.name());
+    if (source == nullptr) continue;  // the planner says no source holds it
+    recipe.source_dtype = source->dtype();
+    recipe.derived = source->dtype() != t.dtype();
+    if (recipe.derived) {
+      if (source->dtype() != "BF16" && source->dtype() != "F32") {
+        return Invalid(absl::StrCat(what, ": ", kBlockFp8,
+                                    " quantizes BF16 or F32, but the sources hold ",
+                                    source->dtype()));
+      }
+      if (FindTensor(sources, recipe.scale_tensor) != nullptr) {
+        return Invalid(absl::StrCat("source tensor \"", recipe.scale_tensor,
+                                    "\": the destinations derive it by quantizing \"", t.name(),
+                                    "\", so the sources may not declare it"));
+      }
+    }
+    recipes.emplace(t.name(), std::move(recipe));
+  }
+  return recipes;
+}
+
+// Every destination view of a quantized tensor is whole blocks, and its rank holds their
+// scales.
+absl::Status CheckDestinations(const v1::LayoutSpec& destinations,
+                               const std::map<std::string, Recipe>& recipes) {
+  for (const v1::RankLayout& rank : destinations.ranks()) {
+    for (int v = 0; v < rank.views_size(); ++v) {
+      auto recipe = recipes.find(rank.views(v).tensor());
+      if (recipe == recipes.end() || HoldsNothing(rank.views(v))) continue;
+      const Box box = BoxOfView(rank.views(v));
+      if (box.rank() != recipe->second.shape.size()) continue;  // CompileLayout says why
+      const std::string what =
+          absl::StrCat("destination rank ", rank.rank(), ": view ", v, " of \"",
+                       rank.views(v).tensor(), "\" holds ", FormatBox(box));
+      if (!WholeBlocks(box, recipe->second.block, recipe->second.shape)) {
+        return Invalid(
+            absl::StrCat(what, ", which cuts its ", BlockText(recipe->second.block),
+                         " quantization blocks (a view of a quantized tensor starts at "
+                         "a block corner and ends at a block edge or the tensor's end)"));
+      }
+      const Box blocks = BlocksOf(box, recipe->second.block);
+      bool scaled = false;
+      for (const v1::ShardView& other : rank.views()) {
+        scaled = scaled || (other.tensor() == recipe->second.scale_tensor &&
+                            other.offset_size() == static_cast<int>(blocks.rank()) &&
+                            Contains(BoxOfView(other), blocks));
+      }
+      if (!scaled) {
+        return Invalid(absl::StrCat(what, ", but no view of \"", recipe->second.scale_tensor,
+                                    "\" on the rank holds the scales of its blocks ",
+                                    FormatBox(blocks)));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+bool QuantizesAny(const v1::LayoutSpec& destinations) {
+  for (const v1::TensorSpec& t : destinations.tensors()) {
+    if (t.has_quantization()) return true;
+  }
+  return false;
+}
+
+Dims BlockOf(const v1::Quantization& quantization, const Dims& shape) {
+  if (!quantization.block().empty()) {
+    return Dims(quantization.block().begin(), quantization.block().end());
+  }
+  Dims block(shape.size(), 1);
+  for (size_t d = shape.size() >= 2 ? shape.size() - 2 : 0; d < shape.size(); ++d) block[d] = 128;
+  return block;
+}
+
+Box BlocksOf(const Box& box, const Dims& block) {
+  Box blocks;
+  for (size_t d = 0; d < box.rank(); ++d) {
+    const int64_t begin = box.offset[d] / block[d];
+    const int64_t end = (box.offset[d] + box.extent[d] + block[d] - 1) / block[d];
+    blocks.offset.push_back(begin);
+    blocks.extent.push_back(end - begin);
+  }
+  return blocks;
+}
+
+absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* sources,
+                           std::vector<v1::QuantizedSource>* quantized) {
+  quantized->clear();
+  if (!QuantizesAny(destinations)) return absl::OkStatus();
+  absl::StatusOr<std::map<std::string, Recipe>> recipes = RecipesOf(destinations, *sources);
+  if (!recipes.ok()) return recipes.status();
+  if (absl::Status checked = CheckDestinations(destinations, *recipes); !checked.ok()) {
+    return checked;
+  }
+  std::map<std::string, const Recipe*> derived;
+  for (const auto& [name, recipe] : *recipes) {
+    if (recipe.derived) derived[name] = &recipe;
+  }
+  if (derived.empty()) return absl::OkStatus();
+  const int declared = sources->tensors_size();
+  for (int i = 0; i < declared; ++i) {
+    v1::TensorSpec* t = sources->mutable_tensors(i);
+    auto recipe = derived.find(t->name());
+    if (recipe == derived.end()) continue;
+    t->set_dtype("F8_E4M3");
+    v1::TensorSpec* scale = sources->add_tensors();
+    scale->set_name(recipe->second->scale_tensor);
+    scale->set_dtype("F32");
+    const Box whole{Dims(recipe->second->shape.size(), 0), recipe->second->shape};
+    for (int64_t e : BlocksOf(whole, recipe->second->block).extent) scale->add_shape(e);
+  }
+  for (v1::RankLayout& rank : *sources->mutable_ranks()) {
+    const int views = rank.views_size();
+    for (int v = 0; v < views; ++v) {
+      const v1::ShardView& view = rank.views(v);
+      auto found = derived.find(view.tensor());
+      if (found == derived.end() || HoldsNothing(view)) continue;
+      const Recipe& recipe = *found->second;
+      const Box box = BoxOfView(view);
+      if (box.rank() != recipe.shape.size()) continue;  // CompileLayout says why
+      if (!WholeBlocks(box, recipe.block, recipe.shape)) {
+        return Invalid(absl::StrCat(
+            "source rank ", rank.rank(), ": view ", v, " of \"", view.tensor(), "\" holds ",
+            FormatBox(box), ", which cuts its ", BlockText(recipe.block),
+            " quantization blocks: a block is quantized where one source rank holds it whole "
+            "(gathering a block cut between source ranks first is not supported)"));
+      }
+      const Box blocks = BlocksOf(box, recipe.block);
+      v1::QuantizedSource& entry = quantized->emplace_back();
+      entry.set_rank(rank.rank());
+      entry.set_view(v);
+      entry.set_scale_view(rank.views_size());
+      entry.set_tensor(view.tensor());
+      entry.set_scale_tensor(recipe.scale_tensor);
+      entry.set_source_dtype(recipe.source_dtype);
+      entry.set_scheme(recipe.scheme);
+      for (int64_t b : recipe.block) entry.add_block(b);
+      *entry.mutable_offset() = view.offset();
+      *entry.mutable_extent() = view.extent();
+      v1::ShardView* scales = rank.add_views();  // `view` may move: read above
+      scales->set_tensor(recipe.scale_tensor);
+      for (int64_t o : blocks.offset) scales->add_offset(o);
+      for (int64_t e : blocks.extent) scales->add_extent(e);
+    }
+  }
+  return absl::OkStatus();
+}
+
+v1::LayoutSpec WithoutQuantization(const v1::LayoutSpec& destinations,
+                                   const v1::LayoutSpec& sources) {
+  v1::LayoutSpec plain;
+  std::map<std::string, std::string> source_dtype;
+  for (const v1::TensorSpec& t : sources.tensors()) source_dtype[t.name()] = t.dtype();
+  std::map<std::string, bool> scale_tensors;
+  for (const v1::TensorSpec& t : destinations.tensors()) {
+    auto dtype = source_dtype.find(t.name());
+    if (t.has_quantization() && dtype != source_dtype.end() && dtype->second != t.dtype()) {
+      scale_tensors[t.quantization().scale_tensor()] = true;
+    }
+  }
+  std::map<std::string, bool> retyped;
+  for (const v1::TensorSpec& t : destinations.tensors()) {
+    if (scale_tensors.count(t.name())) continue;
+    v1::TensorSpec* copy = plain.add_tensors();
+    *copy = t;
+    if (copy->has_quantization() && scale_tensors.count(copy->quantization().scale_tensor())) {
+      copy->set_dtype(source_dtype[t.name()]);
+      copy->clear_quantization();
+      retyped[t.name()] = true;
+    }
+  }
+  for (const v1::RankLayout& rank : destinations.ranks()) {
+    v1::RankLayout* copy = plain.add_ranks();
+    *copy = rank;
+    copy->clear_views();
+    for (const v1::ShardView& view : rank.views()) {
+      if (scale_tensors.count(view.tensor())) continue;
+      v1::ShardView* kept = copy->add_views();
+      *kept = view;
+      if (retyped.count(view.tensor())) {  // wider now: its own dense buffer
+        kept->clear_buffer();
+        kept->clear_byte_offset();
+        kept->clear_strides();
+      }
+    }
+  }
+  return plain;
+}
+
+}  // namespace refit::planner

@@ -1,0 +1,52 @@
+// Destination tensors held quantized (TensorSpec.quantization): the source layout as it is
+// sent. Each block is quantized by a source rank that holds it whole, before the pieces
+// move, so the plan moves codes and scales: the source side is rewritten so that a
+// quantized tensor has the destination's dtype (its views are read as the codes of their
+// boxes) and every source view of it gains a view of the scale tensor on its rank (the
+// scales of its blocks). The planner and the data plane then move them like any tensor,
+// and the network carries 1 byte per element plus the scales, not 2 (BF16) or 4 (F32).
+#ifndef REFIT_PLANNER_QUANTIZATION_H_
+#define REFIT_PLANNER_QUANTIZATION_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "planner/box.h"
+#include "proto/refit.pb.h"
+
+namespace refit::planner {
+
+inline constexpr char kBlockFp8[] = "block_fp8";
+
+// Whether any destination tensor declares a quantization.
+bool QuantizesAny(const v1::LayoutSpec& destinations);
+
+// The block extent of `quantization` for a tensor of `shape` (its default filled in).
+Dims BlockOf(const v1::Quantization& quantization, const Dims& shape);
+
+// The box of block indices (of the scale tensor) covering `box`: offset / block, the end
+// rounded up.
+Box BlocksOf(const Box& box, const Dims& block);
+
+// Rewrites `sources` into the layout as sent and lists the views each source rank's daemon
+// quantizes (QuantizedSource). Checks, with errors (INVALID_ARGUMENT) naming the tensor, the
+// rank and the box: the recipe (scheme, block, dtypes, the scale tensor's dtype and shape);
+// every destination view of a quantized tensor starts at a block corner and ends at a block
+// edge or the tensor's end, and its rank holds one view of the scale tensor covering its
+// blocks; every source view holds whole blocks (a block cut between source ranks would have
+// to be gathered first, which is not done). A quantized tensor whose sources already hold the
+// destination's dtype is left as it is (its scales come from the sources too). Nothing
+// changes when no destination tensor is quantized.
+absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* sources,
+                           std::vector<v1::QuantizedSource>* quantized);
+
+// `destinations` as they would be without quantization: quantized tensors in the dtype of
+// their sources, scale tensors and their views gone, the retyped tensors' views each their
+// own dense buffer (what the same refit would move in the sources' precision, to compare).
+v1::LayoutSpec WithoutQuantization(const v1::LayoutSpec& destinations,
+                                   const v1::LayoutSpec& sources);
+
+}  // namespace refit::planner
+
+#endif  // REFIT_PLANNER_QUANTIZATION_H_

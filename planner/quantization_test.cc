@@ -1,0 +1,231 @@
+// Destinations held in block-scaled FP8: the sources as sent, the plan's bytes, and the
+// errors that name a tensor, rank and box whose shard edges cut blocks.
+#include "planner/quantization.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "planner/check/coverage_checker.h"
+#include "planner/layout.h"
+#include "planner/planner.h"
+#include "planner/testing/layout_builder.h"
+#include "planner/topology.h"
+
+namespace refit::planner {
+namespace {
+
+using refit::testing::LayoutBuilder;
+
+struct Planned {
+  std::vector<v1::QuantizedSource> quantized;
+  v1::LayoutSpec sent;
+  std::shared_ptr<const Plan> plan;
+};
+
+Planned PlanQuantized(const LayoutBuilder& src, const LayoutBuilder& dst) {
+  Planned out;
+  out.sent = src.spec();
+  absl::Status sent = SendQuantized(dst.spec(), &out.sent, &out.quantized);
+  EXPECT_TRUE(sent.ok()) << sent;
+  absl::StatusOr<Layout> sources = CompileLayout(out.sent, "source");
+  absl::StatusOr<Layout> destinations = CompileLayout(dst.spec(), "destination");
+  EXPECT_TRUE(sources.ok()) << sources.status();
+  EXPECT_TRUE(destinations.ok()) << destinations.status();
+  if (!sources.ok() || !destinations.ok()) return out;
+  absl::StatusOr<std::shared_ptr<const Plan>> plan =
+      BuildPlan(*sources, *destinations, DgxH100Topology(), PlanOptions());
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return out;
+  out.plan = *plan;
+  EXPECT_TRUE(check::CheckCoverage(*sources, *destinations, **plan).ok());
+  return out;
+}
+
+std::string ErrorOf(const LayoutBuilder& src, const LayoutBuilder& dst) {
+  v1::LayoutSpec sent = src.spec();
+  std::vector<v1::QuantizedSource> quantized;
+  absl::Status status = SendQuantized(dst.spec(), &sent, &quantized);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+  return std::string(status.message());
+}
+
+// A [300, 260] BF16 weight in row bands of whole blocks on two trainers, to two inference
+// ranks holding column bands (the second band 4 columns: the tensor's edge cuts its blocks)
+// with the scales of their blocks.
+void RowsToColumns(LayoutBuilder* src, LayoutBuilder* dst) {
+  src->Tensor("w", {300, 260}, "BF16").Tensor("norm", {260}, "BF16");
+  src->Rank(0, "trainer", 0).View(0, "w", {0, 0}, {256, 260}).View(0, "norm", {0}, {260});
+  src->Rank(1, "trainer", 1).View(1, "w", {256, 0}, {44, 260});
+  dst->BlockFp8("w", {300, 260}, "w_scale_inv").Tensor("norm", {260}, "BF16");
+  dst->Rank(0, "inference", 0).View(0, "w", {0, 0}, {300, 256});
+  dst->View(0, "w_scale_inv", {0, 0}, {3, 2}).View(0, "norm", {0}, {260});
+  dst->Rank(1, "inference", 1).View(1, "w", {0, 256}, {300, 4});
+  dst->View(1, "w_scale_inv", {0, 2}, {3, 1}).View(1, "norm", {0}, {260});
+}
+
+TEST(QuantizationTest, ThePlanMovesCodesAndTheScalesOfWholeBlocks) {
+  LayoutBuilder src, dst;
+  RowsToColumns(&src, &dst);
+  const Planned planned = PlanQuantized(src, dst);
+  ASSERT_NE(planned.plan, nullptr);
+  // Every element once as a 1-byte code, every block's scale once, the norm in BF16 twice.
+  EXPECT_EQ(planned.plan->stats.total_bytes, 300 * 260 + 3 * 3 * 4 + 2 * 260 * 2);
+  ASSERT_EQ(planned.quantized.size(), 2u);
+  const v1::QuantizedSource& first = planned.quantized[0];
+  EXPECT_EQ(first.rank(), 0);
+  EXPECT_EQ(first.view(), 0);
+  EXPECT_EQ(first.scale_view(), 2);  // after the rank's two views
+  EXPECT_EQ(first.source_dtype(), "BF16");
+  EXPECT_EQ(std::vector<int64_t>(first.block().begin(), first.block().end()),
+            (std::vector<int64_t>{128, 128}));
+  const v1::QuantizedSource& second = planned.quantized[1];
+  EXPECT_EQ(second.rank(), 1);
+  EXPECT_EQ(second.scale_view(), 1);
+  // The sources as sent: w in codes, and each w view's block scales on its rank.
+  EXPECT_EQ(planned.sent.tensors(0).dtype(), "F8_E4M3");
+  const v1::ShardView& scales = planned.sent.ranks(1).views(1);
+  EXPECT_EQ(scales.tensor(), "w_scale_inv");
+  EXPECT_EQ(std::vector<int64_t>(scales.offset().begin(), scales.offset().end()),
+            (std::vector<int64_t>{2, 0}));
+  EXPECT_EQ(std::vector<int64_t>(scales.extent().begin(), scales.extent().end()),
+            (std::vector<int64_t>{1, 3}));
+}
+
+TEST(QuantizationTest, WithoutQuantizationTheSameRefitMovesTheSourcesPrecision) {
+  LayoutBuilder src, dst;
+  RowsToColumns(&src, &dst);
+  const v1::LayoutSpec plain = WithoutQuantization(dst.spec(), src.spec());
+  absl::StatusOr<Layout> sources = CompileLayout(src.spec(), "source");
+  absl::StatusOr<Layout> destinations = CompileLayout(plain, "destination");
+  ASSERT_TRUE(sources.ok() && destinations.ok()) << destinations.status();
+  absl::StatusOr<std::shared_ptr<const Plan>> plan =
+      BuildPlan(*sources, *destinations, DgxH100Topology(), PlanOptions());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ((*plan)->stats.total_bytes, 300 * 260 * 2 + 2 * 260 * 2);
+  EXPECT_EQ(destinations->tensor_by_name.count("w_scale_inv"), 0u);
+}
+
+TEST(QuantizationTest, StackedExpertsHaveABlockGridPerExpert) {
+  LayoutBuilder src, dst;
+  src.Tensor("experts", {4, 256, 130}, "F32");
+  src.Rank(0, "trainer", 0).View(0, "experts", {0, 0, 0}, {2, 256, 130});
+  src.Rank(1, "trainer", 1).View(1, "experts", {2, 0, 0}, {2, 256, 130});
+  dst.BlockFp8("experts", {4, 256, 130}, "experts_scale_inv");
+  for (int r = 0; r < 2; ++r) {
+    dst.Rank(r, "inference", r).View(r, "experts", {0, 128 * r, 0}, {4, 128, 130});
+    dst.View(r, "experts_scale_inv", {0, r, 0}, {4, 1, 2});
+  }
+  const Planned planned = PlanQuantized(src, dst);
+  ASSERT_NE(planned.plan, nullptr);
+  EXPECT_EQ(planned.plan->stats.total_bytes, 4 * 256 * 130 + 4 * 2 * 2 * 4);
+  ASSERT_EQ(planned.quantized.size(), 2u);
+  EXPECT_EQ(std::vector<int64_t>(planned.quantized[1].block().begin(),
+                                 planned.quantized[1].block().end()),
+            (std::vector<int64_t>{1, 128, 128}));
+}
+
+TEST(QuantizationTest, SourcesAlreadyInCodesAreMovedAsTheyAre) {
+  LayoutBuilder src, dst;
+  src.BlockFp8("w", {128, 256}, "w_scale_inv");
+  src.Rank(0, "trainer", 0).View(0, "w", {0, 0}, {128, 256}).View(0, "w_scale_inv", {0, 0}, {1, 2});
+  dst.BlockFp8("w", {128, 256}, "w_scale_inv");
+  dst.Rank(0, "inference", 0).View(0, "w", {0, 0}, {128, 256});
+  dst.View(0, "w_scale_inv", {0, 0}, {1, 2});
+  const Planned planned = PlanQuantized(src, dst);
+  EXPECT_TRUE(planned.quantized.empty());
+  EXPECT_EQ(planned.sent.SerializeAsString(), src.spec().SerializeAsString());
+}
+
+TEST(QuantizationErrorsTest, ADestinationViewThatCutsBlocksIsNamed) {
+  LayoutBuilder src, dst;
+  src.Tensor("w", {256, 256}, "BF16");
+  src.Rank(0, "trainer", 0).View(0, "w", {0, 0}, {256, 256});
+  dst.BlockFp8("w", {256, 256}, "w_scale_inv");
+  dst.Rank(0, "inference", 0).View(0, "w", {0, 0}, {100, 256});
+  dst.View(0, "w_scale_inv", {0, 0}, {1, 2});
+  dst.Rank(1, "inference", 1).View(1, "w", {100, 0}, {156, 256});
+  dst.View(1, "w_scale_inv", {0, 0}, {2, 2});
+  EXPECT_EQ(ErrorOf(src, dst),
+            "destination rank 0: view 0 of \"w\" holds [0:100, 0:256], which cuts its 128 x 128 "
+            "quantization blocks (a view of a quantized tensor starts at a block corner and ends "
+            "at a block edge or the tensor's end)");
+}
+
+TEST(QuantizationErrorsTest, ADestinationRankWithoutItsBlocksScalesIsNamed) {
+  LayoutBuilder src, dst;
+  src.Tensor("w", {256, 256}, "BF16");
+  src.Rank(0, "trainer", 0).View(0, "w", {0, 0}, {256, 256});
+  dst.BlockFp8("w", {256, 256}, "w_scale_inv");
+  dst.Rank(0, "inference", 0).View(0, "w", {128, 0}, {128, 256});
+  dst.View(0, "w_scale_inv", {0, 0}, {1, 2});  // the scales of the other rows
+  EXPECT_EQ(ErrorOf(src, dst),
+            "destination rank 0: view 0 of \"w\" holds [128:256, 0:256], but no view of "
+            "\"w_scale_inv\" on the rank holds the scales of its blocks [1:2, 0:2]");
+}
+
+TEST(QuantizationErrorsTest, ASourceViewThatCutsBlocksIsNamed) {
+  LayoutBuilder src, dst;
+  src.Tensor("w", {256, 256}, "BF16");
+  src.Rank(0, "trainer", 0).View(0, "w", {0, 0}, {112, 256});  // FSDP-like rows
+  src.Rank(1, "trainer", 1).View(1, "w", {112, 0}, {144, 256});
+  dst.BlockFp8("w", {256, 256}, "w_scale_inv");
+  dst.Rank(0, "inference", 0).View(0, "w", {0, 0}, {256, 256});
+  dst.View(0, "w_scale_inv", {0, 0}, {2, 2});
+  const std::string error = ErrorOf(src, dst);
+  EXPECT_NE(error.find("source rank 0: view 0 of \"w\" holds [0:112, 0:256], which cuts its "
+                       "128 x 128 quantization blocks"),
+            std::string::npos)
+      << error;
+}
+
+TEST(QuantizationErrorsTest, TheRecipeIsChecked) {
+  LayoutBuilder src;
+  src.Tensor("w", {256, 256}, "I32");
+  src.Rank(0, "trainer", 0).View(0, "w", {0, 0}, {256, 256});
+  auto destinations = [](const std::function<void(v1::LayoutSpec*)>& change) {
+    LayoutBuilder dst;
+    dst.BlockFp8("w", {256, 256}, "w_scale_inv");
+    dst.Rank(0, "inference", 0).View(0, "w", {0, 0}, {256, 256});
+    dst.View(0, "w_scale_inv", {0, 0}, {2, 2});
+    v1::LayoutSpec spec = dst.spec();
+    change(&spec);
+    return spec;
+  };
+  struct Case {
+    std::function<void(v1::LayoutSpec*)> change;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::LayoutSpec*) {},
+       "destination tensor \"w\": block_fp8 quantizes BF16 or F32, but the sources hold I32"},
+      {[](v1::LayoutSpec* s) { s->mutable_tensors(0)->mutable_quantization()->set_scheme("mx"); },
+       "destination tensor \"w\": quantization scheme \"mx\" is not known (expected "
+       "\"block_fp8\")"},
+      {[](v1::LayoutSpec* s) { s->mutable_tensors(0)->set_dtype("F8_E5M2"); },
+       "destination tensor \"w\": block_fp8 holds F8_E4M3 codes, not F8_E5M2"},
+      {[](v1::LayoutSpec* s) { s->mutable_tensors(1)->set_shape(0, 3); },
+       "destination tensor \"w\": its scale tensor \"w_scale_inv\" is F32 [3, 2]; blocks of "
+       "128 x 128 need F32 [2, 2]"},
+      {[](v1::LayoutSpec* s) {
+         s->mutable_tensors(0)->mutable_quantization()->set_scale_tensor("missing");
+       },
+       "destination tensor \"w\": its scale tensor \"missing\" is not a destination tensor"},
+      {[](v1::LayoutSpec* s) {
+         v1::Quantization* q = s->mutable_tensors(0)->mutable_quantization();
+         q->add_block(0);
+         q->add_block(128);
+       },
+       "destination tensor \"w\": quantization block [0, 128] has a dim that is not positive"},
+  };
+  for (const Case& c : cases) {
+    v1::LayoutSpec sent = src.spec();
+    std::vector<v1::QuantizedSource> quantized;
+    const absl::Status status = SendQuantized(destinations(c.change), &sent, &quantized);
+    EXPECT_EQ(status.message(), c.error);
+  }
+}
+
+}  // namespace
+}  // namespace refit::planner
