@@ -17,6 +17,7 @@
 #include "planner/layout.h"
 #include "planner/plan_proto.h"
 #include "planner/planner.h"
+#include "planner/quantization.h"
 #include "planner/reference_refits.h"
 #include "planner/topology.h"
 
@@ -33,6 +34,10 @@ const char kPlanUsage[] =
     "                     [--layouts-out PREFIX]  (the two layouts, as PREFIX.src.json and\n"
     "                      PREFIX.dst.json: what --model expands to, in --src/--dst form)\n"
     "                     [--svg PLAN.svg]  (transfer matrix and link loads, drawn)\n"
+    "                     [--dst-quantization block_fp8]  (with --model or --refit: the\n"
+    "                      destinations hold the layers' linear weights in FP8 with 128 x 128\n"
+    "                      block scales, as DeepSeek-V3's FP8 checkpoint; compared with the\n"
+    "                      same refit in the sources' precision)\n"
     "  reference refits: dsv3-h100, dsv3-gb200, qwen3-235b, mini\n"
     "  builtin models: deepseek-v3, dsv3-mini, qwen3-235b-a22b\n"
     "exit status: 0 ok, 1 verification failed, 2 invalid input\n";
@@ -83,6 +88,19 @@ absl::StatusOr<Inputs> LoadInputs(const CommandLine& line) {
     if (status.ok()) status = config::ReadJsonFile(line.Get("dst"), &inputs.destinations);
     if (!status.ok()) return status;
   }
+  if (line.Has("dst-quantization")) {
+    if (line.Get("dst-quantization") != planner::kBlockFp8) {
+      return absl::InvalidArgumentError(absl::StrCat("--dst-quantization must be ",
+                                                     planner::kBlockFp8, ", not \"",
+                                                     line.Get("dst-quantization"), "\""));
+    }
+    if (line.Has("src")) {
+      return absl::InvalidArgumentError(
+          "--dst-quantization goes with --model or --refit (a --dst layout says its own "
+          "quantization per tensor)");
+    }
+    planner::QuantizeLinearWeights(&inputs.destinations);
+  }
   if (line.Has("topology")) {
     inputs.topology.Clear();
     absl::Status status = config::ReadJsonFile(line.Get("topology"), &inputs.topology);
@@ -122,15 +140,26 @@ bool WriteJson(const google::protobuf::Message& message, const std::string& path
   return false;
 }
 
+// The plan of the same refit with every quantized destination tensor in its sources' dtype.
+absl::StatusOr<std::shared_ptr<const planner::Plan>> PlanWithoutQuantization(
+    const Inputs& inputs, const planner::PlanOptions& options) {
+  absl::StatusOr<planner::Layout> sources = planner::CompileLayout(inputs.sources, "source");
+  if (!sources.ok()) return sources.status();
+  absl::StatusOr<planner::Layout> destinations = planner::CompileLayout(
+      planner::WithoutQuantization(inputs.destinations, inputs.sources), "destination");
+  if (!destinations.ok()) return destinations.status();
+  return planner::BuildPlan(*sources, *destinations, inputs.topology, options);
+}
+
 }  // namespace
 
 int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  absl::StatusOr<CommandLine> line =
-      CommandLine::Parse(args,
-                         {"src", "dst", "topology", "strategy", "verify", "model", "src-parallel",
-                          "dst-parallel", "gpus-per-node", "refit", "staging-budget",
-                          "split-threshold", "verify-max-bytes", "plan-out", "layouts-out", "svg"},
-                         {"json", "colocated", "flat", "help"});
+  absl::StatusOr<CommandLine> line = CommandLine::Parse(
+      args,
+      {"src", "dst", "topology", "strategy", "verify", "model", "src-parallel", "dst-parallel",
+       "gpus-per-node", "refit", "staging-budget", "split-threshold", "verify-max-bytes",
+       "plan-out", "layouts-out", "svg", "dst-quantization"},
+      {"json", "colocated", "flat", "help"});
   if (!line.ok()) {
     err << "refitctl plan: " << line.status().message() << "\n" << kPlanUsage;
     return kExitInvalidInput;
@@ -160,7 +189,27 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
         << (inputs.ok() ? options.status().message() : inputs.status().message()) << "\n";
     return kExitInvalidInput;
   }
-  absl::StatusOr<planner::Layout> sources = planner::CompileLayout(inputs->sources, "source");
+  // Quantized destinations: the sources as sent (codes and block scales), and the same refit
+  // in the sources' precision planned beside it, to compare.
+  v1::LayoutSpec sent = inputs->sources;
+  std::vector<v1::QuantizedSource> quantized;
+  if (absl::Status status = planner::SendQuantized(inputs->destinations, &sent, &quantized);
+      !status.ok()) {
+    err << "refitctl plan: " << status.message() << "\n";
+    return kExitInvalidInput;
+  }
+  std::shared_ptr<const planner::Plan> unquantized;
+  if (planner::QuantizesAny(inputs->destinations)) {
+    absl::StatusOr<std::shared_ptr<const planner::Plan>> plain =
+        PlanWithoutQuantization(*inputs, *options);
+    if (!plain.ok()) {
+      err << "refitctl plan: the same refit without quantization: " << plain.status().message()
+          << "\n";
+      return kExitInvalidInput;
+    }
+    unquantized = *plain;
+  }
+  absl::StatusOr<planner::Layout> sources = planner::CompileLayout(sent, "source");
   if (!sources.ok()) {
     err << "refitctl plan: " << sources.status().message() << "\n";
     return kExitInvalidInput;
@@ -194,13 +243,15 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
   report.json = line->Has("json");
   report.svg_path = line->Get("svg");
   report.topology = &inputs->topology;
+  report.unquantized = unquantized.get();
   return VerifyAndReport(**plan, *sources, *destinations, report, out, err);
 }
 
 int VerifyAndReport(const planner::Plan& plan, const planner::Layout& sources,
                     const planner::Layout& destinations, const PlanReportOptions& options,
                     std::ostream& out, std::ostream& err) {
-  PlanSummary summary{&plan, &sources, &destinations, std::nullopt, options.verify};
+  PlanSummary summary{&plan,        &sources,       &destinations,
+                      std::nullopt, options.verify, options.unquantized};
   absl::Status verdict;
   if (options.verify == "bytes") {
     verdict = check::CheckBytes(sources, destinations, plan, options.verify_max_bytes);

@@ -32,6 +32,8 @@ struct PlanReportOptions {
   bool json = false;
   std::string svg_path;                    // where to draw the plan; empty: nowhere
   const v1::Topology* topology = nullptr;  // for the drawing (null: DGX H100)
+  // Quantized destinations: the same refit in the sources' precision, to compare.
+  const planner::Plan* unquantized = nullptr;
 };
 
 // What `refitctl plan` does once it has a plan: checks it as `options.verify` says,

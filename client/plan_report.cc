@@ -80,6 +80,14 @@ std::string PlanReportJson(const PlanSummary& summary) {
       json.Bool(absl::StrCat("candidate_", candidate.name, "_at_least").c_str(), true);
     }
   }
+  if (summary.unquantized != nullptr) {
+    const planner::PlanStats& plain = summary.unquantized->stats;
+    json.Int("unquantized_total_bytes", plain.total_bytes);
+    json.Int("unquantized_network_bytes", plain.network_bytes);
+    json.Int("quantization_saved_network_bytes", plain.network_bytes - s.network_bytes);
+    json.Real("unquantized_predicted_seconds", plain.predicted_seconds);
+    json.Real("unquantized_lower_bound_seconds", plain.lower_bound_seconds);
+  }
   json.Real("plan_seconds", plan.plan_seconds);
   json.Text("digest", plan.digest);
   if (summary.verified.has_value()) {
@@ -88,6 +96,24 @@ std::string PlanReportJson(const PlanSummary& summary) {
   }
   return json.Done();
 }
+
+namespace {
+
+// What quantizing the destinations saves: the plan against the same refit in the sources'
+// precision.
+std::string Quantization(const PlanSummary& summary) {
+  if (summary.unquantized == nullptr) return "none (the destinations hold the sources' dtypes)";
+  const planner::PlanStats& s = summary.plan->stats;
+  const planner::PlanStats& plain = summary.unquantized->stats;
+  return absl::StrFormat(
+      "network %s vs %s in the sources' precision (%.3fx, %s saved); predicted %.3f s vs %.3f s",
+      HumanBytes(s.network_bytes), HumanBytes(plain.network_bytes),
+      Ratio(s.network_bytes, plain.network_bytes),
+      HumanBytes(plain.network_bytes - s.network_bytes), s.predicted_seconds,
+      plain.predicted_seconds);
+}
+
+}  // namespace
 
 std::string PlanReportTable(const PlanSummary& summary) {
   const planner::Plan& plan = *summary.plan;
@@ -130,6 +156,7 @@ std::string PlanReportTable(const PlanSummary& summary) {
                              HumanBytes(s.relay_buffer_bytes),
                              HumanBytes(s.relay_buffer_peak_bytes))},
       {"chosen", Chosen(plan)},
+      {"quantization", Quantization(summary)},
       {"plan time", absl::StrFormat("%.3f s", plan.plan_seconds)},
       {"digest", plan.digest},
   };

@@ -16,6 +16,8 @@ struct PlanSummary {
   const planner::Layout* destinations = nullptr;
   std::optional<bool> verified;  // absent when not asked
   std::string verify_mode;       // "bytes" or "coverage"
+  // Quantized destinations: the same refit in the sources' precision (else null).
+  const planner::Plan* unquantized = nullptr;
 };
 
 std::string PlanReportJson(const PlanSummary& summary);

@@ -168,6 +168,52 @@ TEST(RefitctlTest, ALiveCommandWhoseCallFailsExitsThreeNamingTheCode) {
   }
 }
 
+// kDestinations held in block-scaled FP8: the codes of w and one F32 scale per 128 x 128
+// block, each rank holding the scales of its columns' blocks.
+const char kFp8Destinations[] = R"({"tensors": [
+   {"name": "w", "dtype": "F8_E4M3", "shape": [1024, 4096],
+    "quantization": {"scheme": "block_fp8", "scale_tensor": "w_scale_inv"}},
+   {"name": "w_scale_inv", "dtype": "F32", "shape": [8, 32]}],
+ "ranks": [{"rank": 0, "host": "node-1", "device": 0,
+            "views": [{"tensor": "w", "offset": [0, 0], "extent": [1024, 2048]},
+                      {"tensor": "w_scale_inv", "offset": [0, 0], "extent": [8, 16]}]},
+           {"rank": 1, "host": "node-1", "device": 1,
+            "views": [{"tensor": "w", "offset": [0, 2048], "extent": [1024, 2048]},
+                      {"tensor": "w_scale_inv", "offset": [0, 16], "extent": [8, 16]}]}]})";
+
+TEST(RefitctlTest, PlansFp8DestinationsMovingCodesAndScales) {
+  const std::string src = WriteFile("src.json", kSources);
+  const std::string dst = WriteFile("fp8.json", kFp8Destinations);
+  const CommandResult run =
+      Refitctl("plan --src " + src + " --dst " + dst + " --verify=bytes --json");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  // One byte per element and 4 per block, against 2 per element in BF16.
+  for (const char* key : {"\"total_bytes\": 4195328", "\"network_bytes\": 4195328",
+                          "\"unquantized_network_bytes\": 8388608",
+                          "\"quantization_saved_network_bytes\": 4193280", "\"verified\": true"}) {
+    EXPECT_TRUE(absl::StrContains(run.out, key)) << key << " in " << run.out;
+  }
+  const CommandResult table = Refitctl("plan --src " + src + " --dst " + dst);
+  EXPECT_TRUE(absl::StrContains(
+      table.out, "quantization    network 4.2 MB vs 8.4 MB in the sources' precision (0.500x"))
+      << table.out;
+}
+
+TEST(RefitctlTest, Fp8DestinationsWhoseShardsCutBlocksAreRefusedByName) {
+  // vLLM's TP32 gives each rank 576 rows of a dense layer's gate_proj: 4.5 blocks.
+  const CommandResult run = Refitctl("plan --refit dsv3-h100 --dst-quantization block_fp8");
+  EXPECT_EQ(run.exit_code, 2);
+  EXPECT_EQ(run.err,
+            "refitctl plan: destination rank 0: view 10 of \"model.layers.0.mlp.gate_proj.weight\" "
+            "holds [0:576, 0:7168], which cuts its 128 x 128 quantization blocks (a view of a "
+            "quantized tensor starts at a block corner and ends at a block edge or the tensor's "
+            "end)\n");
+  const CommandResult mini =
+      Refitctl("plan --refit mini --dst-quantization block_fp8 --verify=bytes");
+  EXPECT_EQ(mini.exit_code, 0) << mini.err;
+  EXPECT_TRUE(absl::StrContains(mini.out, "verified        yes")) << mini.out;
+}
+
 TEST(RefitctlTest, ReadableTableWithoutJson) {
   const CommandResult run = Refitctl("plan --refit mini --strategy gather_broadcast");
   EXPECT_EQ(run.exit_code, 0) << run.err;

@@ -51,6 +51,9 @@ struct ClusterSnapshot {
   // shared_destinations): in host shared memory, neither staged nor bucketed, on a daemon
   // with a shared-memory domain; their layouts as registered (segment names kept).
   std::map<int64_t, v1::RankLayout> shared_destinations;
+  // Source views quantized before they are sent (planner::SendQuantized, by PlanEpoch,
+  // which also makes `sources` the layout as sent).
+  std::vector<v1::QuantizedSource> quantized_sources;
   // The oldest and newest versions the source ranks have published (-1: none).
   int64_t published_oldest = -1;
   int64_t published_newest = -1;

@@ -11,6 +11,7 @@
 #include "daemon/view_checksums.h"
 #include "planner/layout.h"
 #include "planner/plan_proto.h"
+#include "planner/quantization.h"
 #include "planner/topology.h"
 #include "spdlog/spdlog.h"
 #include "transport/gpu/nccl_group.h"
@@ -123,6 +124,10 @@ absl::StatusOr<int> EpochRunner::SendSlices(const ClusterSnapshot& snapshot, con
       for (const v1::RankPlacement& p : snapshot.placement) *slice->add_placement() = p;
       if (nccl->has_value()) *slice->mutable_nccl() = **nccl;
       *slice->mutable_shared_destinations() = SharedDestinationsFor(snapshot, where, index);
+      for (const v1::QuantizedSource& q : snapshot.quantized_sources) {
+        absl::StatusOr<int32_t> daemon = where.DaemonOf(v1::ROLE_SOURCE, q.rank());
+        if (daemon.ok() && *daemon == index) *slice->add_quantized_sources() = q;
+      }
       // Only views another hashed view shares are compared: the daemon hashes just those.
       if (!compared.has_value()) {
         compared = ComparedViews(snapshot.sources, snapshot.destinations, plan.ordered_batches());
@@ -226,7 +231,7 @@ void EpochRunner::PrepareGroup() {
     absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot();
     if (!snapshot.ok()) {
       sent = snapshot.status();
-    } else if (absl::StatusOr<PlannedEpoch> planned = PlanEpoch(version, *snapshot);
+    } else if (absl::StatusOr<PlannedEpoch> planned = PlanEpoch(version, &*snapshot);
                !planned.ok()) {
       sent = planned.status();
     } else {
@@ -306,7 +311,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
   if (std::optional<absl::StatusOr<v1::RefitReport>> repeat = AnswerRepeat(version, *snapshot)) {
     return *std::move(repeat);
   }
-  absl::StatusOr<PlannedEpoch> planned = PlanEpoch(version, *snapshot);
+  absl::StatusOr<PlannedEpoch> planned = PlanEpoch(version, &*snapshot);
   if (!planned.ok()) return planned.status();
   // Planned while the trainers may still be finishing the step; now wait (within the
   // deadline) for every source rank to publish this version, so no half-updated weights
@@ -377,7 +382,8 @@ std::optional<absl::StatusOr<v1::RefitReport>> EpochRunner::AnswerRepeat(
 }
 
 absl::StatusOr<EpochRunner::PlannedEpoch> EpochRunner::PlanEpoch(int64_t version,
-                                                                 const ClusterSnapshot& snapshot) {
+                                                                 ClusterSnapshot* sent) {
+  const ClusterSnapshot& snapshot = *sent;
   const int sources = snapshot.sources.ranks_size();
   const int destinations = snapshot.destinations.ranks_size();
   const std::string incomplete = absl::StrCat(
@@ -391,6 +397,11 @@ absl::StatusOr<EpochRunner::PlannedEpoch> EpochRunner::PlanEpoch(int64_t version
   const bool sources_missing = sources < job_.source_ranks();
   if (destinations < job_.destination_ranks() || sources == 0) {
     return absl::FailedPreconditionError(incomplete);
+  }
+  if (absl::Status quantized =
+          planner::SendQuantized(snapshot.destinations, &sent->sources, &sent->quantized_sources);
+      !quantized.ok()) {
+    return quantized;
   }
   absl::StatusOr<planner::Layout> src = planner::CompileLayout(snapshot.sources, "source");
   if (!src.ok()) {

@@ -137,8 +137,10 @@ class EpochRunner {
   std::optional<absl::StatusOr<v1::RefitReport>> AnswerRepeat(int64_t version,
                                                               const ClusterSnapshot& snapshot)
       ABSL_LOCKS_EXCLUDED(mu_);
-  // Checks the group is complete enough and plans it (cached by layout digest).
-  absl::StatusOr<PlannedEpoch> PlanEpoch(int64_t version, const ClusterSnapshot& snapshot)
+  // Checks the group is complete enough and plans it (cached by layout digest). The
+  // snapshot's sources become the layout as sent where destinations are quantized
+  // (planner/quantization.h), and its quantized_sources the views the daemons quantize.
+  absl::StatusOr<PlannedEpoch> PlanEpoch(int64_t version, ClusterSnapshot* snapshot)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // Waits until every source rank published `version`.
   absl::Status AwaitPublishes(int64_t version, absl::Time deadline, const Cancelled& cancelled);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -267,6 +268,43 @@ absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* s
     }
   }
   return absl::OkStatus();
+}
+
+void QuantizeLinearWeights(v1::LayoutSpec* destinations) {
+  std::map<std::string, std::pair<std::string, Dims>> scale_of;  // weight -> scale, block
+  const int declared = destinations->tensors_size();
+  for (int i = 0; i < declared; ++i) {
+    v1::TensorSpec* t = destinations->mutable_tensors(i);
+    const std::string name = t->name();
+    if (t->shape_size() < 2 || !absl::StartsWith(name, "model.layers.") ||
+        absl::EndsWith(name, "mlp.gate.weight") || t->has_quantization()) {
+      continue;
+    }
+    const std::string scale_name = absl::StrCat(name, "_scale_inv");
+    t->set_dtype("F8_E4M3");
+    v1::Quantization* q = t->mutable_quantization();
+    q->set_scheme(kBlockFp8);
+    q->set_scale_tensor(scale_name);
+    const Dims shape = ShapeOf(*t);
+    const Dims block = BlockOf(*q, shape);
+    v1::TensorSpec* scale = destinations->add_tensors();
+    scale->set_name(scale_name);
+    scale->set_dtype("F32");
+    for (int64_t e : BlocksOf(Box{Dims(shape.size(), 0), shape}, block).extent) scale->add_shape(e);
+    scale_of[name] = {scale_name, block};
+  }
+  for (v1::RankLayout& rank : *destinations->mutable_ranks()) {
+    const int views = rank.views_size();
+    for (int v = 0; v < views; ++v) {
+      auto found = scale_of.find(rank.views(v).tensor());
+      if (found == scale_of.end() || HoldsNothing(rank.views(v))) continue;
+      const Box blocks = BlocksOf(BoxOfView(rank.views(v)), found->second.second);
+      v1::ShardView* scales = rank.add_views();
+      scales->set_tensor(found->second.first);
+      for (int64_t o : blocks.offset) scales->add_offset(o);
+      for (int64_t e : blocks.extent) scales->add_extent(e);
+    }
+  }
 }
 
 v1::LayoutSpec WithoutQuantization(const v1::LayoutSpec& destinations,

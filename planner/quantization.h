@@ -41,6 +41,15 @@ Box BlocksOf(const Box& box, const Dims& block);
 absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* sources,
                            std::vector<v1::QuantizedSource>* quantized);
 
+// Makes `destinations` (a model's layout, planner/model_spec.h) hold its decoder layers'
+// linear weights in block-scaled FP8, as DeepSeek-V3's FP8 checkpoint does: every tensor of
+// two or more dims under "model.layers." except the router (mlp.gate.weight), 128 x 128
+// blocks over the last two dims, scales in "<name>_scale_inv" (".weight" ->
+// ".weight_scale_inv") held by each rank for the blocks of its views. Embeddings, lm_head,
+// norms and the router stay as they are. A view that cuts blocks is left for SendQuantized
+// to name.
+void QuantizeLinearWeights(v1::LayoutSpec* destinations);
+
 // `destinations` as they would be without quantization: quantized tensors in the dtype of
 // their sources, scale tensors and their views gone, the retyped tensors' views each their
 // own dense buffer (what the same refit would move in the sources' precision, to compare).
