@@ -21,6 +21,10 @@
 namespace refit::daemon {
 namespace {
 
+std::vector<v1::QuantizedSource> QuantizedSourcesOf(const v1::PlanSlice& slice) {
+  return {slice.quantized_sources().begin(), slice.quantized_sources().end()};
+}
+
 // Source views of at least this many bytes are hashed on a thread of their own while the
 // data plane runs.
 constexpr int64_t kViewBytesPerThread = 4 << 20;
@@ -164,6 +168,7 @@ void EpochExecutor::Prepare(const std::shared_ptr<const v1::PlanSlice>& slice) {
                                      slice->daemon_index(), data_plane_.worker(), *peers);
     ready = UseKeptMemory(*slice, facts.placement, &executor);
     if (ready.ok()) ready = executor.Reserve(slice->plan());
+    if (ready.ok()) ready = hold.mutable_buffers().SendQuantized(QuantizedSourcesOf(*slice));
   }
   if (!ready.ok()) {
     spdlog::warn(
@@ -180,6 +185,21 @@ void EpochExecutor::Prepare(const std::shared_ptr<const v1::PlanSlice>& slice) {
       "staging, {:.1f} MB of shared-memory outbox",
       node_, slice->digest(), absl::ToDoubleSeconds(absl::Now() - start), connected,
       host_staging_.HeldBytes(-1) / 1e6, outbox_.held_bytes() / 1e6);
+}
+
+absl::Status EpochExecutor::QuantizeSources(const v1::PlanSlice& slice,
+                                            transport::BufferMap* buffers) {
+  if (absl::Status sent = buffers->SendQuantized(QuantizedSourcesOf(slice)); !sent.ok()) {
+    return sent;
+  }
+  if (slice.quantized_sources().empty()) return absl::OkStatus();
+  const absl::Time start = absl::Now();
+  absl::StatusOr<int64_t> read = buffers->QuantizeSent(copy_threads_);
+  if (!read.ok()) return read.status();
+  spdlog::info("refitd {}: quantized {} source views ({:.1f} MB) in {:.3f} s", node_,
+               slice.quantized_sources_size(), *read / 1e6,
+               absl::ToDoubleSeconds(absl::Now() - start));
+  return absl::OkStatus();
 }
 
 void EpochExecutor::RecordKeptMemory() {
@@ -241,6 +261,11 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const Slic
   // A segment its owner truncated since registration would fault at the first touch.
   if (absl::Status backed = buffers->CheckBacked(); !backed.ok()) {
     return FailBeforeRun(&executor, slice.plan(), execute.epoch_number(), fail(backed));
+  }
+  // Views the destinations hold quantized: quantized now, from what the trainers published,
+  // before any piece of them moves (and before their checksums are taken).
+  if (absl::Status quantized = QuantizeSources(slice, buffers); !quantized.ok()) {
+    return FailBeforeRun(&executor, slice.plan(), execute.epoch_number(), fail(quantized));
   }
   transport::NcclRoute nccl;
   if (slice.has_nccl()) {

@@ -1,11 +1,15 @@
 #include "transport/buffer_map.h"
 
+#include <algorithm>
+#include <utility>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "planner/dtype.h"
 #include "transport/gpu/cuda_ipc_buffer.h"
 #include "transport/host_memory.h"
 #include "transport/memory_fault_guard.h"
+#include "transport/quantized_view.h"
 
 namespace refit::transport {
 namespace {
@@ -90,6 +94,7 @@ absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout,
       ++tensor_users_[name];
     }
   }
+  RefreshSentTensors();
   return absl::OkStatus();
 }
 
@@ -252,6 +257,107 @@ void BufferMap::RemoveRank(v1::Role role, int64_t rank) {
     }
   }
   ranks_.erase(it);
+  RefreshSentTensors();
+}
+
+absl::Status BufferMap::SendQuantized(const std::vector<v1::QuantizedSource>& views) {
+  std::map<int64_t, std::vector<const v1::QuantizedSource*>> by_rank;
+  for (const v1::QuantizedSource& q : views) by_rank[q.rank()].push_back(&q);
+  absl::Status outcome;
+  for (auto& [key, memory] : ranks_) {
+    if (key.role != v1::ROLE_SOURCE) continue;
+    std::vector<const v1::QuantizedSource*> wanted;
+    if (auto it = by_rank.find(key.rank); it != by_rank.end()) wanted = it->second;
+    std::sort(wanted.begin(), wanted.end(),
+              [](const v1::QuantizedSource* a, const v1::QuantizedSource* b) {
+                return a->scale_view() < b->scale_view();
+              });
+    bool same = wanted.size() == memory.quantized.size();
+    for (size_t i = 0; same && i < wanted.size(); ++i) {
+      same = wanted[i]->SerializeAsString() == memory.quantized[i]->spec().SerializeAsString();
+    }
+    if (same) continue;
+    if (!memory.registered_views.empty()) memory.views = std::move(memory.registered_views);
+    memory.registered_views.clear();
+    memory.quantized.clear();
+    if (wanted.empty()) continue;
+    std::vector<MappedView> sent = memory.views;
+    std::vector<std::shared_ptr<const QuantizedView>> quantized;
+    absl::Status made;
+    for (const v1::QuantizedSource* q : wanted) {
+      if (q->view() < 0 || q->view() >= static_cast<int32_t>(memory.views.size()) ||
+          q->scale_view() != static_cast<int32_t>(sent.size())) {
+        made = absl::InvalidArgumentError(
+            absl::StrCat(RankName(key.role, key.rank), ": the plan quantizes view ", q->view(),
+                         " with scales as view ", q->scale_view(), ", which the rank's ",
+                         memory.views.size(), " views do not allow"));
+        break;
+      }
+      absl::StatusOr<std::unique_ptr<QuantizedView>> view =
+          QuantizedView::Make(*q, memory.views[q->view()]);
+      if (!view.ok()) {
+        made = view.status();
+        break;
+      }
+      sent[q->view()] = (*view)->codes();
+      sent.push_back((*view)->scales());
+      quantized.push_back(std::move(*view));
+    }
+    if (!made.ok()) {
+      if (outcome.ok()) outcome = made;
+      continue;
+    }
+    memory.registered_views = std::exchange(memory.views, std::move(sent));
+    memory.quantized = std::move(quantized);
+  }
+  RefreshSentTensors();
+  return outcome;
+}
+
+void BufferMap::RefreshSentTensors() {
+  sent_quantized_ = false;
+  for (const auto& [key, memory] : ranks_) sent_quantized_ |= !memory.quantized.empty();
+  if (!sent_quantized_) {
+    sent_tensors_.clear();
+    return;
+  }
+  sent_tensors_ = tensors_;
+  for (const auto& [key, memory] : ranks_) {
+    for (const std::shared_ptr<const QuantizedView>& view : memory.quantized) {
+      const v1::QuantizedSource& spec = view->spec();
+      auto declared = tensors_.find(spec.tensor());
+      if (declared == tensors_.end()) continue;
+      sent_tensors_[spec.tensor()] = TensorShape{1, declared->second.shape};
+      Dims blocks;
+      for (size_t d = 0;
+           d < declared->second.shape.size() && d < static_cast<size_t>(spec.block_size()); ++d) {
+        blocks.push_back((declared->second.shape[d] + spec.block(d) - 1) / spec.block(d));
+      }
+      sent_tensors_[spec.scale_tensor()] = TensorShape{4, blocks};
+    }
+  }
+}
+
+absl::StatusOr<int64_t> BufferMap::QuantizeSent(int threads) {
+  std::vector<const QuantizedView*> views;
+  int64_t bytes = 0;
+  for (const auto& [key, memory] : ranks_) {
+    for (const std::shared_ptr<const QuantizedView>& view : memory.quantized) {
+      views.push_back(view.get());
+      bytes += view->SourceBytes();
+    }
+  }
+  if (absl::Status done = QuantizeViews(views, threads); !done.ok()) return done;
+  return bytes;
+}
+
+int64_t BufferMap::QuantizedBytes() const {
+  int64_t bytes = 0;
+  for (const auto& [key, memory] : ranks_) {
+    for (const std::shared_ptr<const QuantizedView>& view : memory.quantized)
+      bytes += view->bytes();
+  }
+  return bytes;
 }
 
 void BufferMap::StageEpoch(const std::set<int64_t>& planned_destinations) {
@@ -313,20 +419,23 @@ absl::StatusOr<ConstStridedRef> BufferMap::Locate(v1::Role role, int64_t rank, i
 absl::StatusOr<StridedRef> BufferMap::LocateForWrite(v1::Role role, int64_t rank, int32_t view,
                                                      const std::string& tensor, const Dims& offset,
                                                      const Dims& extent) {
-  return Find(role, rank, view, tensor, offset, extent);
+  return Find(role, rank, view, tensor, offset, extent, /*as_registered=*/true);
 }
 
 absl::StatusOr<StridedRef> BufferMap::Find(v1::Role role, int64_t rank, int32_t view,
                                            const std::string& tensor, const Dims& offset,
-                                           const Dims& extent) const {
+                                           const Dims& extent, bool as_registered) const {
   auto it = ranks_.find({role, rank});
   if (it == ranks_.end()) {
     return absl::NotFoundError(absl::StrCat(RankName(role, rank), " is not registered here"));
   }
-  if (view < 0 || view >= static_cast<int32_t>(it->second.views.size())) {
+  const std::vector<MappedView>& views = as_registered && !it->second.registered_views.empty()
+                                             ? it->second.registered_views
+                                             : it->second.views;
+  if (view < 0 || view >= static_cast<int32_t>(views.size())) {
     return absl::NotFoundError(absl::StrCat(RankName(role, rank), " has no view ", view));
   }
-  const MappedView& v = it->second.views[view];
+  const MappedView& v = views[view];
   if (v.tensor != tensor || offset.size() != v.offset.size() || extent.size() != v.offset.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat(RankName(role, rank), ": view ", view, " holds ", v.tensor, ", not ", tensor));

@@ -44,6 +44,8 @@ struct MappedView {
   int32_t device = -1;      // CUDA device of the buffer; -1: host memory
 };
 
+class QuantizedView;
+
 class BufferMap {
  public:
   explicit BufferMap(TensorTable tensors = {}) : tensors_(std::move(tensors)) {
@@ -68,12 +70,28 @@ class BufferMap {
   absl::StatusOr<ConstStridedRef> Locate(v1::Role role, int64_t rank, int32_t view,
                                          const std::string& tensor, const Dims& offset,
                                          const Dims& extent) const;
-  // The same box, to write (the data plane's destinations, test fills).
+  // The same box, to write (the data plane's destinations, test fills). A source view sent
+  // quantized is written as registered, in its own dtype (what its trainer writes); Locate
+  // reads it as sent.
   absl::StatusOr<StridedRef> LocateForWrite(v1::Role role, int64_t rank, int32_t view,
                                             const std::string& tensor, const Dims& offset,
                                             const Dims& extent);
 
-  const TensorTable& tensors() const { return tensors_; }
+  // The tensors as the data plane moves them: as declared, except those sent quantized
+  // (SendQuantized): their codes take 1 byte, and their scale tensors are F32.
+  const TensorTable& tensors() const { return sent_quantized_ ? sent_tensors_ : tensors_; }
+
+  // Source views sent quantized (the slice's list, planner/quantization.h): from now on each
+  // listed view of a source rank mapped here is read as its E4M3 codes and view
+  // `scale_view` of the rank as its blocks' scales, both in memory this map keeps (until the
+  // rank leaves or another list comes; an equal list keeps it). Entries of ranks not mapped
+  // here are skipped. An error names the rank and view (nothing is changed for that rank).
+  absl::Status SendQuantized(const std::vector<v1::QuantizedSource>& views);
+  // Quantizes every view sent quantized from its rank's memory, on up to `threads` threads:
+  // before an epoch moves them. The bytes read (of the ranks' memory).
+  absl::StatusOr<int64_t> QuantizeSent(int threads);
+  // Host memory the codes and scales take.
+  int64_t QuantizedBytes() const;
 
   // Bucketed destination ranks (RankLayout.bucketed): their views have no memory here
   // (Locate says FAILED_PRECONDITION), and their one buffer is the staging bucket.
@@ -110,12 +128,14 @@ class BufferMap {
   int64_t ShadowBytes() const;
 
  private:
-  // Locate and LocateForWrite.
+  // Locate (as sent) and LocateForWrite (as registered).
   absl::StatusOr<StridedRef> Find(v1::Role role, int64_t rank, int32_t view,
-                                  const std::string& tensor, const Dims& offset,
-                                  const Dims& extent) const;
+                                  const std::string& tensor, const Dims& offset, const Dims& extent,
+                                  bool as_registered = false) const;
   // AddRank's mapping and view checks, with the tensor table as it is.
   absl::Status MapRank(v1::Role role, const v1::RankLayout& layout);
+  // tensors() again after the declared tensors or the views sent quantized changed.
+  void RefreshSentTensors();
 
   struct RankMemory {
     std::vector<std::unique_ptr<MappedBuffer>> segments;
@@ -128,6 +148,10 @@ class BufferMap {
     bool written_by_epoch = false;
     bool bucketed = false;  // segments[0] is the staging bucket; views have no memory
     std::vector<std::string> declared_tensors;  // counted in tensor_users_
+    // Sent quantized (SendQuantized): the views as registered (`views` holds them as sent),
+    // and each quantized view's codes and scales.
+    std::vector<MappedView> registered_views;
+    std::vector<std::shared_ptr<const QuantizedView>> quantized;  // shared: declared here only
   };
 
   TensorTable tensors_;
@@ -136,6 +160,9 @@ class BufferMap {
   // Per tensor declared by ranks, how many mapped ranks declared it.
   absl::flat_hash_map<std::string, int> tensor_users_;
   std::map<RankKey, RankMemory> ranks_;
+  // Whether any view is sent quantized, and then what tensors() gives.
+  bool sent_quantized_ = false;
+  TensorTable sent_tensors_;
 };
 
 }  // namespace refit::transport

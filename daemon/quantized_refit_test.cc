@@ -1,0 +1,283 @@
+// A refit into block-scaled FP8 destinations, end to end in one process: a coordinator on
+// loopback gRPC, a trainer daemon and an inference daemon (registry, coordinator link, UCX
+// worker each), ranks in real shared memory. The trainers hold BF16 and F32 weights in row
+// bands and experts; the inference ranks hold E4M3 codes and F32 block scales in column
+// bands, one of them cut by the tensor's edge. Every code and scale the destinations hold
+// after each epoch is compared with the reference quantizer's
+// (transport/testing/reference_quantizer.h) of what the trainers published.
+#include <grpcpp/grpcpp.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "daemon/coordinator_link.h"
+#include "daemon/coordinator_server.h"
+#include "gtest/gtest.h"
+#include "planner/testing/layout_builder.h"
+#include "transport/testing/backed_layouts.h"
+#include "transport/testing/reference_quantizer.h"
+
+namespace refit::daemon {
+namespace {
+
+using transport::Dims;
+
+// The weight value at a global coordinate of `tensor` for `version`: smooth, signed, with a
+// magnitude that changes from block to block (1e-3 to 10), an all-zero block in w, and
+// values past E4M3's range relative to small neighbours.
+float WeightAt(const std::string& tensor, const Dims& coord, int64_t version) {
+  int64_t linear = 0;
+  int64_t block = 0;
+  for (size_t d = 0; d < coord.size(); ++d) {
+    linear = linear * 1000 + coord[d];
+    block = block * 7 + (d + 2 >= coord.size() ? coord[d] / 128 : coord[d]);
+  }
+  if (tensor == "w" && coord[0] >= 256 && coord[1] >= 128 && coord[1] < 256) return 0.0f;
+  const float magnitude = std::pow(10.0f, static_cast<float>((block + version) % 5) - 3.0f);
+  return magnitude * std::sin(0.37f * static_cast<float>(linear % 100003) + version);
+}
+
+struct TensorOnSide {
+  std::string dtype;
+  Dims shape;
+};
+
+class QuantizedRefitTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    refit::testing::LayoutBuilder src, dst;
+    // w [300, 260] BF16 in row bands of whole blocks; experts [4, 256, 130] F32 by expert.
+    src.Tensor("w", {300, 260}, "BF16").Tensor("experts", {4, 256, 130}, "F32");
+    src.Tensor("norm", {260}, "BF16");
+    src.Rank(0, "trainer", 0).View(0, "w", {0, 0}, {256, 260}).View(0, "norm", {0}, {260});
+    src.View(0, "experts", {0, 0, 0}, {2, 256, 130});
+    src.Rank(1, "trainer", 1).View(1, "w", {256, 0}, {44, 260});
+    src.View(1, "experts", {2, 0, 0}, {2, 256, 130});
+    // Inference: column bands of w (the second 4 wide, cut by the tensor's edge), experts
+    // split inside each expert by rows, each rank with the scales of its blocks.
+    dst.BlockFp8("w", {300, 260}, "w_scale_inv")
+        .BlockFp8("experts", {4, 256, 130}, "experts_scale");
+    dst.Tensor("norm", {260}, "BF16");
+    dst.Rank(0, "inference", 0).View(0, "w", {0, 0}, {300, 256});
+    dst.View(0, "w_scale_inv", {0, 0}, {3, 2}).View(0, "norm", {0}, {260});
+    dst.View(0, "experts", {0, 0, 0}, {4, 128, 130}).View(0, "experts_scale", {0, 0, 0}, {4, 1, 2});
+    dst.Rank(1, "inference", 1).View(1, "w", {0, 256}, {300, 4});
+    dst.View(1, "w_scale_inv", {0, 2}, {3, 1}).View(1, "norm", {0}, {260});
+    dst.View(1, "experts", {0, 128, 0}, {4, 128, 130})
+        .View(1, "experts_scale", {0, 1, 0}, {4, 1, 2});
+    for (const v1::TensorSpec& t : src.spec().tensors()) {
+      source_tensors_[t.name()] = {t.dtype(), Dims(t.shape().begin(), t.shape().end())};
+    }
+
+    v1::JobSpec job;
+    job.set_name("fp8");
+    job.set_source_ranks(2);
+    job.set_destination_ranks(2);
+    job.set_staging_budget_bytes(64 << 10);  // several batches
+    auto server = CoordinatorServer::Start("127.0.0.1:0", job, absl::Seconds(30));
+    ASSERT_TRUE(server.ok()) << server.status();
+    coordinator_ = std::move(*server);
+    stub_ = v1::Coordinator::NewStub(
+        grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials()));
+    sources_ = backed_.Back(src.spec(), "source");
+    destinations_ = backed_.Back(dst.spec(), "destination");
+    trainer_link_ =
+        std::make_unique<CoordinatorLink>(coordinator_->address(), "trainer", &trainer_);
+    inference_link_ =
+        std::make_unique<CoordinatorLink>(coordinator_->address(), "inference", &inference_);
+    trainer_link_->Start();
+    inference_link_->Start();
+    for (const v1::RankLayout& r : sources_.ranks())
+      Register(&trainer_, v1::ROLE_SOURCE, r, sources_);
+    for (const v1::RankLayout& r : destinations_.ranks()) {
+      Register(&inference_, v1::ROLE_DESTINATION, r, destinations_);
+    }
+    for (int i = 0; i < 250 && (coordinator_->cluster().RankCount(v1::ROLE_SOURCE) < 2 ||
+                                coordinator_->cluster().RankCount(v1::ROLE_DESTINATION) < 2);
+         ++i) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  }
+
+  void TearDown() override {
+    trainer_link_.reset();
+    inference_link_.reset();
+    coordinator_.reset();
+  }
+
+  void Register(RankRegistry* registry, v1::Role role, const v1::RankLayout& rank,
+                const v1::LayoutSpec& spec) {
+    v1::RegisterRankRequest request;
+    request.set_role(role);
+    *request.mutable_layout() = rank;
+    *request.mutable_tensors() = spec.tensors();
+    ASSERT_TRUE(registry->Register(request).ok());
+  }
+
+  // Writes `version`'s weights into every source view, in the view's dtype, and publishes.
+  void Publish(int64_t version) {
+    for (const v1::RankLayout& r : sources_.ranks()) {
+      {
+        RankRegistry::BufferHold hold = trainer_.HoldBuffers();
+        for (int v = 0; v < r.views_size(); ++v) {
+          const v1::ShardView& view = r.views(v);
+          const Dims offset(view.offset().begin(), view.offset().end());
+          const Dims extent(view.extent().begin(), view.extent().end());
+          absl::StatusOr<transport::StridedRef> memory = hold.mutable_buffers().LocateForWrite(
+              v1::ROLE_SOURCE, r.rank(), v, view.tensor(), offset, extent);
+          ASSERT_TRUE(memory.ok()) << memory.status();
+          const bool bf16 = source_tensors_.at(view.tensor()).dtype == "BF16";
+          ForEachCoordinate(
+              offset, extent,
+              [&](const Dims& coord, int64_t element) {
+                const float x = WeightAt(view.tensor(), coord, version);
+                if (bf16) {
+                  const uint16_t bits = transport::testing::ReferenceBf16(x);
+                  std::memcpy(memory->base + element * 2, &bits, 2);
+                } else {
+                  std::memcpy(memory->base + element * 4, &x, 4);
+                }
+              },
+              memory->strides);
+        }
+      }
+      ASSERT_TRUE(trainer_.Publish(r.rank(), version).ok());
+    }
+  }
+
+  // Calls `visit(coordinate, element)` for every element of the box, `element` the offset
+  // in elements under `strides`.
+  static void ForEachCoordinate(const Dims& offset, const Dims& extent,
+                                const std::function<void(const Dims&, int64_t)>& visit,
+                                const Dims& strides) {
+    int64_t count = 1;
+    for (int64_t e : extent) count *= e;
+    Dims index(extent.size(), 0);
+    for (int64_t i = 0; i < count; ++i) {
+      Dims coord(offset);
+      int64_t element = 0;
+      for (size_t d = 0; d < extent.size(); ++d) {
+        coord[d] += index[d];
+        element += index[d] * strides[d];
+      }
+      visit(coord, element);
+      for (size_t d = extent.size(); d-- > 0;) {
+        if (++index[d] < extent[d]) break;
+        index[d] = 0;
+      }
+    }
+  }
+
+  // The reference codes and scales of matrix `matrix` (leading index; 0 for 2-D) of
+  // `tensor` at `version`, from the values as the trainers hold them.
+  transport::testing::ReferenceBlocks Reference(const std::string& tensor, int64_t matrix,
+                                                int64_t version) {
+    const TensorOnSide& t = source_tensors_.at(tensor);
+    const int64_t rows = t.shape[t.shape.size() - 2], cols = t.shape.back();
+    std::vector<float> x(rows * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        Dims coord = t.shape.size() == 3 ? Dims{matrix, r, c} : Dims{r, c};
+        float value = WeightAt(tensor, coord, version);
+        if (t.dtype == "BF16") {
+          const uint32_t bits = uint32_t{transport::testing::ReferenceBf16(value)} << 16;
+          std::memcpy(&value, &bits, 4);
+        }
+        x[r * cols + c] = value;
+      }
+    }
+    return transport::testing::ReferenceQuantize(x, rows, cols);
+  }
+
+  // Codes and scales of every destination view that differ from the reference's.
+  int64_t WrongQuantizedElements(int64_t version) {
+    std::map<std::pair<std::string, int64_t>, transport::testing::ReferenceBlocks> reference;
+    auto reference_of = [&](const std::string& tensor,
+                            int64_t matrix) -> const transport::testing::ReferenceBlocks& {
+      auto key = std::make_pair(tensor, matrix);
+      auto it = reference.find(key);
+      if (it == reference.end())
+        it = reference.emplace(key, Reference(tensor, matrix, version)).first;
+      return it->second;
+    };
+    int64_t wrong = 0;
+    RankRegistry::BufferHold hold = inference_.HoldBuffers();
+    for (const v1::RankLayout& r : destinations_.ranks()) {
+      for (int v = 0; v < r.views_size(); ++v) {
+        const v1::ShardView& view = r.views(v);
+        const bool scales =
+            absl::EndsWith(view.tensor(), "_scale_inv") || absl::EndsWith(view.tensor(), "_scale");
+        const std::string weight =
+            scales ? (view.tensor() == "w_scale_inv" ? "w" : "experts") : view.tensor();
+        if (weight == "norm") continue;
+        const Dims offset(view.offset().begin(), view.offset().end());
+        const Dims extent(view.extent().begin(), view.extent().end());
+        absl::StatusOr<transport::ConstStridedRef> memory =
+            hold.buffers().Locate(v1::ROLE_DESTINATION, r.rank(), v, view.tensor(), offset, extent);
+        EXPECT_TRUE(memory.ok()) << memory.status();
+        if (!memory.ok()) return -1;
+        const int64_t cols = source_tensors_.at(weight).shape.back();
+        const int64_t block_cols = (cols + 127) / 128;
+        ForEachCoordinate(
+            offset, extent,
+            [&](const Dims& coord, int64_t element) {
+              const int64_t matrix = coord.size() == 3 ? coord[0] : 0;
+              const int64_t row = coord[coord.size() - 2], col = coord.back();
+              const transport::testing::ReferenceBlocks& expected = reference_of(weight, matrix);
+              if (scales) {
+                float held;
+                std::memcpy(&held, memory->base + element * 4, 4);
+                const float want = expected.scales[row * block_cols + col];
+                if (std::memcmp(&held, &want, 4) != 0) ++wrong;
+              } else if (memory->base[element] != expected.codes[row * cols + col]) {
+                ++wrong;
+              }
+            },
+            memory->strides);
+      }
+    }
+    return wrong;
+  }
+
+  std::map<std::string, TensorOnSide> source_tensors_;
+  std::unique_ptr<CoordinatorServer> coordinator_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  transport::testing::BackedLayouts backed_;
+  v1::LayoutSpec sources_, destinations_;
+  RankRegistry trainer_{"trainer"}, inference_{"inference"};
+  std::unique_ptr<CoordinatorLink> trainer_link_, inference_link_;
+};
+
+TEST_F(QuantizedRefitTest, EveryCodeAndScaleIsTheReferenceQuantizersEpochAfterEpoch) {
+  for (int64_t version : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat("version ", version));
+    ASSERT_NO_FATAL_FAILURE(Publish(version));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::RefitRequest request;
+    request.set_version(version);
+    request.set_deadline_ms(20000);
+    v1::RefitReport report;
+    const grpc::Status refit = stub_->Refit(&context, request, &report);
+    ASSERT_TRUE(refit.ok()) << refit.error_message();
+    // Codes (1 byte per element) and scales crossed, not BF16 or F32: every w element once
+    // as a code, every experts element once, the scales, and the BF16 norm to both ranks.
+    EXPECT_EQ(report.bytes(), 300 * 260 + 3 * 3 * 4 + 4 * 256 * 130 + 4 * 2 * 2 * 4 + 2 * 260 * 2);
+    EXPECT_GT(report.pieces_checksummed(), 0);
+    for (const v1::RankLayout& r : destinations_.ranks()) {
+      ASSERT_TRUE(
+          inference_.WaitForVersion(r.rank(), version, absl::Now() + absl::Seconds(5)).ok());
+    }
+    EXPECT_EQ(WrongQuantizedElements(version), 0);
+  }
+}
+
+}  // namespace
+}  // namespace refit::daemon

@@ -1,0 +1,155 @@
+#include "transport/quantized_view.h"
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "transport/memory_fault_guard.h"
+#include "transport/rank_key.h"
+
+namespace refit::transport {
+namespace {
+
+// Rows of one band: whole blocks, about 1 MiB of source elements, so that a few large views
+// still spread over the threads.
+int64_t BandRows(int64_t block, int64_t cols, int element_bytes) {
+  const int64_t rows = (int64_t{1} << 20) / std::max<int64_t>(1, cols * element_bytes);
+  return block * std::max<int64_t>(1, rows / block);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::Make(const v1::QuantizedSource& spec,
+                                                                   const MappedView& registered) {
+  const std::string who = absl::StrCat(RankName(v1::ROLE_SOURCE, spec.rank()), ": view ",
+                                       spec.view(), " of \"", spec.tensor(), "\"");
+  const Dims offset(spec.offset().begin(), spec.offset().end());
+  const Dims extent(spec.extent().begin(), spec.extent().end());
+  const Dims block(spec.block().begin(), spec.block().end());
+  if (registered.tensor != spec.tensor() || registered.offset != offset ||
+      registered.extent != extent) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who,
+                     ": the plan quantizes a box this daemon's registration of the view "
+                     "does not hold (registered again since the plan was made?)"));
+  }
+  const int wide_bytes = spec.source_dtype() == "BF16" ? 2 : spec.source_dtype() == "F32" ? 4 : 0;
+  if (wide_bytes == 0 || registered.element_bytes != wide_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(who, " holds ", registered.element_bytes,
+                                                   "-byte elements; the plan quantizes it from ",
+                                                   spec.source_dtype()));
+  }
+  const size_t dims = extent.size();
+  if (dims < 2 || block.size() != dims || block[dims - 1] != block[dims - 2] ||
+      block[dims - 1] <= 0 ||
+      std::any_of(block.begin(), block.end() - 2, [](int64_t b) { return b != 1; })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who,
+                     ": quantization blocks must be square over the last two of two or "
+                     "more dims, 1 over the others"));
+  }
+  if (registered.device >= 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        who, " is in GPU memory: quantizing on the GPU is not built yet (host memory only)"));
+  }
+  auto view = std::unique_ptr<QuantizedView>(new QuantizedView());
+  view->spec_ = spec;
+  view->registered_ = registered;
+  view->type_ = wide_bytes == 2 ? WideType::kBF16 : WideType::kF32;
+  view->block_ = block[dims - 1];
+  view->rows_ = extent[dims - 2];
+  view->cols_ = extent[dims - 1];
+  view->matrices_ = 1;
+  for (size_t d = 0; d + 2 < dims; ++d) view->matrices_ *= extent[d];
+  view->band_rows_ = BandRows(view->block_, view->cols_, wide_bytes);
+  view->bands_per_matrix_ = (view->rows_ + view->band_rows_ - 1) / view->band_rows_;
+  Dims blocks_offset, blocks_extent;
+  for (size_t d = 0; d < dims; ++d) {
+    blocks_offset.push_back(offset[d] / block[d]);
+    blocks_extent.push_back((offset[d] + extent[d] + block[d] - 1) / block[d] -
+                            offset[d] / block[d]);
+  }
+  int64_t elements = 1, scales = 1;
+  for (size_t d = 0; d < dims; ++d) elements *= extent[d], scales *= blocks_extent[d];
+  for (auto [memory, bytes] :
+       {std::pair{&view->codes_memory_, elements}, std::pair{&view->scales_memory_, scales * 4}}) {
+    absl::StatusOr<std::unique_ptr<HostMemory>> allocated =
+        HostMemory::Allocate(std::max<int64_t>(bytes, 1), HostMemory::Backing::kPrefaulted);
+    if (!allocated.ok()) {
+      return absl::Status(allocated.status().code(),
+                          absl::StrCat(who, ": quantized copy: ", allocated.status().message()));
+    }
+    *memory = *std::move(allocated);
+  }
+  view->codes_ = MappedView{
+      spec.tensor(), offset, extent, RowMajorStrides(extent), 1, view->codes_memory_->data(), -1};
+  view->scales_ = MappedView{spec.scale_tensor(),
+                             blocks_offset,
+                             blocks_extent,
+                             RowMajorStrides(blocks_extent),
+                             4,
+                             view->scales_memory_->data(),
+                             -1};
+  return view;
+}
+
+absl::Status QuantizedView::QuantizeBand(int64_t band) const {
+  const int64_t matrix = band / bands_per_matrix_;
+  const int64_t row = (band % bands_per_matrix_) * band_rows_;
+  const int64_t rows = std::min(band_rows_, rows_ - row);
+  const size_t dims = registered_.extent.size();
+  // The matrix's first element in the registered view: its leading indices, row-major.
+  int64_t element = 0;
+  for (int64_t rest = matrix, d = static_cast<int64_t>(dims) - 3; d >= 0; --d) {
+    element += (rest % registered_.extent[d]) * registered_.strides[d];
+    rest /= registered_.extent[d];
+  }
+  element += row * registered_.strides[dims - 2];
+  const int64_t block_cols = (cols_ + block_ - 1) / block_;
+  const int64_t block_rows = (rows_ + block_ - 1) / block_;
+  const ConstStridedRef weights(registered_.base + element * registered_.element_bytes,
+                                {registered_.strides[dims - 2], registered_.strides[dims - 1]});
+  const StridedRef codes{codes_.base + (matrix * rows_ + row) * cols_, {cols_, 1}};
+  const StridedRef scales{
+      scales_.base + (matrix * block_rows + row / block_) * block_cols * int64_t{4},
+      {block_cols, 1}};
+  absl::Status quantized;
+  absl::Status guarded = GuardMemoryAccess(
+      absl::StrCat("quantizing \"", spec_.tensor(), "\" of source rank ", spec_.rank()), [&] {
+        quantized = QuantizeBlocks({rows, cols_}, type_, weights, codes, scales, block_);
+      });
+  return guarded.ok() ? quantized : guarded;
+}
+
+absl::Status QuantizeViews(const std::vector<const QuantizedView*>& views, int threads) {
+  std::vector<std::pair<const QuantizedView*, int64_t>> bands;
+  for (const QuantizedView* view : views) {
+    for (int64_t b = 0; b < view->Bands(); ++b) bands.emplace_back(view, b);
+  }
+  std::atomic<size_t> next{0};
+  absl::Mutex mu;
+  absl::Status first_failure;
+  auto work = [&]() {
+    for (size_t i = next++; i < bands.size(); i = next++) {
+      absl::Status done = bands[i].first->QuantizeBand(bands[i].second);
+      if (!done.ok()) {
+        absl::MutexLock lock(&mu);
+        if (first_failure.ok()) first_failure = done;
+        next = bands.size();
+      }
+    }
+  };
+  std::vector<std::thread> helpers;
+  const int64_t helper_count =
+      std::min<int64_t>(std::max(threads, 1) - 1, static_cast<int64_t>(bands.size()) - 1);
+  for (int64_t t = 0; t < helper_count; ++t) helpers.emplace_back(work);
+  work();
+  for (std::thread& helper : helpers) helper.join();
+  return first_failure;
+}
+
+}  // namespace refit::transport

@@ -1,0 +1,67 @@
+// One source view sent quantized (v1::QuantizedSource, planner/quantization.h): the memory
+// of its E4M3 codes and of its blocks' F32 scales, kept across epochs, and the quantization
+// of the rank's view into them before an epoch moves them. The plan reads the codes as the
+// view itself and the scales as a view of the scale tensor on the same rank (BufferMap
+// swaps both in). Host memory only: a view in GPU memory is refused until the CUDA kernel
+// exists.
+#ifndef REFIT_TRANSPORT_QUANTIZED_VIEW_H_
+#define REFIT_TRANSPORT_QUANTIZED_VIEW_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/refit.pb.h"
+#include "transport/block_quantize.h"
+#include "transport/buffer_map.h"
+#include "transport/host_memory.h"
+
+namespace refit::transport {
+
+class QuantizedView {
+ public:
+  // `registered` is the view as the rank registered it (its memory holds `spec`'s source
+  // dtype). INVALID_ARGUMENT naming the rank and view when they disagree, UNIMPLEMENTED for
+  // GPU memory, RESOURCE_EXHAUSTED when the memory cannot be had.
+  static absl::StatusOr<std::unique_ptr<QuantizedView>> Make(const v1::QuantizedSource& spec,
+                                                             const MappedView& registered);
+
+  const v1::QuantizedSource& spec() const { return spec_; }
+  // The view as sent: its codes, and its blocks' scales.
+  const MappedView& codes() const { return codes_; }
+  const MappedView& scales() const { return scales_; }
+  // Bytes of codes and scales kept.
+  int64_t bytes() const { return codes_memory_->bytes() + scales_memory_->bytes(); }
+
+  // Bytes of the rank's memory one quantization reads.
+  int64_t SourceBytes() const {
+    return matrices_ * rows_ * cols_ * (type_ == WideType::kF32 ? 4 : 2);
+  }
+
+  // The work of one quantization, in bands of whole block rows that threads can share.
+  int64_t Bands() const { return matrices_ * bands_per_matrix_; }
+  absl::Status QuantizeBand(int64_t band) const;
+
+ private:
+  QuantizedView() = default;
+
+  v1::QuantizedSource spec_;
+  MappedView registered_;
+  WideType type_ = WideType::kBF16;
+  int64_t block_ = kQuantizationBlock;
+  int64_t rows_ = 0, cols_ = 0;  // of each matrix: the view's last two dims
+  int64_t matrices_ = 0;         // the product of the leading dims
+  int64_t band_rows_ = 0;
+  int64_t bands_per_matrix_ = 0;
+  std::unique_ptr<HostMemory> codes_memory_, scales_memory_;
+  MappedView codes_, scales_;
+};
+
+// Quantizes every band of `views` on up to `threads` threads (the caller's among them); the
+// first failure, if any.
+absl::Status QuantizeViews(const std::vector<const QuantizedView*>& views, int threads);
+
+}  // namespace refit::transport
+
+#endif  // REFIT_TRANSPORT_QUANTIZED_VIEW_H_
