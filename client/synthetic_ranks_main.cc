@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -18,8 +19,10 @@
 #include "absl/strings/str_cat.h"
 #include "client/daemon_clients.h"
 #include "client/gpu_buffers.h"
+#include "client/quantized_check.h"
 #include "config/model_files.h"
 #include "planner/dtype.h"
+#include "planner/quantization.h"
 #include "planner/reference_refits.h"
 #include "transport/shared_memory.h"
 #include "transport/synthetic_weights.h"
@@ -46,6 +49,9 @@ ABSL_FLAG(int32_t, gpus_per_node, 8, "with --model: GPUs per node (hosts of the 
 ABSL_FLAG(int32_t, gpu, -1,
           "hold the weights in GPU memory on this CUDA device (registered by CUDA IPC handle; "
           "host memory stages the fill and the check); -1: shared memory");
+ABSL_FLAG(std::string, destination_quantization, "",
+          "block_fp8: the inference ranks hold the layers' linear weights in FP8 with 128 x 128 "
+          "block scales (planner::QuantizeLinearWeights) and check every code and scale");
 ABSL_FLAG(bool, staged, false,
           "destination ranks: register staged (refitd writes a shadow and copies it into the "
           "buffers at commit, so a failed epoch leaves them as they were)");
@@ -78,6 +84,15 @@ int Run() {
                                    absl::GetFlag(FLAGS_destination_parallel),
                                    absl::GetFlag(FLAGS_gpus_per_node));
   if (!scenario.ok()) return Fail("refit", scenario.status());
+  const std::string quantization = absl::GetFlag(FLAGS_destination_quantization);
+  if (!quantization.empty()) {
+    if (quantization != planner::kBlockFp8) {
+      return Fail("--destination_quantization", absl::InvalidArgumentError(absl::StrCat(
+                                                    "\"", quantization, "\" is not block_fp8")));
+    }
+    planner::QuantizeLinearWeights(&scenario->destinations);
+  }
+  const QuantizedCheck quantized(scenario->sources, scenario->destinations);
   const v1::LayoutSpec& spec = source ? scenario->sources : scenario->destinations;
   std::map<std::string, const v1::TensorSpec*> tensors;
   for (const v1::TensorSpec& t : spec.tensors()) tensors[t.name()] = &t;
@@ -223,10 +238,14 @@ int Run() {
           absl::Status copied = v.gpu->CopyToHost(v.segment->data());
           if (!copied.ok()) return Fail("read GPU memory", copied);
         }
-        wrong += transport::WrongBytesInBox(
-            v.tensor, v.shape, v.element_bytes, v.offset, v.extent,
-            transport::StridedRef{v.segment->data(), transport::RowMajorStrides(v.extent)},
-            version);
+        wrong +=
+            quantized.Covers(v.tensor)
+                ? quantized.WrongBytes(v.tensor, v.offset, v.extent, v.segment->data(), version)
+                : transport::WrongBytesInBox(
+                      v.tensor, v.shape, v.element_bytes, v.offset, v.extent,
+                      transport::StridedRef{v.segment->data(),
+                                            transport::RowMajorStrides(v.extent)},
+                      version);
       }
       std::printf("version %lld: %lld of %.1f MB wrong\n", static_cast<long long>(version),
                   static_cast<long long>(wrong), held_bytes / 1e6);

@@ -4,14 +4,18 @@
 # the sources in shared memory (one process per node) and synthetic inference ranks
 # holding the destinations. Runs VERSIONS epochs; the inference ranks check every byte of
 # every version. Everything is shut down with SIGTERM at the end.
-#   live_refit.sh BIN_DIR [SETUP] [VERSIONS] [STRATEGY]
+#   live_refit.sh BIN_DIR [SETUP] [VERSIONS] [STRATEGY] [QUANTIZATION]
 # SETUP: mini (dsv3-mini, 8 GPUs per node: one trainer node, one inference node) or mini4
 # (the same ranks at 2 GPUs per node: two trainer nodes, two inference nodes).
+# QUANTIZATION: block_fp8 makes the inference ranks hold the layers' linear weights in FP8
+# with 128 x 128 block scales; the trainers' daemons quantize, and the inference ranks check
+# every code and scale against the quantization of what the trainers wrote.
 set -euo pipefail
 bin=$1
 refit=${2:-mini}
 versions=${3:-3}
 strategy=${4:-reshard}
+quantization=${5:-}
 source "$(dirname "$0")/cluster.sh"
 open_work live
 
@@ -24,7 +28,8 @@ esac
 trainer=${trainers[0]}
 inference=${inferences[0]}
 ranks=("$bin/refit-synthetic-ranks" --model="$model" --source_parallel="$src"
-       --destination_parallel="$dst" --gpus_per_node="$gpus")
+       --destination_parallel="$dst" --gpus_per_node="$gpus"
+       --destination_quantization="$quantization")
 # The job names the model and both parallel settings; the coordinator derives the ranks.
 cat > "$work/job.json" <<JSON
 {"name": "$refit", "model": "$model", "sourceParallel": "$src", "destinationParallel": "$dst",
@@ -76,6 +81,18 @@ fi
 for node in "${inferences[@]}"; do
   grep -q "^version $versions: 0 of" "$work/inference-ranks-$node.log"
 done
+if [[ -n $quantization ]]; then
+  # The trainers' daemons quantized their views each epoch, and each epoch moved exactly the
+  # bytes refitctl plan predicts for FP8 destinations (codes and scales, not BF16).
+  [[ $(grep -c "quantized [0-9]* source views" "$work/$trainer.log") -ge $versions ]] ||
+    { grep "quantized" "$work/$trainer.log" >&2; echo "no quantization on $trainer" >&2; exit 1; }
+  planned=$("$bin/refitctl" plan --model="$model" --src-parallel="$src" --dst-parallel="$dst" \
+    --gpus-per-node="$gpus" --dst-quantization="$quantization" --json |
+    grep -o '"total_bytes": [0-9]*' | grep -o '[0-9]*$')
+  moved=$("$bin/refitctl" refit --coordinator="$coordinator" --version="$versions" --json |
+    grep -o '"bytes": *"*[0-9]*' | head -1 | grep -o '[0-9]*$')
+  [[ $planned == "$moved" ]] || { echo "moved $moved bytes, planned $planned" >&2; exit 1; }
+fi
 # All the daemons share this machine's /dev/shm: a reshard's chunks between them went
 # through shared memory.
 if [[ $strategy == reshard ]]; then
@@ -166,4 +183,4 @@ grep -q "missing destination ranks 0, 1, 2, 3" "$work/refit-error.txt" ||
 
 # Orderly shutdown: every process ends by itself after SIGTERM.
 stop_all
-echo "live refit: $versions versions of $refit ($strategy) verified byte for byte"
+echo "live refit: $versions versions of $refit ($strategy${quantization:+, $quantization}) verified byte for byte"
