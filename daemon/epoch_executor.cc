@@ -166,9 +166,11 @@ void EpochExecutor::Prepare(const std::shared_ptr<const v1::PlanSlice>& slice) {
     RankRegistry::BufferHold hold = registry_->HoldBuffers();
     transport::PlanExecutor executor(&hold.mutable_buffers(), facts.placement,
                                      slice->daemon_index(), data_plane_.worker(), *peers);
-    ready = UseKeptMemory(*slice, facts.placement, &executor);
+    // The views sent quantized first: the staging is sized in their codes and scales.
+    ready = hold.mutable_buffers().SendQuantized(QuantizedSourcesOf(*slice));
+    if (ready.ok()) ready = UseKeptMemory(*slice, facts.placement, &executor);
     if (ready.ok()) ready = executor.Reserve(slice->plan());
-    if (ready.ok()) ready = hold.mutable_buffers().SendQuantized(QuantizedSourcesOf(*slice));
+    RecordQuantizedMemory(hold.buffers());
   }
   if (!ready.ok()) {
     spdlog::warn(
@@ -189,17 +191,21 @@ void EpochExecutor::Prepare(const std::shared_ptr<const v1::PlanSlice>& slice) {
 
 absl::Status EpochExecutor::QuantizeSources(const v1::PlanSlice& slice,
                                             transport::BufferMap* buffers) {
-  if (absl::Status sent = buffers->SendQuantized(QuantizedSourcesOf(slice)); !sent.ok()) {
-    return sent;
-  }
   if (slice.quantized_sources().empty()) return absl::OkStatus();
   const absl::Time start = absl::Now();
+  RecordQuantizedMemory(*buffers);
   absl::StatusOr<int64_t> read = buffers->QuantizeSent(copy_threads_);
   if (!read.ok()) return read.status();
   spdlog::info("refitd {}: quantized {} source views ({:.1f} MB) in {:.3f} s", node_,
                slice.quantized_sources_size(), *read / 1e6,
                absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
+}
+
+void EpochExecutor::RecordQuantizedMemory(const transport::BufferMap& buffers) {
+  if (metrics_ == nullptr) return;
+  metrics_->KeptMemory("quantized_sources", buffers.QuantizedBytes(),
+                       buffers.QuantizedAllocations());
 }
 
 void EpochExecutor::RecordKeptMemory() {
@@ -255,6 +261,11 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const Slic
   executor.SetStallLimit(absl::Milliseconds(execute.stall_ms() > 0 ? execute.stall_ms() : 10000));
   executor.SetInterrupt(interrupt_);
   executor.SetCopyThreads(copy_threads_);
+  // Source views the destinations hold quantized are read as their codes and scales from
+  // here on (the memory kept across epochs; quantized below).
+  if (absl::Status sent = buffers->SendQuantized(QuantizedSourcesOf(slice)); !sent.ok()) {
+    return FailBeforeRun(&executor, slice.plan(), execute.epoch_number(), fail(sent));
+  }
   if (absl::Status kept = UseKeptMemory(slice, placement, &executor); !kept.ok()) {
     return FailBeforeRun(&executor, slice.plan(), execute.epoch_number(), fail(kept));
   }

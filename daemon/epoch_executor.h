@@ -88,9 +88,11 @@ class EpochExecutor {
   // that it will not (they would otherwise wait for it up to the stall limit).
   v1::EpochDone FailBeforeRun(transport::PlanExecutor* executor, const v1::Plan& plan,
                               uint32_t epoch_number, v1::EpochDone failed);
-  // Makes `buffers` read the slice's quantized source views as their codes and scales (the
-  // memory kept across epochs) and quantizes them from the ranks' memory.
+  // Quantizes the slice's quantized source views (BufferMap::SendQuantized already made
+  // `buffers` read them as their codes and scales) from the ranks' memory.
   absl::Status QuantizeSources(const v1::PlanSlice& slice, transport::BufferMap* buffers);
+  // The codes and scales of quantized source views held now, for the metrics.
+  void RecordQuantizedMemory(const transport::BufferMap& buffers);
   // The host staging and outbox held now, for the metrics.
   void RecordKeptMemory();
   // The registrations of this daemon's ranks of one side.

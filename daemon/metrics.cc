@@ -112,7 +112,7 @@ DaemonMetrics::DaemonMetrics(std::shared_ptr<prometheus::Registry> r, const std:
       kept_memory_bytes(prometheus::BuildGauge()
                             .Name("refitd_kept_memory_bytes")
                             .Help("Memory the data plane keeps across epochs, by kind "
-                                  "(host_staging, shared_memory_outbox)")
+                                  "(host_staging, shared_memory_outbox, quantized_sources)")
                             .Labels(NodeLabel(node))
                             .Register(*r)),
       kept_memory_allocations(
@@ -122,7 +122,9 @@ DaemonMetrics::DaemonMetrics(std::shared_ptr<prometheus::Registry> r, const std:
                     "epochs, by kind; a warm epoch allocates none")
               .Labels(NodeLabel(node))
               .Register(*r)) {
-  for (const char* kind : {"host_staging", "shared_memory_outbox"}) KeptMemory(kind, 0, 0);
+  for (const char* kind : {"host_staging", "shared_memory_outbox", "quantized_sources"}) {
+    KeptMemory(kind, 0, 0);
+  }
 }
 
 void DaemonMetrics::KeptMemory(const std::string& kind, int64_t bytes, int64_t allocations) {

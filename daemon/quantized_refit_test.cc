@@ -88,8 +88,8 @@ class QuantizedRefitTest : public ::testing::Test {
         grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials()));
     sources_ = backed_.Back(src.spec(), "source");
     destinations_ = backed_.Back(dst.spec(), "destination");
-    trainer_link_ =
-        std::make_unique<CoordinatorLink>(coordinator_->address(), "trainer", &trainer_);
+    trainer_link_ = std::make_unique<CoordinatorLink>(coordinator_->address(), "trainer", &trainer_,
+                                                      &trainer_metrics_);
     inference_link_ =
         std::make_unique<CoordinatorLink>(coordinator_->address(), "inference", &inference_);
     trainer_link_->Start();
@@ -246,6 +246,7 @@ class QuantizedRefitTest : public ::testing::Test {
     return wrong;
   }
 
+  DaemonMetrics trainer_metrics_{std::make_shared<prometheus::Registry>(), "trainer"};
   std::map<std::string, TensorOnSide> source_tensors_;
   std::unique_ptr<CoordinatorServer> coordinator_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
@@ -256,6 +257,16 @@ class QuantizedRefitTest : public ::testing::Test {
 };
 
 TEST_F(QuantizedRefitTest, EveryCodeAndScaleIsTheReferenceQuantizersEpochAfterEpoch) {
+  // The trainer daemon holds the codes and scales of its four quantized views before the
+  // first epoch (the plan is sent ahead once the group is complete), and no epoch allocates.
+  const prometheus::Labels quantized{{"kind", "quantized_sources"}};
+  auto held = [&]() { return trainer_metrics_.kept_memory_bytes.Add(quantized).Value(); };
+  auto allocations = [&]() {
+    return trainer_metrics_.kept_memory_allocations.Add(quantized).Value();
+  };
+  for (int i = 0; i < 250 && held() == 0; ++i) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(held(), 300 * 260 + 3 * 3 * 4 + 4 * 256 * 130 + 4 * 2 * 2 * 4);
+  EXPECT_EQ(allocations(), 4);
   for (int64_t version : {1, 2}) {
     SCOPED_TRACE(absl::StrCat("version ", version));
     ASSERT_NO_FATAL_FAILURE(Publish(version));
@@ -277,6 +288,7 @@ TEST_F(QuantizedRefitTest, EveryCodeAndScaleIsTheReferenceQuantizersEpochAfterEp
     }
     EXPECT_EQ(WrongQuantizedElements(version), 0);
   }
+  EXPECT_EQ(allocations(), 4);
 }
 
 }  // namespace

@@ -301,6 +301,7 @@ absl::Status BufferMap::SendQuantized(const std::vector<v1::QuantizedSource>& vi
       }
       sent[q->view()] = (*view)->codes();
       sent.push_back((*view)->scales());
+      ++quantized_allocations_;
       quantized.push_back(std::move(*view));
     }
     if (!made.ok()) {

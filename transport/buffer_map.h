@@ -90,8 +90,9 @@ class BufferMap {
   // Quantizes every view sent quantized from its rank's memory, on up to `threads` threads:
   // before an epoch moves them. The bytes read (of the ranks' memory).
   absl::StatusOr<int64_t> QuantizeSent(int threads);
-  // Host memory the codes and scales take.
+  // Host memory the codes and scales take, and how many views' worth were allocated so far.
   int64_t QuantizedBytes() const;
+  int64_t QuantizedAllocations() const { return quantized_allocations_; }
 
   // Bucketed destination ranks (RankLayout.bucketed): their views have no memory here
   // (Locate says FAILED_PRECONDITION), and their one buffer is the staging bucket.
@@ -162,6 +163,7 @@ class BufferMap {
   std::map<RankKey, RankMemory> ranks_;
   // Whether any view is sent quantized, and then what tensors() gives.
   bool sent_quantized_ = false;
+  int64_t quantized_allocations_ = 0;
   TensorTable sent_tensors_;
 };
 
