@@ -4,6 +4,8 @@
     LocalDaemon(socket).register_source(rank, tensors=..., boxes=...)   # trainer ranks
     LocalDaemon(socket).register_destination(rank, tensors=..., boxes=...)
     daemon.publish(version); daemon.wait_for_version(version, timeout)
+    LocalDaemon(socket).register_destination(rank, tensors=..., boxes=...,
+                                             quantized={name: refit.BlockFp8(scale_name)})
     LocalDaemon(socket).register_destination(rank, boxes=..., dtypes=..., bucket_bytes=...,
                                              on_bucket=refit.copy_into(weights))  # bucketed
 
@@ -19,10 +21,11 @@ from .errors import (RefitAborted, RefitError, RefitPermissionDenied, RefitRejec
                      RefitTimeout, RefitUnavailable)
 from .memory import refit_dtype
 from .placements import DeviceMesh, Replicate, Shard
+from .quantization import BlockFp8
 from .shards import Box, chunk, replicated, split
 from . import torch_layout
 
-__all__ = ["Box", "Bucket", "BucketPiece", "DeviceMesh", "LocalDaemon", "RefitAborted",
+__all__ = ["BlockFp8", "Box", "Bucket", "BucketPiece", "DeviceMesh", "LocalDaemon", "RefitAborted",
            "RefitClient", "RefitError", "RefitPermissionDenied", "RefitRejected",
            "RefitTimeout", "RefitUnavailable", "RegisteredRank", "Replicate", "Shard", "chunk",
            "copy_into", "refit_dtype", "replicated", "split"]

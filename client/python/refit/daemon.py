@@ -12,6 +12,7 @@ from .buckets import Bucket, BucketMemory, BucketReceiver
 from .errors import RefitError, error_for, from_rpc_error
 from .in_place import InPlaceMemory
 from .memory import RankMemory, refit_dtype
+from .quantization import SCHEME_BLOCK_FP8, BlockFp8, codes_dtype_ok
 from .shards import Box
 
 
@@ -131,7 +132,8 @@ class LocalDaemon:
                              boxes: Optional[Mapping[str, Box]] = None,
                              dtypes: Optional[Mapping[str, Any]] = None,
                              bucket_bytes: Optional[int] = None,
-                             on_bucket: Optional[Callable[[Bucket], None]] = None
+                             on_bucket: Optional[Callable[[Bucket], None]] = None,
+                             quantized: Optional[Mapping[str, BlockFp8]] = None
                              ) -> "RegisteredRank":
         """Registers inference rank `rank`; refitd writes its tensors: the engine's own
         (`tensors` and `boxes`, written in place, fused parameters as views of one tensor)
@@ -141,7 +143,11 @@ class LocalDaemon:
         Bucketed (weights refitd cannot hold on to): `boxes` and `dtypes` (name -> torch
         dtype), `bucket_bytes` and `on_bucket`, called on a thread of this process with
         each refit.Bucket refitd fills during an epoch (refit.copy_into(weights) copies
-        the pieces into wherever the weights are then)."""
+        the pieces into wherever the weights are then).
+
+        `quantized` (name -> refit.BlockFp8): tensors held in FP8 E4M3 codes (uint8 or
+        float8_e4m3fn) with their blocks' float32 scales in another registered tensor;
+        refit quantizes the trainers' BF16/F32 weights on the way (refit.quantization)."""
         bucket = None
         if bucket_bytes is not None or on_bucket is not None:
             if bucket_bytes is None or on_bucket is None or boxes is None or dtypes is None:
@@ -156,10 +162,10 @@ class LocalDaemon:
             raise ValueError(f"rank {rank}: dtypes are for bucketed ranks (with bucket_bytes "
                              f"and on_bucket)")
         return self._register(refit_pb2.ROLE_DESTINATION, rank, shards, tensors, boxes, device,
-                              host, staged, timeout, bucket, dtypes)
+                              host, staged, timeout, bucket, dtypes, quantized or {})
 
     def _register(self, role, rank, shards, tensors, boxes, device, host, staged, timeout,
-                  bucket, dtypes=None):
+                  bucket, dtypes=None, quantized=None):
         memory = _rank_memory(rank, shards, tensors, boxes, dtypes, device, bucket)
         layout = refit_pb2.RankLayout(rank=int(rank),
                                       host=gethostname() if host is None else host,
@@ -167,9 +173,7 @@ class LocalDaemon:
                                       bucketed=bucket is not None)
         if memory.device.type == "cuda":
             layout.device = memory.device_index
-        specs = [refit_pb2.TensorSpec(name=name, dtype=refit_dtype(memory.dtypes[name]),
-                                      shape=box.global_shape)
-                 for name, box in memory.boxes.items()]
+        specs = _tensor_specs(rank, memory, quantized or {})
         request = refit_pb2.RegisterRankRequest(role=role, layout=layout, tensors=specs)
         try:
             session = self._stub.RegisterRank(request, timeout=timeout).session
@@ -219,6 +223,35 @@ class LocalDaemon:
                 raise from_rpc_error(e) from None
             held = got if held is None else min(held, got)
         return held
+
+
+def _tensor_specs(rank, memory, quantized):
+    """The TensorSpecs of a rank's tensors; those in `quantized` declared F8_E4M3 with their
+    recipe (their torch dtype holds codes; their scale tensor is float32)."""
+    unknown = sorted(set(quantized) - set(memory.boxes))
+    if unknown:
+        raise KeyError(f"rank {rank}: quantized tensors {unknown} are not registered")
+    specs = []
+    for name, box in memory.boxes.items():
+        recipe = quantized.get(name)
+        if recipe is None:
+            specs.append(refit_pb2.TensorSpec(name=name, dtype=refit_dtype(memory.dtypes[name]),
+                                              shape=box.global_shape))
+            continue
+        if not codes_dtype_ok(memory.dtypes[name]):
+            raise ValueError(f"rank {rank}: tensor {name} holds E4M3 codes, so it is uint8 or "
+                             f"float8_e4m3fn, not {memory.dtypes[name]}")
+        scale = memory.dtypes.get(recipe.scale_tensor)
+        if str(scale) != "torch.float32":
+            raise ValueError(f"rank {rank}: the scales of {name}, {recipe.scale_tensor}, are a "
+                             f"registered float32 tensor" +
+                             ("" if scale is None else f", not {scale}"))
+        specs.append(refit_pb2.TensorSpec(
+            name=name, dtype="F8_E4M3", shape=box.global_shape,
+            quantization=refit_pb2.Quantization(
+                scheme=SCHEME_BLOCK_FP8, scale_tensor=recipe.scale_tensor,
+                block=[1] * (len(box.global_shape) - 2) + list(recipe.block))))
+    return specs
 
 
 def _rank_memory(rank, shards, tensors, boxes, dtypes, device, bucket):

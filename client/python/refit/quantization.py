@@ -1,0 +1,31 @@
+"""Destination tensors held quantized: refit quantizes on the way, where the whole block is
+(the trainers' daemons), so the network carries the codes and scales.
+
+    daemon.register_destination(rank, tensors=..., boxes=...,
+                                quantized={"...q_proj.weight": refit.BlockFp8(
+                                    "...q_proj.weight_scale_inv")})
+
+A BlockFp8 weight is held as E4M3 codes: a torch.uint8 tensor (torch 1.x has no float8
+dtype; its bytes are the codes, the way vLLM's float8_e4m3fn weights hold them) or a
+torch.float8_e4m3fn one, plus a float32 tensor of one scale per block (vLLM's and
+DeepSeek-V3's `weight_scale_inv`, x ~ code * scale), registered with the box of its blocks.
+The recipe is DeepGEMM's: per block amax = max |x| (at least 1e-4), code =
+E4M3(x * (448 / amax)) rounded to nearest even and saturated, scale = amax / 448.
+"""
+from dataclasses import dataclass
+from typing import Tuple
+
+SCHEME_BLOCK_FP8 = "block_fp8"
+
+
+@dataclass(frozen=True)
+class BlockFp8:
+    """A weight in FP8 E4M3 with one float32 scale per block (of `block`, over the last two
+    dims; default 128 x 128) in the destination tensor `scale_tensor`."""
+    scale_tensor: str
+    block: Tuple[int, int] = (128, 128)
+
+
+def codes_dtype_ok(dtype) -> bool:
+    """Whether a torch tensor of `dtype` can hold E4M3 codes (uint8 bytes or float8_e4m3fn)."""
+    return str(dtype) in ("torch.uint8", "torch.float8_e4m3fn")
