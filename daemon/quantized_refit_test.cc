@@ -49,7 +49,10 @@ struct TensorOnSide {
   Dims shape;
 };
 
-class QuantizedRefitTest : public ::testing::Test {
+// With the parameter true, colocated: the trainer daemon also serves the inference ranks
+// (its buffer map holds w in BF16 for the one and in codes for the other), and the codes and
+// scales are copied locally.
+class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
  protected:
   void SetUp() override {
     refit::testing::LayoutBuilder src, dst;
@@ -97,7 +100,7 @@ class QuantizedRefitTest : public ::testing::Test {
     for (const v1::RankLayout& r : sources_.ranks())
       Register(&trainer_, v1::ROLE_SOURCE, r, sources_);
     for (const v1::RankLayout& r : destinations_.ranks()) {
-      Register(&inference_, v1::ROLE_DESTINATION, r, destinations_);
+      Register(&InferenceRegistry(), v1::ROLE_DESTINATION, r, destinations_);
     }
     for (int i = 0; i < 250 && (coordinator_->cluster().RankCount(v1::ROLE_SOURCE) < 2 ||
                                 coordinator_->cluster().RankCount(v1::ROLE_DESTINATION) < 2);
@@ -208,7 +211,7 @@ class QuantizedRefitTest : public ::testing::Test {
       return it->second;
     };
     int64_t wrong = 0;
-    RankRegistry::BufferHold hold = inference_.HoldBuffers();
+    RankRegistry::BufferHold hold = InferenceRegistry().HoldBuffers();
     for (const v1::RankLayout& r : destinations_.ranks()) {
       for (int v = 0; v < r.views_size(); ++v) {
         const v1::ShardView& view = r.views(v);
@@ -252,11 +255,13 @@ class QuantizedRefitTest : public ::testing::Test {
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   transport::testing::BackedLayouts backed_;
   v1::LayoutSpec sources_, destinations_;
+  RankRegistry& InferenceRegistry() { return GetParam() ? trainer_ : inference_; }
+
   RankRegistry trainer_{"trainer"}, inference_{"inference"};
   std::unique_ptr<CoordinatorLink> trainer_link_, inference_link_;
 };
 
-TEST_F(QuantizedRefitTest, EveryCodeAndScaleIsTheReferenceQuantizersEpochAfterEpoch) {
+TEST_P(QuantizedRefitTest, EveryCodeAndScaleIsTheReferenceQuantizersEpochAfterEpoch) {
   // The trainer daemon holds the codes and scales of its four quantized views before the
   // first epoch (the plan is sent ahead once the group is complete), and no epoch allocates.
   const prometheus::Labels quantized{{"kind", "quantized_sources"}};
@@ -283,13 +288,20 @@ TEST_F(QuantizedRefitTest, EveryCodeAndScaleIsTheReferenceQuantizersEpochAfterEp
     EXPECT_EQ(report.bytes(), 300 * 260 + 3 * 3 * 4 + 4 * 256 * 130 + 4 * 2 * 2 * 4 + 2 * 260 * 2);
     EXPECT_GT(report.pieces_checksummed(), 0);
     for (const v1::RankLayout& r : destinations_.ranks()) {
-      ASSERT_TRUE(
-          inference_.WaitForVersion(r.rank(), version, absl::Now() + absl::Seconds(5)).ok());
+      ASSERT_TRUE(InferenceRegistry()
+                      .WaitForVersion(r.rank(), version, absl::Now() + absl::Seconds(5))
+                      .ok());
     }
     EXPECT_EQ(WrongQuantizedElements(version), 0);
   }
   EXPECT_EQ(allocations(), 4);
 }
+
+INSTANTIATE_TEST_SUITE_P(TrainerAndInferenceNodes, QuantizedRefitTest,
+                         ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Colocated" : "TwoNodes";
+                         });
 
 }  // namespace
 }  // namespace refit::daemon

@@ -36,8 +36,9 @@ absl::StatusOr<int64_t> ViewEndByte(int64_t byte_offset, const MappedView& view,
 
 }  // namespace
 
-absl::Status BufferMap::DeclareTensor(const std::string& name, const TensorShape& shape) {
-  auto [it, inserted] = tensors_.emplace(name, shape);
+absl::Status BufferMap::DeclareTensor(v1::Role role, const std::string& name,
+                                      const TensorShape& shape) {
+  auto [it, inserted] = declared_[SideOf(role)].emplace(name, shape);
   if (inserted ||
       (it->second.element_bytes == shape.element_bytes && it->second.shape == shape.shape)) {
     return absl::OkStatus();
@@ -69,12 +70,12 @@ absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout,
   // rank is refused.
   std::vector<std::string> added_tensors;
   auto forget_added = [&]() {
-    for (const std::string& name : added_tensors) tensors_.erase(name);
+    for (const std::string& name : added_tensors) declared_[SideOf(role)].erase(name);
   };
   if (rank_tensors != nullptr) {
     for (const auto& [name, shape] : *rank_tensors) {
-      const bool known = tensors_.contains(name);
-      absl::Status declared = DeclareTensor(name, shape);
+      const bool known = declared_[SideOf(role)].contains(name);
+      absl::Status declared = DeclareTensor(role, name, shape);
       if (!declared.ok()) {
         forget_added();
         return absl::Status(declared.code(), absl::StrCat(who, ": ", declared.message()));
@@ -91,10 +92,10 @@ absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout,
     RankMemory& memory = ranks_.at({role, layout.rank()});
     for (const auto& [name, shape] : *rank_tensors) {
       memory.declared_tensors.push_back(name);
-      ++tensor_users_[name];
+      ++tensor_users_[SideOf(role)][name];
     }
   }
-  RefreshSentTensors();
+  RefreshTensors();
   return absl::OkStatus();
 }
 
@@ -162,8 +163,8 @@ absl::Status BufferMap::MapRank(v1::Role role, const v1::RankLayout& layout) {
   for (int i = 0; i < layout.views_size(); ++i) {
     const v1::ShardView& v = layout.views(i);
     const std::string where = absl::StrCat(who, ": view ", i, " (", v.tensor(), ")");
-    auto tensor = tensors_.find(v.tensor());
-    if (tensor == tensors_.end()) {
+    auto tensor = declared_[SideOf(role)].find(v.tensor());
+    if (tensor == declared_[SideOf(role)].end()) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": unknown tensor"));
     }
     const size_t dims = tensor->second.shape.size();
@@ -249,15 +250,16 @@ bool BufferMap::StillNamed(v1::Role role, int64_t rank) const {
 void BufferMap::RemoveRank(v1::Role role, int64_t rank) {
   auto it = ranks_.find({role, rank});
   if (it == ranks_.end()) return;
+  const int side = SideOf(role);
   for (const std::string& name : it->second.declared_tensors) {
-    if (--tensor_users_[name] == 0) {
-      tensor_users_.erase(name);
-      // No rank declares it any more: a changed model may follow.
-      if (!pinned_tensors_.contains(name)) tensors_.erase(name);
+    if (--tensor_users_[side][name] == 0) {
+      tensor_users_[side].erase(name);
+      // No rank of its side declares it any more: a changed model may follow.
+      if (!pinned_tensors_.contains(name)) declared_[side].erase(name);
     }
   }
   ranks_.erase(it);
-  RefreshSentTensors();
+  RefreshTensors();
 }
 
 absl::Status BufferMap::SendQuantized(const std::vector<v1::QuantizedSource>& views) {
@@ -311,30 +313,26 @@ absl::Status BufferMap::SendQuantized(const std::vector<v1::QuantizedSource>& vi
     memory.registered_views = std::exchange(memory.views, std::move(sent));
     memory.quantized = std::move(quantized);
   }
-  RefreshSentTensors();
+  RefreshTensors();
   return outcome;
 }
 
-void BufferMap::RefreshSentTensors() {
-  sent_quantized_ = false;
-  for (const auto& [key, memory] : ranks_) sent_quantized_ |= !memory.quantized.empty();
-  if (!sent_quantized_) {
-    sent_tensors_.clear();
-    return;
-  }
-  sent_tensors_ = tensors_;
+void BufferMap::RefreshTensors() {
+  tensors_ = declared_[SideOf(v1::ROLE_SOURCE)];
+  for (const auto& [name, shape] : declared_[SideOf(v1::ROLE_DESTINATION)]) tensors_[name] = shape;
+  const TensorTable& sources = declared_[SideOf(v1::ROLE_SOURCE)];
   for (const auto& [key, memory] : ranks_) {
     for (const std::shared_ptr<const QuantizedView>& view : memory.quantized) {
       const v1::QuantizedSource& spec = view->spec();
-      auto declared = tensors_.find(spec.tensor());
-      if (declared == tensors_.end()) continue;
-      sent_tensors_[spec.tensor()] = TensorShape{1, declared->second.shape};
+      auto declared = sources.find(spec.tensor());
+      if (declared == sources.end()) continue;
+      tensors_[spec.tensor()] = TensorShape{1, declared->second.shape};
       Dims blocks;
       for (size_t d = 0;
            d < declared->second.shape.size() && d < static_cast<size_t>(spec.block_size()); ++d) {
         blocks.push_back((declared->second.shape[d] + spec.block(d) - 1) / spec.block(d));
       }
-      sent_tensors_[spec.scale_tensor()] = TensorShape{4, blocks};
+      tensors_[spec.scale_tensor()] = TensorShape{4, blocks};
     }
   }
 }

@@ -48,12 +48,14 @@ class QuantizedView;
 
 class BufferMap {
  public:
-  explicit BufferMap(TensorTable tensors = {}) : tensors_(std::move(tensors)) {
+  explicit BufferMap(TensorTable tensors = {}) : declared_{tensors, tensors}, tensors_(tensors) {
     for (const auto& [name, shape] : tensors_) pinned_tensors_.insert(name);
   }
 
-  // Adds a tensor, or checks an existing one has the same element size and shape.
-  absl::Status DeclareTensor(const std::string& name, const TensorShape& shape);
+  // Adds a tensor to what ranks of `role` declare, or checks an existing one has the same
+  // element size and shape. The two sides declare apart: a trainer's BF16 weight and an
+  // inference rank's FP8 codes of it may be served by one daemon.
+  absl::Status DeclareTensor(v1::Role role, const std::string& name, const TensorShape& shape);
 
   // Maps the rank's buffers (shared-memory segments by name, GPU allocations by CUDA IPC
   // handle; a bucketed rank's one bucket) and checks each view fits its buffer. Errors name the
@@ -77,9 +79,10 @@ class BufferMap {
                                             const std::string& tensor, const Dims& offset,
                                             const Dims& extent);
 
-  // The tensors as the data plane moves them: as declared, except those sent quantized
-  // (SendQuantized): their codes take 1 byte, and their scale tensors are F32.
-  const TensorTable& tensors() const { return sent_quantized_ ? sent_tensors_ : tensors_; }
+  // The tensors as the data plane moves them: as the destinations declare them, else as the
+  // sources do, except those sent quantized (SendQuantized): their codes take 1 byte, and
+  // their scale tensors are F32.
+  const TensorTable& tensors() const { return tensors_; }
 
   // Source views sent quantized (the slice's list, planner/quantization.h): from now on each
   // listed view of a source rank mapped here is read as its E4M3 codes and view
@@ -136,7 +139,8 @@ class BufferMap {
   // AddRank's mapping and view checks, with the tensor table as it is.
   absl::Status MapRank(v1::Role role, const v1::RankLayout& layout);
   // tensors() again after the declared tensors or the views sent quantized changed.
-  void RefreshSentTensors();
+  void RefreshTensors();
+  static int SideOf(v1::Role role) { return role == v1::ROLE_DESTINATION ? 1 : 0; }
 
   struct RankMemory {
     std::vector<std::unique_ptr<MappedBuffer>> segments;
@@ -155,16 +159,14 @@ class BufferMap {
     std::vector<std::shared_ptr<const QuantizedView>> quantized;  // shared: declared here only
   };
 
-  TensorTable tensors_;
+  TensorTable declared_[2];  // by SideOf(role)
+  TensorTable tensors_;      // what tensors() gives
   // The constructor's tensors: never forgotten.
   absl::flat_hash_set<std::string> pinned_tensors_;
   // Per tensor declared by ranks, how many mapped ranks declared it.
-  absl::flat_hash_map<std::string, int> tensor_users_;
+  absl::flat_hash_map<std::string, int> tensor_users_[2];
   std::map<RankKey, RankMemory> ranks_;
-  // Whether any view is sent quantized, and then what tensors() gives.
-  bool sent_quantized_ = false;
   int64_t quantized_allocations_ = 0;
-  TensorTable sent_tensors_;
 };
 
 }  // namespace refit::transport

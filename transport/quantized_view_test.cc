@@ -32,6 +32,7 @@ class QuantizedViewTest : public ::testing::Test {
     dst.View(0, "w_scale_inv", {0, 0}, {8, 9}).View(0, "b", {0, 0, 0}, {3, 200, 300});
     dst.View(0, "b_scale_inv", {0, 0, 0}, {3, 2, 3});
     sources_ = backed_.Back(src.spec(), "source");
+    destinations_ = backed_.Back(dst.spec(), "destination");
     v1::LayoutSpec sent = sources_;
     ASSERT_TRUE(planner::SendQuantized(dst.spec(), &sent, &quantized_).ok());
     ASSERT_EQ(quantized_.size(), 2u);
@@ -100,7 +101,7 @@ class QuantizedViewTest : public ::testing::Test {
   }
 
   testing::BackedLayouts backed_;
-  v1::LayoutSpec sources_;
+  v1::LayoutSpec sources_, destinations_;
   std::vector<v1::QuantizedSource> quantized_;
   BufferMap map_;
   std::vector<float> w_, b_;  // the weights as the rank holds them, row-major
@@ -150,6 +151,35 @@ TEST_F(QuantizedViewTest, AListThatDisagreesWithTheRegistrationIsRefusedByName) 
   EXPECT_EQ(map_.SendQuantized(wrong).message(),
             "source rank 0: the plan quantizes view 1 with scales as view 7, which the rank's 2 "
             "views do not allow");
+}
+
+TEST_F(QuantizedViewTest, ATrainerAndAnInferenceRankOfOneDaemonEachDeclareTheirDtype) {
+  // One daemon serves the trainer rank (w in BF16) and the inference rank (w in codes).
+  BufferMap shared;
+  const TensorTable source_tensors = testing::TensorsOf(sources_);
+  const TensorTable destination_tensors = testing::TensorsOf(destinations_);
+  ASSERT_TRUE(shared.AddRank(v1::ROLE_SOURCE, sources_.ranks(0), &source_tensors).ok());
+  EXPECT_EQ(shared.tensors().at("w").element_bytes, 2);
+  const absl::Status added =
+      shared.AddRank(v1::ROLE_DESTINATION, destinations_.ranks(0), &destination_tensors);
+  ASSERT_TRUE(added.ok()) << added;
+  EXPECT_EQ(shared.tensors().at("w").element_bytes, 1);  // what moves: the destinations' dtype
+  EXPECT_EQ(shared.tensors().at("w_scale_inv").element_bytes, 4);
+  // Each rank's views are resolved in its own dtype: the destination's 1 100 codes a row,
+  // the source's padded BF16 rows.
+  auto codes = shared.Locate(v1::ROLE_DESTINATION, 0, 0, "w", {1, 0}, {1, 1});
+  auto destination_start = shared.Locate(v1::ROLE_DESTINATION, 0, 0, "w", {0, 0}, {1, 1});
+  auto wide = shared.Locate(v1::ROLE_SOURCE, 0, 0, "w", {1, 0}, {1, 1});
+  auto source_start = shared.Locate(v1::ROLE_SOURCE, 0, 0, "w", {0, 0}, {1, 1});
+  ASSERT_TRUE(codes.ok() && destination_start.ok() && wide.ok() && source_start.ok());
+  EXPECT_EQ(codes->base - destination_start->base, 1100);
+  EXPECT_EQ(wide->base - source_start->base, 1200 * 2);
+  ASSERT_TRUE(shared.SendQuantized(quantized_).ok());
+  ASSERT_TRUE(shared.QuantizeSent(1).ok());
+  shared.RemoveRank(v1::ROLE_DESTINATION, 0);
+  EXPECT_EQ(shared.tensors().at("w").element_bytes, 1);  // still sent quantized
+  ASSERT_TRUE(shared.SendQuantized({}).ok());
+  EXPECT_EQ(shared.tensors().at("w").element_bytes, 2);
 }
 
 }  // namespace
