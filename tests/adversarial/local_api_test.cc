@@ -23,10 +23,10 @@ using ::testing::HasSubstr;
 using LocalApiTest = HostileClusterTest;
 
 // Register fails with `code` and a message holding `fragment`.
-#define EXPECT_REFUSED(request, code, fragment)                 \
-  do {                                                          \
-    const grpc::Status refused = Register(request);             \
-    EXPECT_EQ(refused.error_code(), grpc::StatusCode::code);    \
+#define EXPECT_REFUSED(request, code, fragment)                \
+  do {                                                         \
+    const grpc::Status refused = Register(request);            \
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::code);   \
     EXPECT_THAT(refused.error_message(), HasSubstr(fragment)); \
   } while (0)
 
@@ -93,8 +93,8 @@ TEST_F(LocalApiTest, AStrideThatWrapsInt64IsRefused) {
 
 TEST_F(LocalApiTest, AByteOffsetNearInt64MaxIsRefused) {
   v1::RegisterRankRequest request = GoodRequest(v1::ROLE_SOURCE, 0);
-  request.mutable_layout()->mutable_views(0)->set_byte_offset(
-      std::numeric_limits<int64_t>::max() - 7);
+  request.mutable_layout()->mutable_views(0)->set_byte_offset(std::numeric_limits<int64_t>::max() -
+                                                              7);
   EXPECT_REFUSED(request, INVALID_ARGUMENT, "byte_offset 9223372036854775800");
 }
 
@@ -173,9 +173,16 @@ TEST_F(LocalApiTest, AMessageOverTheSocketLimitIsRefusedByGrpc) {
 
 TEST_F(LocalApiTest, AConflictingTensorDeclarationIsRefusedAndForgottenWithItsRank) {
   ASSERT_TRUE(Register(GoodRequest(v1::ROLE_SOURCE, 0)).ok());
-  v1::RegisterRankRequest other = GoodRequest(v1::ROLE_DESTINATION, 0);
+  v1::RegisterRankRequest other = GoodRequest(v1::ROLE_SOURCE, 1);
   other.mutable_tensors(0)->set_dtype("BF16");
   EXPECT_REFUSED(other, INVALID_ARGUMENT, "w: declared again with a different dtype or shape");
+  // The other side declares its own: an inference rank may hold w in another dtype (FP8
+  // codes of a BF16 weight); whether the two sides agree is the planner's to say.
+  v1::RegisterRankRequest inference = GoodRequest(v1::ROLE_DESTINATION, 0);
+  inference.mutable_tensors(0)->set_dtype("BF16");
+  const grpc::Status own_dtype = Register(inference);
+  EXPECT_TRUE(own_dtype.ok()) << own_dtype.error_message();
+  ASSERT_TRUE(Deregister(v1::ROLE_DESTINATION, 0).ok());
   // Once the rank that declared w leaves, a new model's w is welcome.
   ASSERT_TRUE(Deregister(v1::ROLE_SOURCE, 0).ok());
   v1::RegisterRankRequest changed = GoodRequest(v1::ROLE_SOURCE, 0);
