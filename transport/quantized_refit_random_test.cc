@@ -1,0 +1,253 @@
+// Random FP8 refits run for real in one process: random 2-D and stacked 3-D tensors in BF16
+// or F32, blocks of 2 to 8, shapes whose edges cut blocks, trainers splitting a random dim
+// unevenly at block edges (or replicating), inference ranks splitting another (or
+// replicating) with the scales of their blocks. The planner plans the sources as sent, the
+// buffer map quantizes the trainers' views, the local backend moves codes and scales
+// between real shared-memory segments (both strategies), and every code and scale the
+// destinations hold is compared with the reference quantizer's of the global weights.
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "planner/layout.h"
+#include "planner/plan_proto.h"
+#include "planner/planner.h"
+#include "planner/quantization.h"
+#include "planner/testing/layout_builder.h"
+#include "planner/topology.h"
+#include "transport/buffer_map.h"
+#include "transport/local_executor.h"
+#include "transport/testing/backed_layouts.h"
+#include "transport/testing/reference_quantizer.h"
+
+namespace refit::transport {
+namespace {
+
+struct RandomTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  bool bf16 = true;
+};
+
+// The weight at a global element: hashed from (tensor, index), magnitudes over five decades
+// by block row, some blocks all zero.
+float WeightAt(const RandomTensor& t, int64_t linear, int64_t block, int64_t version) {
+  const int64_t cols = t.shape.back();
+  const int64_t row = (linear / cols) % t.shape[t.shape.size() - 2];
+  if ((row / block + version) % 7 == 3) return 0.0f;
+  uint64_t h =
+      std::hash<std::string>()(t.name) ^ (static_cast<uint64_t>(linear) * 0x9E3779B97F4A7C15ull);
+  h ^= h >> 31;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 29;
+  const float unit = static_cast<float>(h % 2000001) / 1000000.0f - 1.0f;
+  return unit * std::pow(10.0f, static_cast<float>((row / block + version) % 5) - 2.0f);
+}
+
+// Cut points of [0, n) at multiples of `block` (and n), `parts` pieces or fewer.
+std::vector<int64_t> Cuts(std::mt19937_64& rng, int64_t n, int64_t block, int parts) {
+  std::vector<int64_t> cuts = {0};
+  const int64_t blocks = (n + block - 1) / block;
+  std::vector<int64_t> inner;
+  for (int64_t b = 1; b < blocks; ++b) inner.push_back(b * block);
+  std::shuffle(inner.begin(), inner.end(), rng);
+  inner.resize(std::min<size_t>(inner.size(), parts - 1));
+  std::sort(inner.begin(), inner.end());
+  cuts.insert(cuts.end(), inner.begin(), inner.end());
+  cuts.push_back(n);
+  return cuts;
+}
+
+TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
+  std::mt19937_64 rng(1606);
+  for (int trial = 0; trial < 40; ++trial) {
+    const int64_t block = int64_t{1} << std::uniform_int_distribution<int>(1, 3)(rng);
+    std::vector<RandomTensor> tensors;
+    const int count = std::uniform_int_distribution<int>(1, 3)(rng);
+    for (int i = 0; i < count; ++i) {
+      RandomTensor t{absl::StrCat("t", i), {}, rng() % 2 == 0};
+      if (rng() % 3 == 0) t.shape.push_back(std::uniform_int_distribution<int64_t>(1, 3)(rng));
+      for (int d = 0; d < 2; ++d) {
+        t.shape.push_back(std::uniform_int_distribution<int64_t>(1, 6 * block)(rng));
+      }
+      tensors.push_back(t);
+    }
+    const int source_ranks = std::uniform_int_distribution<int>(1, 4)(rng);
+    const int destination_ranks = std::uniform_int_distribution<int>(1, 4)(rng);
+    refit::testing::LayoutBuilder src, dst;
+    std::string description = absl::StrCat("block ", block, ":");
+    for (const RandomTensor& t : tensors) {
+      const size_t dims = t.shape.size();
+      src.Tensor(t.name, t.shape, t.bf16 ? "BF16" : "F32");
+      dst.BlockFp8(t.name, t.shape, t.name + "_scale");
+      // Each side splits one random dim at block edges (1 for leading dims), or replicates.
+      for (bool source : {true, false}) {
+        const int ranks = source ? source_ranks : destination_ranks;
+        const bool replicate = rng() % 4 == 0;
+        const size_t dim = std::uniform_int_distribution<size_t>(0, dims - 1)(rng);
+        const int64_t unit = dim + 2 >= dims ? block : 1;
+        const std::vector<int64_t> cuts = Cuts(rng, t.shape[dim], unit, ranks);
+        absl::StrAppend(
+            &description, " ", t.name, source ? " src " : " dst ",
+            replicate ? "replicated" : absl::StrCat("dim ", dim, " in ", cuts.size() - 1));
+        for (int r = 0; r < ranks; ++r) {
+          std::vector<int64_t> offset(dims, 0), extent = t.shape;
+          if (!replicate) {
+            if (r + 1 >= static_cast<int>(cuts.size())) continue;  // fewer parts than ranks
+            offset[dim] = cuts[r];
+            extent[dim] = cuts[r + 1] - cuts[r];
+          }
+          refit::testing::LayoutBuilder& side = source ? src : dst;
+          side.Rank(r, source ? "train" : "infer", r).View(r, t.name, offset, extent);
+          if (source) continue;
+          std::vector<int64_t> block_offset(dims), block_extent(dims);
+          for (size_t d = 0; d < dims; ++d) {
+            const int64_t b = d + 2 >= dims ? block : 1;
+            block_offset[d] = offset[d] / b;
+            block_extent[d] = (offset[d] + extent[d] + b - 1) / b - block_offset[d];
+          }
+          dst.View(r, t.name + "_scale", block_offset, block_extent);
+        }
+      }
+    }
+    // BlockFp8 declares 128 x 128 blocks: this trial's block instead.
+    v1::LayoutSpec destinations_spec = dst.spec();
+    for (v1::TensorSpec& t : *destinations_spec.mutable_tensors()) {
+      if (!t.has_quantization()) continue;
+      for (int d = 0; d < t.shape_size(); ++d) {
+        t.mutable_quantization()->add_block(d + 2 >= t.shape_size() ? block : 1);
+      }
+      for (v1::TensorSpec& s : *destinations_spec.mutable_tensors()) {
+        if (s.name() != t.quantization().scale_tensor()) continue;
+        for (int d = 0; d < s.shape_size(); ++d) {
+          const int64_t b = d + 2 >= s.shape_size() ? block : 1;
+          s.set_shape(d, (t.shape(d) + b - 1) / b);
+        }
+      }
+    }
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ", " << description);
+    v1::LayoutSpec sent = src.spec();
+    std::vector<v1::QuantizedSource> quantized;
+    const absl::Status planned = planner::SendQuantized(destinations_spec, &sent, &quantized);
+    ASSERT_TRUE(planned.ok()) << planned;
+    for (const char* strategy : {planner::kStrategyReshard, planner::kStrategyGatherBroadcast}) {
+      testing::BackedLayouts backed;
+      const v1::LayoutSpec sources = backed.Back(src.spec(), "source");
+      const v1::LayoutSpec destinations = backed.Back(destinations_spec, "destination");
+      const TensorTable source_tensors = testing::TensorsOf(sources);
+      const TensorTable destination_tensors = testing::TensorsOf(destinations);
+      BufferMap map;
+      for (const v1::RankLayout& r : sources.ranks()) {
+        ASSERT_TRUE(map.AddRank(v1::ROLE_SOURCE, r, &source_tensors).ok());
+      }
+      for (const v1::RankLayout& r : destinations.ranks()) {
+        ASSERT_TRUE(map.AddRank(v1::ROLE_DESTINATION, r, &destination_tensors).ok());
+      }
+      // The trainers' weights, each view in its dtype, from the global values.
+      for (const v1::RankLayout& r : sources.ranks()) {
+        for (int v = 0; v < r.views_size(); ++v) {
+          const v1::ShardView& view = r.views(v);
+          const RandomTensor& t = tensors[std::stoi(view.tensor().substr(1))];
+          const Dims offset(view.offset().begin(), view.offset().end());
+          const Dims extent(view.extent().begin(), view.extent().end());
+          auto memory =
+              map.LocateForWrite(v1::ROLE_SOURCE, r.rank(), v, view.tensor(), offset, extent);
+          ASSERT_TRUE(memory.ok()) << memory.status();
+          int64_t elements = 1;
+          for (int64_t e : extent) elements *= e;
+          for (int64_t i = 0; i < elements; ++i) {
+            int64_t linear = 0, local = 0, rest = i;
+            Dims index(extent.size());
+            for (size_t d = extent.size(); d-- > 0;) index[d] = rest % extent[d], rest /= extent[d];
+            for (size_t d = 0; d < extent.size(); ++d) {
+              linear = linear * t.shape[d] + offset[d] + index[d];
+              local += index[d] * memory->strides[d];
+            }
+            const float x = WeightAt(t, linear, block, trial);
+            if (t.bf16) {
+              const uint16_t bits = testing::ReferenceBf16(x);
+              std::memcpy(memory->base + local * 2, &bits, 2);
+            } else {
+              std::memcpy(memory->base + local * 4, &x, 4);
+            }
+          }
+        }
+      }
+      ASSERT_TRUE(map.SendQuantized(quantized).ok());
+      ASSERT_TRUE(map.QuantizeSent(2).ok());
+      planner::PlanOptions options;
+      options.strategy = strategy;
+      const planner::Layout sent_layout = *planner::CompileLayout(sent, "source");
+      const planner::Layout destination_layout =
+          *planner::CompileLayout(destinations_spec, "destination");
+      auto plan =
+          planner::BuildPlan(sent_layout, destination_layout, planner::DgxH100Topology(), options);
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      absl::StatusOr<ExecutionStats> stats =
+          ExecuteLocally(planner::PlanToProto(**plan, sent_layout, destination_layout), &map);
+      ASSERT_TRUE(stats.ok()) << stats.status();
+      // Every destination code and scale against the reference of the global weights.
+      for (const RandomTensor& t : tensors) {
+        const size_t dims = t.shape.size();
+        const int64_t rows = t.shape[dims - 2], cols = t.shape[dims - 1];
+        const int64_t matrices = dims == 3 ? t.shape[0] : 1;
+        const int64_t block_cols = (cols + block - 1) / block;
+        const int64_t block_rows = (rows + block - 1) / block;
+        std::vector<testing::ReferenceBlocks> expected;
+        for (int64_t m = 0; m < matrices; ++m) {
+          std::vector<float> x(rows * cols);
+          for (int64_t i = 0; i < rows * cols; ++i) {
+            float value = WeightAt(t, m * rows * cols + i, block, trial);
+            if (t.bf16) {
+              const uint32_t bits = uint32_t{testing::ReferenceBf16(value)} << 16;
+              std::memcpy(&value, &bits, 4);
+            }
+            x[i] = value;
+          }
+          expected.push_back(testing::ReferenceQuantize(x, rows, cols, block));
+        }
+        for (const v1::RankLayout& r : destinations.ranks()) {
+          for (int v = 0; v < r.views_size(); ++v) {
+            const v1::ShardView& view = r.views(v);
+            const bool scales = view.tensor() == t.name + "_scale";
+            if (view.tensor() != t.name && !scales) continue;
+            const Dims offset(view.offset().begin(), view.offset().end());
+            const Dims extent(view.extent().begin(), view.extent().end());
+            auto memory =
+                map.Locate(v1::ROLE_DESTINATION, r.rank(), v, view.tensor(), offset, extent);
+            ASSERT_TRUE(memory.ok()) << memory.status();
+            int64_t elements = 1, wrong = 0;
+            for (int64_t e : extent) elements *= e;
+            for (int64_t i = 0; i < elements; ++i) {
+              Dims index(dims);
+              int64_t local = 0;
+              for (size_t d = dims, rest = i; d-- > 0;) {
+                index[d] = offset[d] + static_cast<int64_t>(rest) % extent[d];
+                local += (static_cast<int64_t>(rest) % extent[d]) * memory->strides[d];
+                rest /= extent[d];
+              }
+              const int64_t m = dims == 3 ? index[0] : 0;
+              const int64_t row = index[dims - 2], col = index[dims - 1];
+              if (scales) {
+                const float want = expected[m].scales[row * block_cols + col];
+                wrong += std::memcmp(memory->base + local * 4, &want, 4) != 0;
+              } else {
+                wrong += memory->base[local] != expected[m].codes[row * cols + col];
+              }
+            }
+            EXPECT_EQ(wrong, 0) << strategy << ": destination rank " << r.rank() << " view " << v
+                                << " (" << view.tensor() << "), " << block_rows << " x "
+                                << block_cols << " blocks";
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace refit::transport
