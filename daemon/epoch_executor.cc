@@ -196,9 +196,10 @@ absl::Status EpochExecutor::QuantizeSources(const v1::PlanSlice& slice,
   RecordQuantizedMemory(*buffers);
   absl::StatusOr<int64_t> read = buffers->QuantizeSent(copy_threads_);
   if (!read.ok()) return read.status();
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (metrics_ != nullptr) metrics_->Quantized(*read, seconds);
   spdlog::info("refitd {}: quantized {} source views ({:.1f} MB) in {:.3f} s", node_,
-               slice.quantized_sources_size(), *read / 1e6,
-               absl::ToDoubleSeconds(absl::Now() - start));
+               slice.quantized_sources_size(), *read / 1e6, seconds);
   return absl::OkStatus();
 }
 

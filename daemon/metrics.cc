@@ -121,7 +121,20 @@ DaemonMetrics::DaemonMetrics(std::shared_ptr<prometheus::Registry> r, const std:
               .Help("How often the data plane allocated (grew) the memory it keeps across "
                     "epochs, by kind; a warm epoch allocates none")
               .Labels(NodeLabel(node))
-              .Register(*r)) {
+              .Register(*r)),
+      quantized_bytes(prometheus::BuildCounter()
+                          .Name("refitd_quantized_source_bytes_total")
+                          .Help("Bytes of source ranks' memory quantized into FP8 codes and "
+                                "block scales before epochs moved them")
+                          .Labels(NodeLabel(node))
+                          .Register(*r)
+                          .Add({})),
+      quantize_seconds(prometheus::BuildCounter()
+                           .Name("refitd_quantize_seconds_total")
+                           .Help("Time spent quantizing source views before epochs moved them")
+                           .Labels(NodeLabel(node))
+                           .Register(*r)
+                           .Add({})) {
   for (const char* kind : {"host_staging", "shared_memory_outbox", "quantized_sources"}) {
     KeptMemory(kind, 0, 0);
   }
@@ -132,6 +145,11 @@ void DaemonMetrics::KeptMemory(const std::string& kind, int64_t bytes, int64_t a
   kept_memory_bytes.Add(labels).Set(static_cast<double>(bytes));
   prometheus::Counter& allocated = kept_memory_allocations.Add(labels);
   if (allocations > allocated.Value()) allocated.Increment(allocations - allocated.Value());
+}
+
+void DaemonMetrics::Quantized(int64_t source_bytes, double seconds) {
+  quantized_bytes.Increment(static_cast<double>(source_bytes));
+  quantize_seconds.Increment(seconds);
 }
 
 void DaemonMetrics::RelayBufferPeak(int64_t bytes) {

@@ -51,6 +51,9 @@ struct DaemonMetrics {
   // The memory of `kind` the data plane keeps across epochs: bytes held now, and how often
   // it was allocated since the daemon started.
   void KeptMemory(const std::string& kind, int64_t bytes, int64_t allocations);
+  // One epoch's quantization of source views the destinations hold in FP8: the bytes of
+  // the ranks' memory read and the time it took.
+  void Quantized(int64_t source_bytes, double seconds);
 
   std::shared_ptr<prometheus::Registry> registry;
   prometheus::Family<prometheus::Counter>& epochs;
@@ -61,6 +64,8 @@ struct DaemonMetrics {
   prometheus::Gauge& relay_buffer_peak_bytes;
   prometheus::Family<prometheus::Gauge>& kept_memory_bytes;
   prometheus::Family<prometheus::Counter>& kept_memory_allocations;
+  prometheus::Counter& quantized_bytes;
+  prometheus::Counter& quantize_seconds;
 };
 
 }  // namespace refit::daemon

@@ -293,8 +293,12 @@ TEST_P(QuantizedRefitTest, EveryCodeAndScaleIsTheReferenceQuantizersEpochAfterEp
                       .ok());
     }
     EXPECT_EQ(WrongQuantizedElements(version), 0);
+    // The trainer daemon counted the BF16 and F32 it quantized this epoch.
+    EXPECT_EQ(trainer_metrics_.quantized_bytes.Value(),
+              version * (300 * 260 * 2 + 4 * 256 * 130 * 4));
   }
   EXPECT_EQ(allocations(), 4);
+  EXPECT_GT(trainer_metrics_.quantize_seconds.Value(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(TrainerAndInferenceNodes, QuantizedRefitTest,
