@@ -2,9 +2,10 @@
 // loopback gRPC, a trainer daemon and an inference daemon (registry, coordinator link, UCX
 // worker each), ranks in real shared memory. The trainers hold BF16 and F32 weights in row
 // bands and experts; the inference ranks hold E4M3 codes and F32 block scales in column
-// bands, one of them cut by the tensor's edge. Every code and scale the destinations hold
-// after each epoch is compared with the reference quantizer's
-// (transport/testing/reference_quantizer.h) of what the trainers published.
+// bands, one of them cut by the tensor's edge, and an F32 projection cast to BF16 (uneven
+// rows to columns). Every code, scale and BF16 value the destinations hold after each epoch
+// is compared with the reference quantizer's (transport/testing/reference_quantizer.h) of
+// what the trainers published.
 #include <grpcpp/grpcpp.h>
 
 #include <cmath>
@@ -58,21 +59,23 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
     refit::testing::LayoutBuilder src, dst;
     // w [300, 260] BF16 in row bands of whole blocks; experts [4, 256, 130] F32 by expert.
     src.Tensor("w", {300, 260}, "BF16").Tensor("experts", {4, 256, 130}, "F32");
-    src.Tensor("norm", {260}, "BF16");
+    src.Tensor("norm", {260}, "BF16").Tensor("proj", {70, 50}, "F32");
     src.Rank(0, "trainer", 0).View(0, "w", {0, 0}, {256, 260}).View(0, "norm", {0}, {260});
-    src.View(0, "experts", {0, 0, 0}, {2, 256, 130});
+    src.View(0, "experts", {0, 0, 0}, {2, 256, 130}).View(0, "proj", {0, 0}, {40, 50});
     src.Rank(1, "trainer", 1).View(1, "w", {256, 0}, {44, 260});
-    src.View(1, "experts", {2, 0, 0}, {2, 256, 130});
+    src.View(1, "experts", {2, 0, 0}, {2, 256, 130}).View(1, "proj", {40, 0}, {30, 50});
     // Inference: column bands of w (the second 4 wide, cut by the tensor's edge), experts
     // split inside each expert by rows, each rank with the scales of its blocks.
     dst.BlockFp8("w", {300, 260}, "w_scale_inv")
         .BlockFp8("experts", {4, 256, 130}, "experts_scale");
-    dst.Tensor("norm", {260}, "BF16");
+    dst.Tensor("norm", {260}, "BF16").CastToBf16("proj", {70, 50});
     dst.Rank(0, "inference", 0).View(0, "w", {0, 0}, {300, 256});
     dst.View(0, "w_scale_inv", {0, 0}, {3, 2}).View(0, "norm", {0}, {260});
+    dst.View(0, "proj", {0, 0}, {70, 30});
     dst.View(0, "experts", {0, 0, 0}, {4, 128, 130}).View(0, "experts_scale", {0, 0, 0}, {4, 1, 2});
     dst.Rank(1, "inference", 1).View(1, "w", {0, 256}, {300, 4});
     dst.View(1, "w_scale_inv", {0, 2}, {3, 1}).View(1, "norm", {0}, {260});
+    dst.View(1, "proj", {0, 30}, {70, 20});
     dst.View(1, "experts", {0, 128, 0}, {4, 128, 130})
         .View(1, "experts_scale", {0, 1, 0}, {4, 1, 2});
     for (const v1::TensorSpec& t : src.spec().tensors()) {
@@ -199,6 +202,28 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
     return transport::testing::ReferenceQuantize(x, rows, cols);
   }
 
+  // Values of BF16 destination view `v` (cast from the trainers' F32) that are not the
+  // reference's rounding of `version`'s weights.
+  int64_t WrongCasts(const transport::BufferMap& buffers, int64_t rank, int v,
+                     const v1::ShardView& view, int64_t version) {
+    const Dims offset(view.offset().begin(), view.offset().end());
+    const Dims extent(view.extent().begin(), view.extent().end());
+    absl::StatusOr<transport::ConstStridedRef> memory =
+        buffers.Locate(v1::ROLE_DESTINATION, rank, v, view.tensor(), offset, extent);
+    EXPECT_TRUE(memory.ok()) << memory.status();
+    if (!memory.ok()) return -1;
+    int64_t wrong = 0;
+    ForEachCoordinate(
+        offset, extent,
+        [&](const Dims& coord, int64_t element) {
+          const uint16_t want =
+              transport::testing::ReferenceBf16(WeightAt(view.tensor(), coord, version));
+          wrong += std::memcmp(memory->base + element * 2, &want, 2) != 0;
+        },
+        memory->strides);
+    return wrong;
+  }
+
   // Codes and scales of every destination view that differ from the reference's.
   int64_t WrongQuantizedElements(int64_t version) {
     std::map<std::pair<std::string, int64_t>, transport::testing::ReferenceBlocks> reference;
@@ -220,6 +245,10 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
         const std::string weight =
             scales ? (view.tensor() == "w_scale_inv" ? "w" : "experts") : view.tensor();
         if (weight == "norm") continue;
+        if (weight == "proj") {  // cast from F32: each value rounded to BF16
+          wrong += WrongCasts(hold.buffers(), r.rank(), v, view, version);
+          continue;
+        }
         const Dims offset(view.offset().begin(), view.offset().end());
         const Dims extent(view.extent().begin(), view.extent().end());
         absl::StatusOr<transport::ConstStridedRef> memory =
@@ -270,8 +299,8 @@ TEST_P(QuantizedRefitTest, EveryCodeAndScaleIsTheReferenceQuantizersEpochAfterEp
     return trainer_metrics_.kept_memory_allocations.Add(quantized).Value();
   };
   for (int i = 0; i < 250 && held() == 0; ++i) absl::SleepFor(absl::Milliseconds(20));
-  EXPECT_EQ(held(), 300 * 260 + 3 * 3 * 4 + 4 * 256 * 130 + 4 * 2 * 2 * 4);
-  EXPECT_EQ(allocations(), 4);
+  EXPECT_EQ(held(), 300 * 260 + 3 * 3 * 4 + 4 * 256 * 130 + 4 * 2 * 2 * 4 + 70 * 50 * 2);
+  EXPECT_EQ(allocations(), 6);
   for (int64_t version : {1, 2}) {
     SCOPED_TRACE(absl::StrCat("version ", version));
     ASSERT_NO_FATAL_FAILURE(Publish(version));
@@ -285,7 +314,8 @@ TEST_P(QuantizedRefitTest, EveryCodeAndScaleIsTheReferenceQuantizersEpochAfterEp
     ASSERT_TRUE(refit.ok()) << refit.error_message();
     // Codes (1 byte per element) and scales crossed, not BF16 or F32: every w element once
     // as a code, every experts element once, the scales, and the BF16 norm to both ranks.
-    EXPECT_EQ(report.bytes(), 300 * 260 + 3 * 3 * 4 + 4 * 256 * 130 + 4 * 2 * 2 * 4 + 2 * 260 * 2);
+    EXPECT_EQ(report.bytes(),
+              300 * 260 + 3 * 3 * 4 + 4 * 256 * 130 + 4 * 2 * 2 * 4 + 2 * 260 * 2 + 70 * 50 * 2);
     EXPECT_GT(report.pieces_checksummed(), 0);
     for (const v1::RankLayout& r : destinations_.ranks()) {
       ASSERT_TRUE(InferenceRegistry()
@@ -295,9 +325,9 @@ TEST_P(QuantizedRefitTest, EveryCodeAndScaleIsTheReferenceQuantizersEpochAfterEp
     EXPECT_EQ(WrongQuantizedElements(version), 0);
     // The trainer daemon counted the BF16 and F32 it quantized this epoch.
     EXPECT_EQ(trainer_metrics_.quantized_bytes.Value(),
-              version * (300 * 260 * 2 + 4 * 256 * 130 * 4));
+              version * (300 * 260 * 2 + 4 * 256 * 130 * 4 + 70 * 50 * 4));
   }
-  EXPECT_EQ(allocations(), 4);
+  EXPECT_EQ(allocations(), 6);
   EXPECT_GT(trainer_metrics_.quantize_seconds.Value(), 0);
 }
 

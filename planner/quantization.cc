@@ -66,6 +66,31 @@ const v1::TensorSpec* FindTensor(const v1::LayoutSpec& spec, const std::string& 
   return nullptr;
 }
 
+// A destination tensor cast from its sources' F32 to BF16 (nearest even); no scales, any
+// boxes. Its source_dtype stays empty when no source declares it (the planner says so).
+absl::StatusOr<Recipe> CastRecipe(const v1::TensorSpec& t, const v1::LayoutSpec& sources,
+                                  const std::string& what) {
+  const v1::Quantization& q = t.quantization();
+  if (t.dtype() != "BF16") {
+    return Invalid(absl::StrCat(what, ": ", kCast, " rounds F32 to BF16, not to ", t.dtype()));
+  }
+  if (!q.scale_tensor().empty() || !q.block().empty()) {
+    return Invalid(absl::StrCat(what, ": ", kCast, " takes no scale_tensor or block"));
+  }
+  Recipe recipe;
+  recipe.scheme = kCast;
+  recipe.shape = ShapeOf(t);
+  const v1::TensorSpec* source = FindTensor(sources, t.name());
+  if (source == nullptr) return recipe;
+  recipe.source_dtype = source->dtype();
+  recipe.derived = source->dtype() != t.dtype();
+  if (recipe.derived && source->dtype() != "F32") {
+    return Invalid(absl::StrCat(what, ": ", kCast, " rounds F32 to BF16, but the sources hold ",
+                                source->dtype()));
+  }
+  return recipe;
+}
+
 // The recipes of the destinations' quantized tensors, checked against both sides.
 absl::StatusOr<std::map<std::string, Recipe>> RecipesOf(const v1::LayoutSpec& destinations,
                                                         const v1::LayoutSpec& sources) {
@@ -75,9 +100,16 @@ absl::StatusOr<std::map<std::string, Recipe>> RecipesOf(const v1::LayoutSpec& de
     if (!t.has_quantization()) continue;
     const v1::Quantization& q = t.quantization();
     const std::string what = absl::StrCat("destination tensor \"", t.name(), "\"");
+    if (q.scheme() == kCast) {
+      absl::StatusOr<Recipe> cast = CastRecipe(t, sources, what);
+      if (!cast.ok()) return cast.status();
+      if (!cast->source_dtype.empty()) recipes.emplace(t.name(), *std::move(cast));
+      continue;
+    }
     if (q.scheme() != kBlockFp8) {
       return Invalid(absl::StrCat(what, ": quantization scheme \"", q.scheme(),
-                                  "\" is not known (expected \"", kBlockFp8, "\")"));
+                                  "\" is not known (expected \"", kBlockFp8, "\" or \"", kCast,
+                                  "\")"));
     }
     if (t.dtype() != "F8_E4M3") {
       return Invalid(absl::StrCat(what, ": ", kBlockFp8, " holds F8_E4M3 codes, not ", t.dtype()));
@@ -99,6 +131,10 @@ absl::StatusOr<std::map<std::string, Recipe>> RecipesOf(const v1::LayoutSpec& de
         return Invalid(absl::StrCat(what, ": quantization block ", ShapeText(recipe.block),
                                     " spans more than the last two dims (the others take 1)"));
       }
+    }
+    if (recipe.block.size() < 2 || recipe.block.back() != recipe.block[recipe.block.size() - 2]) {
+      return Invalid(absl::StrCat(what, ": quantization block ", ShapeText(recipe.block),
+                                  " is not square over the last two of two or more dims"));
     }
     recipe.scale_tensor = q.scale_tensor();
     if (recipe.scale_tensor.empty()) {
@@ -149,7 +185,10 @@ absl::Status CheckDestinations(const v1::LayoutSpec& destinations,
   for (const v1::RankLayout& rank : destinations.ranks()) {
     for (int v = 0; v < rank.views_size(); ++v) {
       auto recipe = recipes.find(rank.views(v).tensor());
-      if (recipe == recipes.end() || HoldsNothing(rank.views(v))) continue;
+      if (recipe == recipes.end() || recipe->second.scheme == kCast ||
+          HoldsNothing(rank.views(v))) {
+        continue;
+      }
       const Box box = BoxOfView(rank.views(v));
       if (box.rank() != recipe->second.shape.size()) continue;  // CompileLayout says why
       const std::string what =
@@ -226,6 +265,10 @@ absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* s
     v1::TensorSpec* t = sources->mutable_tensors(i);
     auto recipe = derived.find(t->name());
     if (recipe == derived.end()) continue;
+    if (recipe->second->scheme == kCast) {
+      t->set_dtype("BF16");
+      continue;
+    }
     t->set_dtype("F8_E4M3");
     v1::TensorSpec* scale = sources->add_tensors();
     scale->set_name(recipe->second->scale_tensor);
@@ -242,6 +285,18 @@ absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* s
       const Recipe& recipe = *found->second;
       const Box box = BoxOfView(view);
       if (box.rank() != recipe.shape.size()) continue;  // CompileLayout says why
+      if (recipe.scheme == kCast) {
+        v1::QuantizedSource& entry = quantized->emplace_back();
+        entry.set_rank(rank.rank());
+        entry.set_view(v);
+        entry.set_scale_view(-1);
+        entry.set_tensor(view.tensor());
+        entry.set_source_dtype(recipe.source_dtype);
+        entry.set_scheme(kCast);
+        *entry.mutable_offset() = view.offset();
+        *entry.mutable_extent() = view.extent();
+        continue;
+      }
       if (!WholeBlocks(box, recipe.block, recipe.shape)) {
         return Invalid(absl::StrCat(
             "source rank ", rank.rank(), ": view ", v, " of \"", view.tensor(), "\" holds ",
@@ -312,22 +367,23 @@ v1::LayoutSpec WithoutQuantization(const v1::LayoutSpec& destinations,
   v1::LayoutSpec plain;
   std::map<std::string, std::string> source_dtype;
   for (const v1::TensorSpec& t : sources.tensors()) source_dtype[t.name()] = t.dtype();
-  std::map<std::string, bool> scale_tensors;
+  std::map<std::string, bool> scale_tensors, retyped;
   for (const v1::TensorSpec& t : destinations.tensors()) {
     auto dtype = source_dtype.find(t.name());
     if (t.has_quantization() && dtype != source_dtype.end() && dtype->second != t.dtype()) {
-      scale_tensors[t.quantization().scale_tensor()] = true;
+      retyped[t.name()] = true;
+      if (t.quantization().scheme() == kBlockFp8) {
+        scale_tensors[t.quantization().scale_tensor()] = true;
+      }
     }
   }
-  std::map<std::string, bool> retyped;
   for (const v1::TensorSpec& t : destinations.tensors()) {
     if (scale_tensors.count(t.name())) continue;
     v1::TensorSpec* copy = plain.add_tensors();
     *copy = t;
-    if (copy->has_quantization() && scale_tensors.count(copy->quantization().scale_tensor())) {
+    if (retyped.count(t.name())) {
       copy->set_dtype(source_dtype[t.name()]);
       copy->clear_quantization();
-      retyped[t.name()] = true;
     }
   }
   for (const v1::RankLayout& rank : destinations.ranks()) {

@@ -18,6 +18,8 @@
 namespace refit::planner {
 
 inline constexpr char kBlockFp8[] = "block_fp8";
+// F32 sources rounded to BF16 destinations (nearest even): no scales, any boxes.
+inline constexpr char kCast[] = "cast";
 
 // Whether any destination tensor declares a quantization.
 bool QuantizesAny(const v1::LayoutSpec& destinations);
@@ -30,14 +32,14 @@ Dims BlockOf(const v1::Quantization& quantization, const Dims& shape);
 Box BlocksOf(const Box& box, const Dims& block);
 
 // Rewrites `sources` into the layout as sent and lists the views each source rank's daemon
-// quantizes (QuantizedSource). Checks, with errors (INVALID_ARGUMENT) naming the tensor, the
-// rank and the box: the recipe (scheme, block, dtypes, the scale tensor's dtype and shape);
-// every destination view of a quantized tensor starts at a block corner and ends at a block
-// edge or the tensor's end, and its rank holds one view of the scale tensor covering its
-// blocks; every source view holds whole blocks (a block cut between source ranks would have
-// to be gathered first, which is not done). A quantized tensor whose sources already hold the
-// destination's dtype is left as it is (its scales come from the sources too). Nothing
-// changes when no destination tensor is quantized.
+// quantizes (QuantizedSource; a cast has no scale view: scale_view -1). Checks, with errors
+// (INVALID_ARGUMENT) naming the tensor, the rank and the box: the recipe (scheme, block, dtypes,
+// the scale tensor's dtype and shape); every destination view of a quantized tensor starts at a
+// block corner and ends at a block edge or the tensor's end, and its rank holds one view of the
+// scale tensor covering its blocks; every source view holds whole blocks (a block cut between
+// source ranks would have to be gathered first, which is not done). A quantized tensor whose
+// sources already hold the destination's dtype is left as it is (its scales come from the sources
+// too). Nothing changes when no destination tensor is quantized.
 absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* sources,
                            std::vector<v1::QuantizedSource>* quantized);
 

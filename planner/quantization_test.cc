@@ -138,6 +138,45 @@ TEST(QuantizationTest, SourcesAlreadyInCodesAreMovedAsTheyAre) {
   EXPECT_EQ(planned.sent.SerializeAsString(), src.spec().SerializeAsString());
 }
 
+// An FSDP-style trainer's float32 rows, uneven, into an engine's bfloat16 columns: a cast
+// needs no block alignment and moves 2 bytes per element.
+TEST(QuantizationTest, AnF32SourceCastToBf16MovesTwoBytesAnElementFromAnyBoxes) {
+  LayoutBuilder src, dst;
+  src.Tensor("w", {70, 50}, "F32");
+  src.Rank(0, "trainer", 0).View(0, "w", {0, 0}, {33, 50});
+  src.Rank(1, "trainer", 1).View(1, "w", {33, 0}, {7, 50});
+  src.Rank(2, "trainer", 2).View(2, "w", {40, 0}, {30, 50});
+  dst.Tensor("w", {70, 50}, "BF16");
+  dst.Rank(0, "inference", 0).View(0, "w", {0, 0}, {70, 17});
+  dst.Rank(1, "inference", 1).View(1, "w", {0, 17}, {70, 33});
+  v1::LayoutSpec spec = dst.spec();
+  spec.mutable_tensors(0)->mutable_quantization()->set_scheme("cast");
+  v1::LayoutSpec sent = src.spec();
+  std::vector<v1::QuantizedSource> quantized;
+  ASSERT_TRUE(SendQuantized(spec, &sent, &quantized).ok());
+  ASSERT_EQ(quantized.size(), 3u);
+  EXPECT_EQ(quantized[1].scheme(), "cast");
+  EXPECT_EQ(quantized[1].scale_view(), -1);
+  EXPECT_EQ(sent.tensors(0).dtype(), "BF16");
+  EXPECT_EQ(sent.ranks(0).views_size(), 1);  // no scale views
+  absl::StatusOr<Layout> sources = CompileLayout(sent, "source");
+  absl::StatusOr<Layout> destinations = CompileLayout(spec, "destination");
+  ASSERT_TRUE(sources.ok() && destinations.ok());
+  absl::StatusOr<std::shared_ptr<const Plan>> plan =
+      BuildPlan(*sources, *destinations, DgxH100Topology(), PlanOptions());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_EQ((*plan)->stats.total_bytes, 70 * 50 * 2);
+  // What the cast must be: F32 to BF16 only.
+  spec.mutable_tensors(0)->set_dtype("F16");
+  v1::LayoutSpec again = src.spec();
+  EXPECT_EQ(SendQuantized(spec, &again, &quantized).message(),
+            "destination tensor \"w\": cast rounds F32 to BF16, not to F16");
+  spec.mutable_tensors(0)->set_dtype("BF16");
+  spec.mutable_tensors(0)->mutable_quantization()->set_scale_tensor("s");
+  EXPECT_EQ(SendQuantized(spec, &again, &quantized).message(),
+            "destination tensor \"w\": cast takes no scale_tensor or block");
+}
+
 TEST(QuantizationErrorsTest, ADestinationViewThatCutsBlocksIsNamed) {
   LayoutBuilder src, dst;
   src.Tensor("w", {256, 256}, "BF16");
@@ -202,7 +241,7 @@ TEST(QuantizationErrorsTest, TheRecipeIsChecked) {
        "destination tensor \"w\": block_fp8 quantizes BF16 or F32, but the sources hold I32"},
       {[](v1::LayoutSpec* s) { s->mutable_tensors(0)->mutable_quantization()->set_scheme("mx"); },
        "destination tensor \"w\": quantization scheme \"mx\" is not known (expected "
-       "\"block_fp8\")"},
+       "\"block_fp8\" or \"cast\")"},
       {[](v1::LayoutSpec* s) { s->mutable_tensors(0)->set_dtype("F8_E5M2"); },
        "destination tensor \"w\": block_fp8 holds F8_E4M3 codes, not F8_E5M2"},
       {[](v1::LayoutSpec* s) { s->mutable_tensors(1)->set_shape(0, 3); },
@@ -218,6 +257,13 @@ TEST(QuantizationErrorsTest, TheRecipeIsChecked) {
          q->add_block(128);
        },
        "destination tensor \"w\": quantization block [0, 128] has a dim that is not positive"},
+      {[](v1::LayoutSpec* s) {
+         v1::Quantization* q = s->mutable_tensors(0)->mutable_quantization();
+         q->add_block(64);
+         q->add_block(128);
+       },
+       "destination tensor \"w\": quantization block [64, 128] is not square over the last two "
+       "of two or more dims"},
   };
   for (const Case& c : cases) {
     v1::LayoutSpec sent = src.spec();

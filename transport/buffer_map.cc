@@ -287,8 +287,9 @@ absl::Status BufferMap::SendQuantized(const std::vector<v1::QuantizedSource>& vi
     std::vector<std::shared_ptr<const QuantizedView>> quantized;
     absl::Status made;
     for (const v1::QuantizedSource* q : wanted) {
+      const bool scaled = q->scale_view() >= 0;  // a cast has no scales
       if (q->view() < 0 || q->view() >= static_cast<int32_t>(memory.views.size()) ||
-          q->scale_view() != static_cast<int32_t>(sent.size())) {
+          (scaled && q->scale_view() != static_cast<int32_t>(sent.size()))) {
         made = absl::InvalidArgumentError(
             absl::StrCat(RankName(key.role, key.rank), ": the plan quantizes view ", q->view(),
                          " with scales as view ", q->scale_view(), ", which the rank's ",
@@ -302,7 +303,7 @@ absl::Status BufferMap::SendQuantized(const std::vector<v1::QuantizedSource>& vi
         break;
       }
       sent[q->view()] = (*view)->codes();
-      sent.push_back((*view)->scales());
+      if ((*view)->has_scales()) sent.push_back((*view)->scales());
       ++quantized_allocations_;
       quantized.push_back(std::move(*view));
     }
@@ -326,7 +327,8 @@ void BufferMap::RefreshTensors() {
       const v1::QuantizedSource& spec = view->spec();
       auto declared = sources.find(spec.tensor());
       if (declared == sources.end()) continue;
-      tensors_[spec.tensor()] = TensorShape{1, declared->second.shape};
+      tensors_[spec.tensor()] = TensorShape{view->codes().element_bytes, declared->second.shape};
+      if (!view->has_scales()) continue;
       Dims blocks;
       for (size_t d = 0;
            d < declared->second.shape.size() && d < static_cast<size_t>(spec.block_size()); ++d) {

@@ -85,8 +85,8 @@ class BufferMap {
   const TensorTable& tensors() const { return tensors_; }
 
   // Source views sent quantized (the slice's list, planner/quantization.h): from now on each
-  // listed view of a source rank mapped here is read as its E4M3 codes and view
-  // `scale_view` of the rank as its blocks' scales, both in memory this map keeps (until the
+  // listed view of a source rank mapped here is read as its E4M3 codes (a cast: its BF16
+  // values) and view `scale_view` of the rank as its blocks' scales, both in memory this map keeps (until the
   // rank leaves or another list comes; an equal list keeps it). Entries of ranks not mapped
   // here are skipped. An error names the rank and view (nothing is changed for that rank).
   absl::Status SendQuantized(const std::vector<v1::QuantizedSource>& views);

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <thread>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "transport/fp8_e4m3.h"
 #include "transport/memory_fault_guard.h"
 #include "transport/rank_key.h"
 
@@ -37,6 +39,7 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::Make(const v1::Qua
                      ": the plan quantizes a box this daemon's registration of the view "
                      "does not hold (registered again since the plan was made?)"));
   }
+  if (spec.scheme() == "cast") return MakeCast(spec, registered, who);
   const int wide_bytes = spec.source_dtype() == "BF16" ? 2 : spec.source_dtype() == "F32" ? 4 : 0;
   if (wide_bytes == 0 || registered.element_bytes != wide_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(who, " holds ", registered.element_bytes,
@@ -97,7 +100,75 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::Make(const v1::Qua
   return view;
 }
 
+absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeCast(
+    const v1::QuantizedSource& spec, const MappedView& registered, const std::string& who) {
+  if (spec.source_dtype() != "F32" || registered.element_bytes != 4) {
+    return absl::InvalidArgumentError(absl::StrCat(who, " holds ", registered.element_bytes,
+                                                   "-byte elements; a cast rounds F32 to BF16"));
+  }
+  if (registered.device >= 0) {
+    return absl::UnimplementedError(
+        absl::StrCat(who, " is in GPU memory: casting on the GPU is not built yet"));
+  }
+  auto view = std::unique_ptr<QuantizedView>(new QuantizedView());
+  view->spec_ = spec;
+  view->registered_ = registered;
+  view->cast_ = true;
+  view->type_ = WideType::kF32;
+  view->cols_ = registered.extent.empty() ? 1 : registered.extent.back();
+  view->rows_ = 1;
+  for (size_t d = 0; d + 1 < registered.extent.size(); ++d) view->rows_ *= registered.extent[d];
+  view->matrices_ = 1;
+  view->band_rows_ =
+      std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(1, view->cols_ * 4));
+  view->bands_per_matrix_ = (view->rows_ + view->band_rows_ - 1) / view->band_rows_;
+  absl::StatusOr<std::unique_ptr<HostMemory>> memory = HostMemory::Allocate(
+      std::max<int64_t>(view->rows_ * view->cols_ * 2, 1), HostMemory::Backing::kPrefaulted);
+  if (!memory.ok()) {
+    return absl::Status(memory.status().code(),
+                        absl::StrCat(who, ": BF16 copy: ", memory.status().message()));
+  }
+  view->codes_memory_ = *std::move(memory);
+  view->codes_ = MappedView{spec.tensor(),
+                            registered.offset,
+                            registered.extent,
+                            RowMajorStrides(registered.extent),
+                            2,
+                            view->codes_memory_->data(),
+                            -1};
+  return view;
+}
+
+absl::Status QuantizedView::CastRows(int64_t row, int64_t rows) const {
+  const size_t dims = registered_.extent.size();
+  const int64_t step = dims == 0 ? 1 : registered_.strides[dims - 1];
+  for (int64_t r = row; r < row + rows; ++r) {
+    int64_t element = 0;  // the row's first element in the registered view
+    for (int64_t rest = r, d = static_cast<int64_t>(dims) - 2; d >= 0; --d) {
+      element += (rest % registered_.extent[d]) * registered_.strides[d];
+      rest /= registered_.extent[d];
+    }
+    const uint8_t* from = registered_.base + element * 4;
+    uint8_t* to = codes_.base + r * cols_ * 2;
+    for (int64_t c = 0; c < cols_; ++c) {
+      float x;
+      std::memcpy(&x, from + c * step * 4, 4);
+      const uint16_t bits = FloatToBf16(x);
+      std::memcpy(to + c * 2, &bits, 2);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status QuantizedView::QuantizeBand(int64_t band) const {
+  if (cast_) {
+    const int64_t row = band * band_rows_;
+    absl::Status cast;
+    absl::Status guarded = GuardMemoryAccess(
+        absl::StrCat("casting \"", spec_.tensor(), "\" of source rank ", spec_.rank()),
+        [&] { cast = CastRows(row, std::min(band_rows_, rows_ - row)); });
+    return guarded.ok() ? cast : guarded;
+  }
   const int64_t matrix = band / bands_per_matrix_;
   const int64_t row = (band % bands_per_matrix_) * band_rows_;
   const int64_t rows = std::min(band_rows_, rows_ - row);

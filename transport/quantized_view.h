@@ -1,6 +1,7 @@
 // One source view sent quantized (v1::QuantizedSource, planner/quantization.h): the memory
-// of its E4M3 codes and of its blocks' F32 scales, kept across epochs, and the quantization
-// of the rank's view into them before an epoch moves them. The plan reads the codes as the
+// of its E4M3 codes and of its blocks' F32 scales (or, for a "cast", of its values rounded
+// to BF16), kept across epochs, and the quantization of the rank's view into them before an
+// epoch moves them. The plan reads the codes as the
 // view itself and the scales as a view of the scale tensor on the same rank (BufferMap
 // swaps both in). Host memory only: a view in GPU memory is refused until the CUDA kernel
 // exists.
@@ -28,11 +29,15 @@ class QuantizedView {
                                                              const MappedView& registered);
 
   const v1::QuantizedSource& spec() const { return spec_; }
-  // The view as sent: its codes, and its blocks' scales.
+  // The view as sent: its codes (BF16 values for a cast), and its blocks' scales (none for
+  // a cast).
   const MappedView& codes() const { return codes_; }
+  bool has_scales() const { return scales_memory_ != nullptr; }
   const MappedView& scales() const { return scales_; }
   // Bytes of codes and scales kept.
-  int64_t bytes() const { return codes_memory_->bytes() + scales_memory_->bytes(); }
+  int64_t bytes() const {
+    return codes_memory_->bytes() + (has_scales() ? scales_memory_->bytes() : 0);
+  }
 
   // Bytes of the rank's memory one quantization reads.
   int64_t SourceBytes() const {
@@ -45,13 +50,19 @@ class QuantizedView {
 
  private:
   QuantizedView() = default;
+  // Make for a cast, and QuantizeBand's rows of one.
+  static absl::StatusOr<std::unique_ptr<QuantizedView>> MakeCast(const v1::QuantizedSource& spec,
+                                                                 const MappedView& registered,
+                                                                 const std::string& who);
+  absl::Status CastRows(int64_t row, int64_t rows) const;
 
   v1::QuantizedSource spec_;
   MappedView registered_;
   WideType type_ = WideType::kBF16;
+  bool cast_ = false;
   int64_t block_ = kQuantizationBlock;
   int64_t rows_ = 0, cols_ = 0;  // of each matrix: the view's last two dims
-  int64_t matrices_ = 0;         // the product of the leading dims
+  int64_t matrices_ = 0;         // the product of the leading dims (a cast: 1, rows_ all)
   int64_t band_rows_ = 0;
   int64_t bands_per_matrix_ = 0;
   std::unique_ptr<HostMemory> codes_memory_, scales_memory_;

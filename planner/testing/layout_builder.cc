@@ -29,6 +29,13 @@ LayoutBuilder& LayoutBuilder::BlockFp8(const std::string& name, const std::vecto
   return Tensor(scale_tensor, blocks, "F32");
 }
 
+LayoutBuilder& LayoutBuilder::CastToBf16(const std::string& name,
+                                         const std::vector<int64_t>& shape) {
+  Tensor(name, shape, "BF16");
+  spec_.mutable_tensors(spec_.tensors_size() - 1)->mutable_quantization()->set_scheme("cast");
+  return *this;
+}
+
 v1::RankLayout* LayoutBuilder::FindRank(int64_t rank) {
   for (v1::RankLayout& r : *spec_.mutable_ranks()) {
     if (r.rank() == rank) return &r;

@@ -20,6 +20,8 @@ class LayoutBuilder {
   // last two dims) and its F32 scale tensor `scale_tensor`.
   LayoutBuilder& BlockFp8(const std::string& name, const std::vector<int64_t>& shape,
                           const std::string& scale_tensor);
+  // A BF16 tensor cast from its F32 sources (Quantization "cast").
+  LayoutBuilder& CastToBf16(const std::string& name, const std::vector<int64_t>& shape);
   // Adds (or reuses) rank `rank` on host "host-<rank / gpus_per_host>".
   LayoutBuilder& Rank(int64_t rank, const std::string& host = "", int32_t device = -1);
   LayoutBuilder& View(int64_t rank, const std::string& tensor, const std::vector<int64_t>& offset,

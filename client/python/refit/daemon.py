@@ -2,7 +2,7 @@
 process holds, publish a version (sources), wait for one (destinations)."""
 from socket import gethostname
 import threading
-from typing import Any, Callable, Mapping, Optional, Tuple
+from typing import Any, Callable, Mapping, Optional, Tuple, Union
 
 import grpc
 
@@ -12,7 +12,7 @@ from .buckets import Bucket, BucketMemory, BucketReceiver
 from .errors import RefitError, error_for, from_rpc_error
 from .in_place import InPlaceMemory
 from .memory import RankMemory, refit_dtype
-from .quantization import SCHEME_BLOCK_FP8, BlockFp8, codes_dtype_ok
+from .quantization import SCHEME_BLOCK_FP8, SCHEME_CAST, BlockFp8, CastToBf16, codes_dtype_ok
 from .shards import Box
 
 
@@ -133,7 +133,7 @@ class LocalDaemon:
                              dtypes: Optional[Mapping[str, Any]] = None,
                              bucket_bytes: Optional[int] = None,
                              on_bucket: Optional[Callable[[Bucket], None]] = None,
-                             quantized: Optional[Mapping[str, BlockFp8]] = None
+                             quantized: Optional[Mapping[str, Union[BlockFp8, CastToBf16]]] = None
                              ) -> "RegisteredRank":
         """Registers inference rank `rank`; refitd writes its tensors: the engine's own
         (`tensors` and `boxes`, written in place, fused parameters as views of one tensor)
@@ -147,7 +147,8 @@ class LocalDaemon:
 
         `quantized` (name -> refit.BlockFp8): tensors held in FP8 E4M3 codes (uint8 or
         float8_e4m3fn) with their blocks' float32 scales in another registered tensor;
-        refit quantizes the trainers' BF16/F32 weights on the way (refit.quantization)."""
+        refit quantizes the trainers' BF16/F32 weights on the way (refit.quantization).
+        (name -> refit.CastToBf16()): a bfloat16 tensor whose trainers hold float32."""
         bucket = None
         if bucket_bytes is not None or on_bucket is not None:
             if bucket_bytes is None or on_bucket is None or boxes is None or dtypes is None:
@@ -234,6 +235,14 @@ def _tensor_specs(rank, memory, quantized):
     specs = []
     for name, box in memory.boxes.items():
         recipe = quantized.get(name)
+        if isinstance(recipe, CastToBf16):
+            if str(memory.dtypes[name]) != "torch.bfloat16":
+                raise ValueError(f"rank {rank}: tensor {name} is cast to bfloat16, so it is "
+                                 f"bfloat16, not {memory.dtypes[name]}")
+            specs.append(refit_pb2.TensorSpec(
+                name=name, dtype="BF16", shape=box.global_shape,
+                quantization=refit_pb2.Quantization(scheme=SCHEME_CAST)))
+            continue
         if recipe is None:
             specs.append(refit_pb2.TensorSpec(name=name, dtype=refit_dtype(memory.dtypes[name]),
                                               shape=box.global_shape))

@@ -5,6 +5,8 @@
                                 quantized={"...q_proj.weight": refit.BlockFp8(
                                     "...q_proj.weight_scale_inv")})
 
+CastToBf16: a bfloat16 weight registered from float32 trainers, rounded on the way.
+
 A BlockFp8 weight is held as E4M3 codes: a torch.uint8 tensor (torch 1.x has no float8
 dtype; its bytes are the codes, the way vLLM's float8_e4m3fn weights hold them) or a
 torch.float8_e4m3fn one, plus a float32 tensor of one scale per block (vLLM's and
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from typing import Tuple
 
 SCHEME_BLOCK_FP8 = "block_fp8"
+SCHEME_CAST = "cast"
 
 
 @dataclass(frozen=True)
@@ -24,6 +27,13 @@ class BlockFp8:
     dims; default 128 x 128) in the destination tensor `scale_tensor`."""
     scale_tensor: str
     block: Tuple[int, int] = (128, 128)
+
+
+@dataclass(frozen=True)
+class CastToBf16:
+    """A bfloat16 weight whose trainers hold float32 (an FSDP2 trainer's sharded parameters):
+    refit rounds each value to nearest even on the trainers' side, so 2 bytes an element
+    cross. Any boxes."""
 
 
 def codes_dtype_ok(dtype) -> bool:

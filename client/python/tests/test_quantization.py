@@ -28,6 +28,16 @@ class QuantizationTest(unittest.TestCase):
         self.assertFalse(specs["norm"].HasField("quantization"))
         self.assertEqual(specs["norm"].dtype, "BF16")
 
+    def test_a_cast_weight_is_declared_bfloat16_with_its_recipe(self):
+        spec = _tensor_specs(0, memory(w=torch.bfloat16, w_scale_inv=torch.float32),
+                             {"w": refit.CastToBf16()})[0]
+        self.assertEqual((spec.dtype, spec.quantization.scheme), ("BF16", "cast"))
+        self.assertEqual(spec.quantization.scale_tensor, "")
+        with self.assertRaisesRegex(ValueError, "tensor w is cast to bfloat16, so it is "
+                                                "bfloat16, not torch.float32"):
+            _tensor_specs(0, memory(w=torch.float32, w_scale_inv=torch.float32),
+                          {"w": refit.CastToBf16()})
+
     def test_what_cannot_hold_codes_or_scales_is_refused(self):
         with self.assertRaisesRegex(ValueError, "tensor w holds E4M3 codes, so it is uint8 or "
                                                 "float8_e4m3fn, not torch.bfloat16"):
