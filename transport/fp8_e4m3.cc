@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "transport/e4m3_bits.h"
+
 namespace refit::transport {
 namespace {
 
@@ -12,12 +14,6 @@ uint32_t BitsOf(float x) {
   uint32_t bits;
   std::memcpy(&bits, &x, sizeof(bits));
   return bits;
-}
-
-float FloatOf(uint32_t bits) {
-  float x;
-  std::memcpy(&x, &bits, sizeof(x));
-  return x;
 }
 
 constexpr uint32_t kAbsMask = 0x7FFFFFFFu;
@@ -29,26 +25,7 @@ constexpr uint8_t kNaN = 0x7F;
 
 }  // namespace
 
-uint8_t FloatToE4M3(float x) {
-  const uint32_t bits = BitsOf(x);
-  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80);
-  const uint32_t magnitude = bits & kAbsMask;
-  if (magnitude > kInfinityBits) return sign | kNaN;
-  if (magnitude < kSmallestNormalBits) {
-    // Subnormal codes 0..7 are multiples of 2^-9 (8 is the smallest normal, code 0x08):
-    // scaling by 2^9 is exact, and nearbyint rounds half to even.
-    const float steps = std::nearbyint(FloatOf(magnitude) * 512.0f);
-    return sign | static_cast<uint8_t>(steps);
-  }
-  if (magnitude >= kInfinityBits) return sign | kLargestFinite;
-  // Keep 3 of float32's 23 mantissa bits, rounding half to even on the whole magnitude (a
-  // carry out of the mantissa moves the exponent up, as it should); then rebias the
-  // exponent from 127 to 7.
-  const uint32_t kept_lsb = (magnitude >> 20) & 1u;
-  const uint32_t rounded = (magnitude + 0x7FFFFu + kept_lsb) >> 20;
-  const int64_t code = static_cast<int64_t>(rounded) - ((127 - 7) << 3);
-  return sign | static_cast<uint8_t>(code > kLargestFinite ? kLargestFinite : code);
-}
+uint8_t FloatToE4M3(float x) { return E4M3FromFloatBits(BitsOf(x)); }
 
 void FloatsToE4M3(const float* in, uint8_t* out, int64_t count) {
   // Four lanes at a time with SSE2 (every x86-64 has it), the same steps as FloatToE4M3:

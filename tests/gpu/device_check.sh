@@ -46,7 +46,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>
   sed 's/^/gpu: /' | tee -a "$results"
 
 # 1. The GPU tests.
-for test in gpu_support_test device_copy_test nccl_group_test copy_shape_test; do
+for test in gpu_support_test device_copy_test nccl_group_test copy_shape_test \
+            block_quantize_kernel_test; do
   if timeout 180 "$here/bin/$test" > "$OUT/$test.log" 2>&1; then
     say "PASS $test$(grep -q '^\[  SKIPPED \] [A-Z]' "$OUT/$test.log" && echo ' (with skipped cases)')"
   else

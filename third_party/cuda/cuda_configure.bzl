@@ -1,6 +1,6 @@
 """Finds a CUDA toolkit (with NCCL) on the build machine.
 
-Creates @local_cuda with :cudart and :nccl and defs.bzl's HAS_CUDA. Where the toolkit is
+Creates @local_cuda with :cudart and :nccl and defs.bzl's HAS_CUDA (and HAS_NVCC, CUDA_PATH). Where the toolkit is
 absent (a plain Debian machine), HAS_CUDA is False and the GPU backends are left out of
 the build; everything else builds the same. The toolkit's directory is CUDA_PATH, else
 /usr/local/cuda. Binaries find the libraries through an rpath to it, or through
@@ -46,7 +46,13 @@ cc_library(name = "cudart")
 cc_library(name = "nccl")
 """
     ctx.file("BUILD.bazel", build)
-    ctx.file("defs.bzl", "HAS_CUDA = {}\nCUDA_PATH = \"{}\"\n".format(found, root if found else ""))
+    # nvcc builds the CUDA kernels (transport/gpu/*.cu); a toolkit without it builds the rest.
+    has_nvcc = found and ctx.path(root + "/bin/nvcc").exists
+    ctx.file("defs.bzl", "HAS_CUDA = {}\nHAS_NVCC = {}\nCUDA_PATH = \"{}\"\n".format(
+        found,
+        has_nvcc,
+        root if found else "",
+    ))
 
 cuda_configure = repository_rule(
     implementation = _cuda_configure_impl,
