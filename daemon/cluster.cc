@@ -292,10 +292,13 @@ absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
         *side.add_tensors() = t;
       } else if (it->second->dtype() != t.dtype() ||
                  !std::equal(it->second->shape().begin(), it->second->shape().end(),
-                             t.shape().begin(), t.shape().end())) {
+                             t.shape().begin(), t.shape().end()) ||
+                 it->second->quantization().SerializeAsString() !=
+                     t.quantization().SerializeAsString()) {
         return absl::InvalidArgumentError(
             absl::StrCat(t.name(), ": ", key.Name(),
-                         " declares a dtype or shape other ranks of its side do not"));
+                         " declares a dtype, shape or quantization other ranks of its side do "
+                         "not"));
       }
     }
     v1::RankLayout* rank = side.add_ranks();

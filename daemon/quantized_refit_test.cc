@@ -331,6 +331,35 @@ TEST_P(QuantizedRefitTest, EveryCodeAndScaleIsTheReferenceQuantizersEpochAfterEp
   EXPECT_GT(trainer_metrics_.quantize_seconds.Value(), 0);
 }
 
+// Every rank of a side must declare a quantized tensor alike: an inference rank registered
+// again with w's recipe changed (blocks of 64) makes the next refit fail, naming it.
+TEST_P(QuantizedRefitTest, AnInferenceRankWithAnotherRecipeIsRefusedByName) {
+  ASSERT_TRUE(InferenceRegistry().Deregister(v1::ROLE_DESTINATION, 1).ok());
+  v1::LayoutSpec other = destinations_;
+  for (v1::TensorSpec& t : *other.mutable_tensors()) {
+    if (t.name() != "w") continue;
+    t.mutable_quantization()->add_block(64);
+    t.mutable_quantization()->add_block(64);
+  }
+  Register(&InferenceRegistry(), v1::ROLE_DESTINATION, other.ranks(1), other);
+  // Until the coordinator holds the new registration (its group no longer agrees).
+  for (int i = 0; i < 250 && coordinator_->cluster().Snapshot().ok(); ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_NO_FATAL_FAILURE(Publish(1));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  v1::RefitRequest request;
+  request.set_version(1);
+  request.set_deadline_ms(20000);
+  v1::RefitReport report;
+  const grpc::Status refit = stub_->Refit(&context, request, &report);
+  EXPECT_EQ(refit.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(refit.error_message(),
+            "w: destination rank 1 declares a dtype, shape or quantization other ranks of its "
+            "side do not");
+}
+
 INSTANTIATE_TEST_SUITE_P(TrainerAndInferenceNodes, QuantizedRefitTest,
                          ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& info) {
