@@ -16,6 +16,7 @@
 #include "daemon/coordinator_link.h"
 #include "daemon/coordinator_server.h"
 #include "daemon/testing/epoch_faults.h"
+#include "daemon/testing/registration.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
@@ -65,11 +66,7 @@ class ControlPlaneTest : public ::testing::Test {
 
   void Register(RankRegistry* registry, v1::Role role, const v1::RankLayout& rank,
                 const v1::LayoutSpec& spec) {
-    v1::RegisterRankRequest request;
-    request.set_role(role);
-    *request.mutable_layout() = rank;
-    *request.mutable_tensors() = spec.tensors();
-    ASSERT_TRUE(registry->Register(request).ok());
+    ASSERT_TRUE(registry->Register(testing::RegistrationOf(role, rank, spec)).ok());
   }
 
   // Waits (bounded) until the coordinator's view of the group satisfies `seen`.

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/coordinator_link.h"
 #include "daemon/coordinator_server.h"
+#include "daemon/testing/registration.h"
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
 #include "transport/testing/backed_layouts.h"
@@ -120,11 +121,7 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
 
   void Register(RankRegistry* registry, v1::Role role, const v1::RankLayout& rank,
                 const v1::LayoutSpec& spec) {
-    v1::RegisterRankRequest request;
-    request.set_role(role);
-    *request.mutable_layout() = rank;
-    *request.mutable_tensors() = spec.tensors();
-    ASSERT_TRUE(registry->Register(request).ok());
+    ASSERT_TRUE(registry->Register(testing::RegistrationOf(role, rank, spec)).ok());
   }
 
   // Writes `version`'s weights into every source view, in the view's dtype, and publishes.
