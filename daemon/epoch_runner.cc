@@ -63,22 +63,6 @@ v1::CoordinatorMessage OutcomeMessage(const std::string& epoch_id, int64_t versi
   return message;
 }
 
-// Quantizing is done on the host only: a source view to quantize in GPU memory is refused
-// before any epoch runs (the daemon would refuse it too, at the epoch).
-absl::Status QuantizedOnHost(const ClusterSnapshot& snapshot) {
-  for (const v1::QuantizedSource& q : snapshot.quantized_sources) {
-    for (const v1::RankPlacement& p : snapshot.placement) {
-      if (p.role() == v1::ROLE_SOURCE && p.rank() == q.rank() && p.gpu()) {
-        return absl::UnimplementedError(absl::StrCat(
-            "source rank ", q.rank(), " holds \"", q.tensor(),
-            "\", which the destinations hold in FP8, in GPU memory: quantizing on the GPU is not "
-            "built yet (host memory only)"));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<std::optional<v1::NcclSetup>> EpochRunner::NcclSetupFor(
@@ -419,7 +403,6 @@ absl::StatusOr<EpochRunner::PlannedEpoch> EpochRunner::PlanEpoch(int64_t version
       !quantized.ok()) {
     return quantized;
   }
-  if (absl::Status on_host = QuantizedOnHost(snapshot); !on_host.ok()) return on_host;
   absl::StatusOr<planner::Layout> src = planner::CompileLayout(snapshot.sources, "source");
   if (!src.ok()) {
     if (sources_missing) return absl::FailedPreconditionError(incomplete);

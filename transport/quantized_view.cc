@@ -10,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "transport/fp8_e4m3.h"
+#include "transport/gpu/block_quantize_device.h"
+#include "transport/gpu/device_memory.h"
 #include "transport/memory_fault_guard.h"
 #include "transport/rank_key.h"
 
@@ -55,9 +57,10 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::Make(const v1::Qua
                      ": quantization blocks must be square over the last two of two or "
                      "more dims, 1 over the others"));
   }
-  if (registered.device >= 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        who, " is in GPU memory: quantizing on the GPU is not built yet (host memory only)"));
+  if (registered.device >= 0) {  // the CUDA quantizer, once it agreed with the host's
+    if (absl::Status ready = gpu::GpuQuantizerReady(registered.device); !ready.ok()) {
+      return absl::Status(ready.code(), absl::StrCat(who, " is in GPU memory: ", ready.message()));
+    }
   }
   auto view = std::unique_ptr<QuantizedView>(new QuantizedView());
   view->spec_ = spec;
@@ -68,7 +71,9 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::Make(const v1::Qua
   view->cols_ = extent[dims - 1];
   view->matrices_ = 1;
   for (size_t d = 0; d + 2 < dims; ++d) view->matrices_ *= extent[d];
-  view->band_rows_ = BandRows(view->block_, view->cols_, wide_bytes);
+  // On a GPU one launch a matrix: the kernel spreads its blocks.
+  view->band_rows_ = registered.device >= 0 ? std::max<int64_t>(view->rows_, 1)
+                                            : BandRows(view->block_, view->cols_, wide_bytes);
   view->bands_per_matrix_ = (view->rows_ + view->band_rows_ - 1) / view->band_rows_;
   Dims blocks_offset, blocks_extent;
   for (size_t d = 0; d < dims; ++d) {
@@ -78,25 +83,16 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::Make(const v1::Qua
   }
   int64_t elements = 1, scales = 1;
   for (size_t d = 0; d < dims; ++d) elements *= extent[d], scales *= blocks_extent[d];
-  for (auto [memory, bytes] :
-       {std::pair{&view->codes_memory_, elements}, std::pair{&view->scales_memory_, scales * 4}}) {
-    absl::StatusOr<std::unique_ptr<HostMemory>> allocated =
-        HostMemory::Allocate(std::max<int64_t>(bytes, 1), HostMemory::Backing::kPrefaulted);
-    if (!allocated.ok()) {
-      return absl::Status(allocated.status().code(),
-                          absl::StrCat(who, ": quantized copy: ", allocated.status().message()));
-    }
-    *memory = *std::move(allocated);
-  }
-  view->codes_ = MappedView{
-      spec.tensor(), offset, extent, RowMajorStrides(extent), 1, view->codes_memory_->data(), -1};
-  view->scales_ = MappedView{spec.scale_tensor(),
-                             blocks_offset,
-                             blocks_extent,
-                             RowMajorStrides(blocks_extent),
-                             4,
-                             view->scales_memory_->data(),
-                             -1};
+  absl::StatusOr<uint8_t*> codes = view->Keep(elements, who);
+  if (!codes.ok()) return codes.status();
+  absl::StatusOr<uint8_t*> scale_memory = view->Keep(scales * 4, who);
+  if (!scale_memory.ok()) return scale_memory.status();
+  view->codes_ = MappedView{spec.tensor(), offset,           extent, RowMajorStrides(extent), 1,
+                            *codes,        registered.device};
+  view->scales_ = MappedView{
+      spec.scale_tensor(), blocks_offset,    blocks_extent, RowMajorStrides(blocks_extent), 4,
+      *scale_memory,       registered.device};
+  view->has_scales_ = true;
   return view;
 }
 
@@ -122,19 +118,14 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeCast(
   view->band_rows_ =
       std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(1, view->cols_ * 4));
   view->bands_per_matrix_ = (view->rows_ + view->band_rows_ - 1) / view->band_rows_;
-  absl::StatusOr<std::unique_ptr<HostMemory>> memory = HostMemory::Allocate(
-      std::max<int64_t>(view->rows_ * view->cols_ * 2, 1), HostMemory::Backing::kPrefaulted);
-  if (!memory.ok()) {
-    return absl::Status(memory.status().code(),
-                        absl::StrCat(who, ": BF16 copy: ", memory.status().message()));
-  }
-  view->codes_memory_ = *std::move(memory);
+  absl::StatusOr<uint8_t*> values = view->Keep(view->rows_ * view->cols_ * 2, who);
+  if (!values.ok()) return values.status();
   view->codes_ = MappedView{spec.tensor(),
                             registered.offset,
                             registered.extent,
                             RowMajorStrides(registered.extent),
                             2,
-                            view->codes_memory_->data(),
+                            *values,
                             -1};
   return view;
 }
@@ -158,6 +149,29 @@ absl::Status QuantizedView::CastRows(int64_t row, int64_t rows) const {
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<uint8_t*> QuantizedView::Keep(int64_t bytes, const std::string& who) {
+  kept_bytes_ += bytes;
+  bytes = std::max<int64_t>(bytes, 1);
+  if (registered_.device >= 0) {
+    absl::StatusOr<std::unique_ptr<gpu::DeviceMemory>> memory =
+        gpu::DeviceMemory::Allocate(bytes, registered_.device);
+    if (!memory.ok()) {
+      return absl::Status(memory.status().code(),
+                          absl::StrCat(who, ": quantized copy: ", memory.status().message()));
+    }
+    device_memory_.push_back(*std::move(memory));
+    return device_memory_.back()->data();
+  }
+  absl::StatusOr<std::unique_ptr<HostMemory>> memory =
+      HostMemory::Allocate(bytes, HostMemory::Backing::kPrefaulted);
+  if (!memory.ok()) {
+    return absl::Status(memory.status().code(),
+                        absl::StrCat(who, ": quantized copy: ", memory.status().message()));
+  }
+  host_memory_.push_back(*std::move(memory));
+  return host_memory_.back()->data();
 }
 
 absl::Status QuantizedView::QuantizeBand(int64_t band) const {
@@ -188,6 +202,9 @@ absl::Status QuantizedView::QuantizeBand(int64_t band) const {
   const StridedRef scales{
       scales_.base + (matrix * block_rows + row / block_) * block_cols * int64_t{4},
       {block_cols, 1}};
+  if (registered_.device >= 0) {  // GPU memory: no host fault to guard
+    return gpu::QuantizeBlocksOnGpu({rows, cols_}, type_, weights, codes, scales, block_);
+  }
   absl::Status quantized;
   absl::Status guarded = GuardMemoryAccess(
       absl::StrCat("quantizing \"", spec_.tensor(), "\" of source rank ", spec_.rank()), [&] {

@@ -1,21 +1,23 @@
 // One source view sent quantized (v1::QuantizedSource, planner/quantization.h): the memory
 // of its E4M3 codes and of its blocks' F32 scales (or, for a "cast", of its values rounded
 // to BF16), kept across epochs, and the quantization of the rank's view into them before an
-// epoch moves them. The plan reads the codes as the
-// view itself and the scales as a view of the scale tensor on the same rank (BufferMap
-// swaps both in). Host memory only: a view in GPU memory is refused until the CUDA kernel
-// exists.
+// epoch moves them. The plan reads the codes as the view itself and the scales as a view of
+// the scale tensor on the same rank (BufferMap swaps both in). A view in GPU memory is
+// quantized on its GPU (transport/gpu/block_quantize_device.h) into codes and scales kept
+// there; a cast is host memory only.
 #ifndef REFIT_TRANSPORT_QUANTIZED_VIEW_H_
 #define REFIT_TRANSPORT_QUANTIZED_VIEW_H_
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/refit.pb.h"
 #include "transport/block_quantize.h"
 #include "transport/buffer_map.h"
+#include "transport/gpu/device_memory.h"
 #include "transport/host_memory.h"
 
 namespace refit::transport {
@@ -23,8 +25,9 @@ namespace refit::transport {
 class QuantizedView {
  public:
   // `registered` is the view as the rank registered it (its memory holds `spec`'s source
-  // dtype). INVALID_ARGUMENT naming the rank and view when they disagree, UNIMPLEMENTED for
-  // GPU memory, RESOURCE_EXHAUSTED when the memory cannot be had.
+  // dtype). INVALID_ARGUMENT naming the rank and view when they disagree, UNIMPLEMENTED or
+  // FAILED_PRECONDITION for a GPU view where this build or that GPU cannot quantize,
+  // RESOURCE_EXHAUSTED when the memory cannot be had.
   static absl::StatusOr<std::unique_ptr<QuantizedView>> Make(const v1::QuantizedSource& spec,
                                                              const MappedView& registered);
 
@@ -32,12 +35,10 @@ class QuantizedView {
   // The view as sent: its codes (BF16 values for a cast), and its blocks' scales (none for
   // a cast).
   const MappedView& codes() const { return codes_; }
-  bool has_scales() const { return scales_memory_ != nullptr; }
+  bool has_scales() const { return has_scales_; }
   const MappedView& scales() const { return scales_; }
   // Bytes of codes and scales kept.
-  int64_t bytes() const {
-    return codes_memory_->bytes() + (has_scales() ? scales_memory_->bytes() : 0);
-  }
+  int64_t bytes() const { return kept_bytes_; }
 
   // Bytes of the rank's memory one quantization reads.
   int64_t SourceBytes() const {
@@ -65,7 +66,13 @@ class QuantizedView {
   int64_t matrices_ = 0;         // the product of the leading dims (a cast: 1, rows_ all)
   int64_t band_rows_ = 0;
   int64_t bands_per_matrix_ = 0;
-  std::unique_ptr<HostMemory> codes_memory_, scales_memory_;
+  // Memory of `bytes` kept with the view, where the registered view's memory is (host or
+  // its GPU); RESOURCE_EXHAUSTED naming `who`.
+  absl::StatusOr<uint8_t*> Keep(int64_t bytes, const std::string& who);
+  std::vector<std::unique_ptr<HostMemory>> host_memory_;
+  std::vector<std::unique_ptr<gpu::DeviceMemory>> device_memory_;
+  int64_t kept_bytes_ = 0;
+  bool has_scales_ = false;
   MappedView codes_, scales_;
 };
 

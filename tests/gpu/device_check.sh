@@ -5,7 +5,8 @@
 #     (a strided piece packed on the copy engines, sent to itself, unpacked, checked);
 #  2. a cross-process CUDA IPC refit of dsv3-mini on one GPU: a trainer process and an
 #     inference process, each with its own allocations, one refitd between them, three
-#     versions, every destination byte checked;
+#     versions, every destination byte checked; then two more versions into FP8 inference
+#     ranks, the trainers' weights quantized on the GPU, every code and scale checked;
 #  3. the bandwidth table: the refit's GB/s next to plain cudaMemcpy device to device of
 #     the same bytes, measured in the same run;
 #  4. the Python client with CUDA tensors registered in place (each caching-allocator block
@@ -91,6 +92,37 @@ cp "$work"/*.log "$OUT/" 2>/dev/null
 if (( refit_ok == 0 )); then
   say "FAIL cross-process CUDA IPC refit (see inference-ranks.log, trainer-ranks.log, node-0.log)"
   failures=$((failures + 1))
+fi
+
+# 2b. The same into FP8 inference ranks: the trainers' daemon quantizes their GPU-held weights
+# on the GPU (after its self-check against the host quantizer); the inference ranks check
+# every code and scale against the host quantizer's.
+if (( refit_ok == 1 )); then
+  fp8_ok=0
+  "$bin/refit-synthetic-ranks" --side=destination --refit=mini --gpu=0 \
+    --destination_quantization=block_fp8 --socket="$work/node-0.sock" --first_version=4 \
+    --versions=2 --ack_dir="$work" --timeout_ms=120000 > "$OUT/fp8-inference-ranks.log" 2>&1 &
+  inference=$!
+  for _ in $(seq 600); do
+    destinations_seen 4 || ! kill -0 "$inference" 2>/dev/null && break
+    sleep 0.1
+  done
+  timeout 300 "$bin/refit-synthetic-ranks" --side=source --refit=mini --gpu=0 \
+    --destination_quantization=block_fp8 --socket="$work/node-0.sock" \
+    --coordinator="$coordinator" --first_version=4 --versions=2 --ack_dir="$work" \
+    --timeout_ms=120000 > "$OUT/fp8-trainer-ranks.log" 2>&1
+  wait "$inference"
+  grep -q "^version 5: 0 of" "$OUT/fp8-inference-ranks.log" && fp8_ok=1
+  cp "$work/node-0.log" "$OUT/" 2>/dev/null
+  if (( fp8_ok == 1 )); then
+    say "PASS FP8 refit of dsv3-mini quantized on the GPU, 2 versions, every code and scale checked"
+    grep "^epoch" "$OUT/fp8-trainer-ranks.log" | sed 's/^/  /' | tee -a "$results"
+    grep -o "quantized [0-9]* source views .*" "$OUT/node-0.log" | tail -1 | sed 's/^/  /' |
+      tee -a "$results"
+  else
+    say "FAIL FP8 refit quantized on the GPU (see fp8-inference-ranks.log, fp8-trainer-ranks.log, node-0.log)"
+    failures=$((failures + 1))
+  fi
 fi
 
 # 3. Bandwidth: the refit's best epoch next to cudaMemcpy D2D of the same bytes.

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "transport/block_quantize.h"
+#include "transport/gpu/block_quantize_device.h"
 #include "transport/gpu/gpu_support.h"
 #include "transport/testing/reference_quantizer.h"
 
@@ -101,6 +103,49 @@ TEST(BlockQuantizeKernelTest, CodesAndScalesEqualTheReference) {
     EXPECT_EQ(wrong_codes, 0);
     EXPECT_EQ(std::memcmp(scales.data(), expected.scales.data(), scales.size() * 4), 0);
   }
+}
+
+// What the data plane calls (QuantizedView, for weights held on a GPU): the device passes
+// its self-check against the host quantizer, and a strided F32 box quantized through it
+// equals the host's QuantizeBlocks.
+TEST(BlockQuantizeKernelTest, TheDataPlanesEntryChecksItselfAndMatchesTheHost) {
+  const GpuSupport support = DetectGpu();
+  if (!support.available) GTEST_SKIP() << "needs a GPU: " << support.description;
+  const absl::Status ready = GpuQuantizerReady(0);
+  ASSERT_TRUE(ready.ok()) << ready;
+  constexpr int64_t kRows = 257, kCols = 391, kStride = 400;
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> unit(-30.0f, 30.0f);
+  std::vector<float> weights(kRows * kStride);
+  for (float& w : weights) w = unit(rng);
+  const int64_t block_rows = 3, block_cols = 4;
+  std::vector<uint8_t> host_codes(kRows * kCols), device_codes(kRows * kCols);
+  std::vector<float> host_scales(block_rows * block_cols), device_scales(block_rows * block_cols);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(weights.data());
+  ASSERT_TRUE(
+      QuantizeBlocks({kRows, kCols}, WideType::kF32, ConstStridedRef(bytes, {kStride, 1}),
+                     StridedRef{host_codes.data(), {kCols, 1}},
+                     StridedRef{reinterpret_cast<uint8_t*>(host_scales.data()), {block_cols, 1}})
+          .ok());
+  DeviceBuffer device_weights(weights.size() * 4);
+  DeviceBuffer codes(device_codes.size());
+  DeviceBuffer scales(device_scales.size() * 4);
+  ASSERT_EQ(cudaMemcpy(device_weights.data, bytes, weights.size() * 4, cudaMemcpyHostToDevice),
+            cudaSuccess);
+  const absl::Status quantized = QuantizeBlocksOnGpu(
+      {kRows, kCols}, WideType::kF32,
+      ConstStridedRef(static_cast<const uint8_t*>(device_weights.data), {kStride, 1}, 0),
+      StridedRef{static_cast<uint8_t*>(codes.data), {kCols, 1}, 0},
+      StridedRef{static_cast<uint8_t*>(scales.data), {block_cols, 1}, 0}, 128);
+  ASSERT_TRUE(quantized.ok()) << quantized;
+  ASSERT_EQ(
+      cudaMemcpy(device_codes.data(), codes.data, device_codes.size(), cudaMemcpyDeviceToHost),
+      cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(device_scales.data(), scales.data, device_scales.size() * 4,
+                       cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  EXPECT_EQ(device_codes, host_codes);
+  EXPECT_EQ(std::memcmp(device_scales.data(), host_scales.data(), host_scales.size() * 4), 0);
 }
 
 }  // namespace
