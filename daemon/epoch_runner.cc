@@ -108,6 +108,10 @@ absl::StatusOr<int> EpochRunner::SendSlices(const ClusterSnapshot& snapshot, con
   }
   if (nccl->has_value())
     absl::StrAppend(&slice_key, "|nccl ", absl::CHexEscape((*nccl)->unique_id()));
+  // What a daemon quantizes: the plan (in codes) does not show the sources' own dtype.
+  for (const v1::QuantizedSource& q : snapshot.quantized_sources) {
+    absl::StrAppend(&slice_key, "|q", q.rank(), ":", q.view(), ":", q.source_dtype());
+  }
   std::optional<ViewKeySet> compared;  // computed when a slice is sent
   int sent = 0;
   for (const auto& [index, channel] : snapshot.channels) {
