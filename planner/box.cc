@@ -123,4 +123,19 @@ std::vector<Box> SplitAlong(const Box& box, size_t dim, int64_t parts) {
   return out;
 }
 
+Box BlocksOf(const Box& box, const Dims& block) {
+  Box blocks;
+  for (size_t d = 0; d < box.rank(); ++d) {
+    const int64_t begin = box.offset[d] / block[d];
+    const int64_t end = (box.offset[d] + box.extent[d] + block[d] - 1) / block[d];
+    blocks.offset.push_back(begin);
+    blocks.extent.push_back(end - begin);
+  }
+  return blocks;
+}
+
+Dims BlockGrid(const Dims& shape, const Dims& block) {
+  return BlocksOf(Box{Dims(shape.size(), 0), shape}, block).extent;
+}
+
 }  // namespace refit::planner

@@ -42,6 +42,11 @@ void Subtract(const Box& a, const Box& b, std::vector<Box>* out);
 bool TryMerge(const Box& a, const Box& b, Box* merged);
 // Cuts `box` into `parts` nearly equal slabs along `dim` (torch.chunk style).
 std::vector<Box> SplitAlong(const Box& box, size_t dim, int64_t parts);
+// The box of block indices covering `box` in blocks of `block` (per dim): offset / block,
+// the end rounded up (block-scaled quantization: the scales of a box's blocks).
+Box BlocksOf(const Box& box, const Dims& block);
+// The block grid of a whole tensor of `shape`: ceil(shape / block) per dim.
+Dims BlockGrid(const Dims& shape, const Dims& block);
 // Bytes of a box whose elements take `element_bytes`.
 inline int64_t BoxBytes(const Box& box, int element_bytes) { return box.Volume() * element_bytes; }
 

@@ -150,8 +150,7 @@ absl::StatusOr<std::map<std::string, Recipe>> RecipesOf(const v1::LayoutSpec& de
       return Invalid(absl::StrCat(what, ": its scale tensor \"", recipe.scale_tensor,
                                   "\" is not a destination tensor"));
     }
-    Dims scale_shape =
-        BlocksOf(Box{Dims(recipe.shape.size(), 0), recipe.shape}, recipe.block).extent;
+    Dims scale_shape = BlockGrid(recipe.shape, recipe.block);
     if (scale->dtype() != "F32" || ShapeOf(*scale) != scale_shape || scale->has_quantization()) {
       return Invalid(absl::StrCat(what, ": its scale tensor \"", recipe.scale_tensor, "\" is ",
                                   scale->dtype(), " ", ShapeText(ShapeOf(*scale)), "; blocks of ",
@@ -235,17 +234,6 @@ Dims BlockOf(const v1::Quantization& quantization, const Dims& shape) {
   return block;
 }
 
-Box BlocksOf(const Box& box, const Dims& block) {
-  Box blocks;
-  for (size_t d = 0; d < box.rank(); ++d) {
-    const int64_t begin = box.offset[d] / block[d];
-    const int64_t end = (box.offset[d] + box.extent[d] + block[d] - 1) / block[d];
-    blocks.offset.push_back(begin);
-    blocks.extent.push_back(end - begin);
-  }
-  return blocks;
-}
-
 absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* sources,
                            std::vector<v1::QuantizedSource>* quantized) {
   quantized->clear();
@@ -273,8 +261,7 @@ absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* s
     v1::TensorSpec* scale = sources->add_tensors();
     scale->set_name(recipe->second->scale_tensor);
     scale->set_dtype("F32");
-    const Box whole{Dims(recipe->second->shape.size(), 0), recipe->second->shape};
-    for (int64_t e : BlocksOf(whole, recipe->second->block).extent) scale->add_shape(e);
+    for (int64_t e : BlockGrid(recipe->second->shape, recipe->second->block)) scale->add_shape(e);
   }
   for (v1::RankLayout& rank : *sources->mutable_ranks()) {
     const int views = rank.views_size();
@@ -345,7 +332,7 @@ void QuantizeLinearWeights(v1::LayoutSpec* destinations) {
     v1::TensorSpec* scale = destinations->add_tensors();
     scale->set_name(scale_name);
     scale->set_dtype("F32");
-    for (int64_t e : BlocksOf(Box{Dims(shape.size(), 0), shape}, block).extent) scale->add_shape(e);
+    for (int64_t e : BlockGrid(shape, block)) scale->add_shape(e);
     scale_of[name] = {scale_name, block};
   }
   for (v1::RankLayout& rank : *destinations->mutable_ranks()) {

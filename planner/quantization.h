@@ -27,10 +27,6 @@ bool QuantizesAny(const v1::LayoutSpec& destinations);
 // The block extent of `quantization` for a tensor of `shape` (its default filled in).
 Dims BlockOf(const v1::Quantization& quantization, const Dims& shape);
 
-// The box of block indices (of the scale tensor) covering `box`: offset / block, the end
-// rounded up.
-Box BlocksOf(const Box& box, const Dims& block);
-
 // Rewrites `sources` into the layout as sent and lists the views each source rank's daemon
 // quantizes (QuantizedSource; a cast has no scale view: scale_view -1). Checks, with errors
 // (INVALID_ARGUMENT) naming the tensor, the rank and the box: the recipe (scheme, block, dtypes,

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "planner/box.h"
 #include "planner/dtype.h"
 #include "transport/gpu/cuda_ipc_buffer.h"
 #include "transport/host_memory.h"
@@ -266,6 +267,7 @@ absl::Status BufferMap::SendQuantized(const std::vector<v1::QuantizedSource>& vi
   std::map<int64_t, std::vector<const v1::QuantizedSource*>> by_rank;
   for (const v1::QuantizedSource& q : views) by_rank[q.rank()].push_back(&q);
   absl::Status outcome;
+  bool changed = false;  // the tables tensors() gives follow only a change
   for (auto& [key, memory] : ranks_) {
     if (key.role != v1::ROLE_SOURCE) continue;
     std::vector<const v1::QuantizedSource*> wanted;
@@ -279,6 +281,7 @@ absl::Status BufferMap::SendQuantized(const std::vector<v1::QuantizedSource>& vi
       same = wanted[i]->SerializeAsString() == memory.quantized[i]->spec().SerializeAsString();
     }
     if (same) continue;
+    changed = true;
     if (!memory.registered_views.empty()) memory.views = std::move(memory.registered_views);
     memory.registered_views.clear();
     memory.quantized.clear();
@@ -314,7 +317,7 @@ absl::Status BufferMap::SendQuantized(const std::vector<v1::QuantizedSource>& vi
     memory.registered_views = std::exchange(memory.views, std::move(sent));
     memory.quantized = std::move(quantized);
   }
-  RefreshTensors();
+  if (changed) RefreshTensors();
   return outcome;
 }
 
@@ -329,12 +332,9 @@ void BufferMap::RefreshTensors() {
       if (declared == sources.end()) continue;
       tensors_[spec.tensor()] = TensorShape{view->codes().element_bytes, declared->second.shape};
       if (!view->has_scales()) continue;
-      Dims blocks;
-      for (size_t d = 0;
-           d < declared->second.shape.size() && d < static_cast<size_t>(spec.block_size()); ++d) {
-        blocks.push_back((declared->second.shape[d] + spec.block(d) - 1) / spec.block(d));
-      }
-      tensors_[spec.scale_tensor()] = TensorShape{4, blocks};
+      tensors_[spec.scale_tensor()] =
+          TensorShape{4, planner::BlockGrid(declared->second.shape,
+                                            Dims(spec.block().begin(), spec.block().end()))};
     }
   }
 }

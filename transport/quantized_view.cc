@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "planner/box.h"
 #include "transport/fp8_e4m3.h"
 #include "transport/gpu/block_quantize_device.h"
 #include "transport/gpu/device_memory.h"
@@ -75,14 +76,8 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::Make(const v1::Qua
   view->band_rows_ = registered.device >= 0 ? std::max<int64_t>(view->rows_, 1)
                                             : BandRows(view->block_, view->cols_, wide_bytes);
   view->bands_per_matrix_ = (view->rows_ + view->band_rows_ - 1) / view->band_rows_;
-  Dims blocks_offset, blocks_extent;
-  for (size_t d = 0; d < dims; ++d) {
-    blocks_offset.push_back(offset[d] / block[d]);
-    blocks_extent.push_back((offset[d] + extent[d] + block[d] - 1) / block[d] -
-                            offset[d] / block[d]);
-  }
-  int64_t elements = 1, scales = 1;
-  for (size_t d = 0; d < dims; ++d) elements *= extent[d], scales *= blocks_extent[d];
+  const planner::Box blocks = planner::BlocksOf(planner::Box{offset, extent}, block);
+  const int64_t elements = planner::Box{offset, extent}.Volume(), scales = blocks.Volume();
   absl::StatusOr<uint8_t*> codes = view->Keep(elements, who);
   if (!codes.ok()) return codes.status();
   absl::StatusOr<uint8_t*> scale_memory = view->Keep(scales * 4, who);
@@ -90,7 +85,7 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::Make(const v1::Qua
   view->codes_ = MappedView{spec.tensor(), offset,           extent, RowMajorStrides(extent), 1,
                             *codes,        registered.device};
   view->scales_ = MappedView{
-      spec.scale_tensor(), blocks_offset,    blocks_extent, RowMajorStrides(blocks_extent), 4,
+      spec.scale_tensor(), blocks.offset,    blocks.extent, RowMajorStrides(blocks.extent), 4,
       *scale_memory,       registered.device};
   view->has_scales_ = true;
   return view;
@@ -115,8 +110,7 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeCast(
   view->rows_ = 1;
   for (size_t d = 0; d + 1 < registered.extent.size(); ++d) view->rows_ *= registered.extent[d];
   view->matrices_ = 1;
-  view->band_rows_ =
-      std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(1, view->cols_ * 4));
+  view->band_rows_ = BandRows(/*block=*/1, view->cols_, /*element_bytes=*/4);
   view->bands_per_matrix_ = (view->rows_ + view->band_rows_ - 1) / view->band_rows_;
   absl::StatusOr<uint8_t*> values = view->Keep(view->rows_ * view->cols_ * 2, who);
   if (!values.ok()) return values.status();
@@ -134,12 +128,7 @@ absl::Status QuantizedView::CastRows(int64_t row, int64_t rows) const {
   const size_t dims = registered_.extent.size();
   const int64_t step = dims == 0 ? 1 : registered_.strides[dims - 1];
   for (int64_t r = row; r < row + rows; ++r) {
-    int64_t element = 0;  // the row's first element in the registered view
-    for (int64_t rest = r, d = static_cast<int64_t>(dims) - 2; d >= 0; --d) {
-      element += (rest % registered_.extent[d]) * registered_.strides[d];
-      rest /= registered_.extent[d];
-    }
-    const uint8_t* from = registered_.base + element * 4;
+    const uint8_t* from = registered_.base + LeadingElement(r, dims == 0 ? 0 : dims - 1) * 4;
     uint8_t* to = codes_.base + r * cols_ * 2;
     for (int64_t c = 0; c < cols_; ++c) {
       float x;
@@ -149,6 +138,15 @@ absl::Status QuantizedView::CastRows(int64_t row, int64_t rows) const {
     }
   }
   return absl::OkStatus();
+}
+
+int64_t QuantizedView::LeadingElement(int64_t index, size_t leading_dims) const {
+  int64_t element = 0;
+  for (int64_t rest = index, d = static_cast<int64_t>(leading_dims) - 1; d >= 0; --d) {
+    element += (rest % registered_.extent[d]) * registered_.strides[d];
+    rest /= registered_.extent[d];
+  }
+  return element;
 }
 
 absl::StatusOr<uint8_t*> QuantizedView::Keep(int64_t bytes, const std::string& who) {
@@ -187,21 +185,18 @@ absl::Status QuantizedView::QuantizeBand(int64_t band) const {
   const int64_t row = (band % bands_per_matrix_) * band_rows_;
   const int64_t rows = std::min(band_rows_, rows_ - row);
   const size_t dims = registered_.extent.size();
-  // The matrix's first element in the registered view: its leading indices, row-major.
-  int64_t element = 0;
-  for (int64_t rest = matrix, d = static_cast<int64_t>(dims) - 3; d >= 0; --d) {
-    element += (rest % registered_.extent[d]) * registered_.strides[d];
-    rest /= registered_.extent[d];
-  }
-  element += row * registered_.strides[dims - 2];
+  const int64_t element = LeadingElement(matrix, dims - 2) + row * registered_.strides[dims - 2];
   const int64_t block_cols = (cols_ + block_ - 1) / block_;
   const int64_t block_rows = (rows_ + block_ - 1) / block_;
+  const int32_t device = registered_.device;  // codes and scales are kept beside the weights
   const ConstStridedRef weights(registered_.base + element * registered_.element_bytes,
-                                {registered_.strides[dims - 2], registered_.strides[dims - 1]});
-  const StridedRef codes{codes_.base + (matrix * rows_ + row) * cols_, {cols_, 1}};
+                                {registered_.strides[dims - 2], registered_.strides[dims - 1]},
+                                device);
+  const StridedRef codes{codes_.base + (matrix * rows_ + row) * cols_, {cols_, 1}, device};
   const StridedRef scales{
       scales_.base + (matrix * block_rows + row / block_) * block_cols * int64_t{4},
-      {block_cols, 1}};
+      {block_cols, 1},
+      device};
   if (registered_.device >= 0) {  // GPU memory: no host fault to guard
     return gpu::QuantizeBlocksOnGpu({rows, cols_}, type_, weights, codes, scales, block_);
   }

@@ -56,6 +56,9 @@ class QuantizedView {
                                                                  const MappedView& registered,
                                                                  const std::string& who);
   absl::Status CastRows(int64_t row, int64_t rows) const;
+  // The first element, in the registered view, of the sub-box at row-major index `index`
+  // over the view's first `leading_dims` dims.
+  int64_t LeadingElement(int64_t index, size_t leading_dims) const;
 
   v1::QuantizedSource spec_;
   MappedView registered_;
