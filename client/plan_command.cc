@@ -189,12 +189,15 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
         << (inputs.ok() ? options.status().message() : inputs.status().message()) << "\n";
     return kExitInvalidInput;
   }
-  // Quantized destinations: the sources as sent (codes and block scales), and the same refit
-  // in the sources' precision planned beside it, to compare.
+  // Quantized destinations: the sources as sent (codes and block scales), the destinations
+  // as received (blocks cut between source ranks arrive wide), and the same refit in the
+  // sources' precision planned beside it, to compare.
   v1::LayoutSpec sent = inputs->sources;
-  std::vector<v1::QuantizedSource> quantized;
-  if (absl::Status status = planner::SendQuantized(inputs->destinations, &sent, &quantized);
-      !status.ok()) {
+  v1::LayoutSpec received = inputs->destinations;
+  std::vector<v1::QuantizedSource> quantized, on_arrival;
+  absl::Status status = planner::SendQuantized(inputs->destinations, &sent, &quantized);
+  if (status.ok()) status = planner::ReceiveQuantized(&sent, &received, &on_arrival);
+  if (!status.ok()) {
     err << "refitctl plan: " << status.message() << "\n";
     return kExitInvalidInput;
   }
@@ -214,8 +217,7 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
     err << "refitctl plan: " << sources.status().message() << "\n";
     return kExitInvalidInput;
   }
-  absl::StatusOr<planner::Layout> destinations =
-      planner::CompileLayout(inputs->destinations, "destination");
+  absl::StatusOr<planner::Layout> destinations = planner::CompileLayout(received, "destination");
   if (!destinations.ok()) {
     err << "refitctl plan: " << destinations.status().message() << "\n";
     return kExitInvalidInput;

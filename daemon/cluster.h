@@ -54,6 +54,9 @@ struct ClusterSnapshot {
   // Source views quantized before they are sent (planner::SendQuantized, by PlanEpoch,
   // which also makes `sources` the layout as sent).
   std::vector<v1::QuantizedSource> quantized_sources;
+  // Destination views quantized on arrival (planner::ReceiveQuantized, by PlanEpoch, which
+  // makes `destinations` the layout as received).
+  std::vector<v1::QuantizedSource> quantized_on_arrival;
   // The oldest and newest versions the source ranks have published (-1: none).
   int64_t published_oldest = -1;
   int64_t published_newest = -1;

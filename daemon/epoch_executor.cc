@@ -25,6 +25,18 @@ std::vector<v1::QuantizedSource> QuantizedSourcesOf(const v1::PlanSlice& slice) 
   return {slice.quantized_sources().begin(), slice.quantized_sources().end()};
 }
 
+std::vector<v1::QuantizedSource> QuantizedOnArrivalOf(const v1::PlanSlice& slice) {
+  return {slice.quantized_on_arrival().begin(), slice.quantized_on_arrival().end()};
+}
+
+// The views of the slice's ranks quantized before they are sent and after they arrive, in
+// the memory `buffers` keeps for them.
+absl::Status UseQuantized(const v1::PlanSlice& slice, transport::BufferMap* buffers) {
+  absl::Status sent = buffers->SendQuantized(QuantizedSourcesOf(slice));
+  absl::Status received = buffers->ReceiveQuantized(QuantizedOnArrivalOf(slice));
+  return sent.ok() ? received : sent;
+}
+
 // Source views of at least this many bytes are hashed on a thread of their own while the
 // data plane runs.
 constexpr int64_t kViewBytesPerThread = 4 << 20;
@@ -167,7 +179,7 @@ void EpochExecutor::Prepare(const std::shared_ptr<const v1::PlanSlice>& slice) {
     transport::PlanExecutor executor(&hold.mutable_buffers(), facts.placement,
                                      slice->daemon_index(), data_plane_.worker(), *peers);
     // The views sent quantized first: the staging is sized in their codes and scales.
-    ready = hold.mutable_buffers().SendQuantized(QuantizedSourcesOf(*slice));
+    ready = UseQuantized(*slice, &hold.mutable_buffers());
     if (ready.ok()) ready = UseKeptMemory(*slice, facts.placement, &executor);
     if (ready.ok()) ready = executor.Reserve(slice->plan());
     RecordQuantizedMemory(hold.buffers());
@@ -189,24 +201,29 @@ void EpochExecutor::Prepare(const std::shared_ptr<const v1::PlanSlice>& slice) {
       host_staging_.HeldBytes(-1) / 1e6, outbox_.held_bytes() / 1e6);
 }
 
-absl::Status EpochExecutor::QuantizeSources(const v1::PlanSlice& slice,
-                                            transport::BufferMap* buffers) {
-  if (slice.quantized_sources().empty()) return absl::OkStatus();
+absl::Status EpochExecutor::Quantize(v1::Role role, const v1::PlanSlice& slice,
+                                     transport::BufferMap* buffers) {
+  const bool sent = role == v1::ROLE_SOURCE;
+  const int views = sent ? slice.quantized_sources_size() : slice.quantized_on_arrival_size();
+  if (views == 0) return absl::OkStatus();
   const absl::Time start = absl::Now();
   RecordQuantizedMemory(*buffers);
-  absl::StatusOr<int64_t> read = buffers->QuantizeSent(copy_threads_);
+  absl::StatusOr<int64_t> read =
+      sent ? buffers->QuantizeSent(copy_threads_) : buffers->QuantizeReceived(copy_threads_);
   if (!read.ok()) return read.status();
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
   if (metrics_ != nullptr) metrics_->Quantized(*read, seconds);
-  spdlog::info("refitd {}: quantized {} source views ({:.1f} MB) in {:.3f} s", node_,
-               slice.quantized_sources_size(), *read / 1e6, seconds);
+  spdlog::info("refitd {}: quantized {} {} views ({:.1f} MB) in {:.3f} s", node_, views,
+               sent ? "source" : "received destination", *read / 1e6, seconds);
   return absl::OkStatus();
 }
 
 void EpochExecutor::RecordQuantizedMemory(const transport::BufferMap& buffers) {
   if (metrics_ == nullptr) return;
-  metrics_->KeptMemory("quantized_sources", buffers.QuantizedBytes(),
-                       buffers.QuantizedAllocations());
+  metrics_->KeptMemory("quantized_sources", buffers.QuantizedBytes(v1::ROLE_SOURCE),
+                       buffers.QuantizedAllocations(v1::ROLE_SOURCE));
+  metrics_->KeptMemory("quantized_on_arrival", buffers.QuantizedBytes(v1::ROLE_DESTINATION),
+                       buffers.QuantizedAllocations(v1::ROLE_DESTINATION));
 }
 
 void EpochExecutor::RecordKeptMemory() {
@@ -263,8 +280,9 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const Slic
   executor.SetInterrupt(interrupt_);
   executor.SetCopyThreads(copy_threads_);
   // Source views the destinations hold quantized are read as their codes and scales from
-  // here on (the memory kept across epochs; quantized below).
-  if (absl::Status sent = buffers->SendQuantized(QuantizedSourcesOf(slice)); !sent.ok()) {
+  // here on (the memory kept across epochs; quantized below); destination views quantized on
+  // arrival are written wide.
+  if (absl::Status sent = UseQuantized(slice, buffers); !sent.ok()) {
     return FailBeforeRun(&executor, slice.plan(), execute.epoch_number(), fail(sent));
   }
   if (absl::Status kept = UseKeptMemory(slice, placement, &executor); !kept.ok()) {
@@ -276,7 +294,7 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const Slic
   }
   // Views the destinations hold quantized: quantized now, from what the trainers published,
   // before any piece of them moves (and before their checksums are taken).
-  if (absl::Status quantized = QuantizeSources(slice, buffers); !quantized.ok()) {
+  if (absl::Status quantized = Quantize(v1::ROLE_SOURCE, slice, buffers); !quantized.ok()) {
     return FailBeforeRun(&executor, slice.plan(), execute.epoch_number(), fail(quantized));
   }
   transport::NcclRoute nccl;
@@ -344,6 +362,11 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const Slic
   const absl::Time data_plane_end = absl::Now();
   if (!stats.ok()) return fail(stats.status());
   RecordStats(execute.epoch_id(), slice, *stats);
+  // Views whose blocks the source ranks cut arrived wide: their codes and scales now, into
+  // the ranks' memory (a staged rank's shadow), before the epoch is done.
+  if (absl::Status quantized = Quantize(v1::ROLE_DESTINATION, slice, buffers); !quantized.ok()) {
+    return fail(quantized);
+  }
   for (const auto& [rank, seconds] : stats->destination_finish_seconds) {
     v1::RankFinish* finish = done.add_finished();
     finish->set_rank(rank);

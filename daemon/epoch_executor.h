@@ -88,9 +88,10 @@ class EpochExecutor {
   // that it will not (they would otherwise wait for it up to the stall limit).
   v1::EpochDone FailBeforeRun(transport::PlanExecutor* executor, const v1::Plan& plan,
                               uint32_t epoch_number, v1::EpochDone failed);
-  // Quantizes the slice's quantized source views (BufferMap::SendQuantized already made
-  // `buffers` read them as their codes and scales) from the ranks' memory.
-  absl::Status QuantizeSources(const v1::PlanSlice& slice, transport::BufferMap* buffers);
+  // Quantizes the slice's views of `role`'s ranks: source views before the data plane,
+  // destination views received wide after it (BufferMap::SendQuantized/ReceiveQuantized
+  // already made their memory); counted in the metrics.
+  absl::Status Quantize(v1::Role role, const v1::PlanSlice& slice, transport::BufferMap* buffers);
   // The codes and scales of quantized source views held now, for the metrics.
   void RecordQuantizedMemory(const transport::BufferMap& buffers);
   // The host staging and outbox held now, for the metrics.

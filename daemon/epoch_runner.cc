@@ -112,6 +112,10 @@ absl::StatusOr<int> EpochRunner::SendSlices(const ClusterSnapshot& snapshot, con
   for (const v1::QuantizedSource& q : snapshot.quantized_sources) {
     absl::StrAppend(&slice_key, "|q", q.rank(), ":", q.view(), ":", q.source_dtype());
   }
+  for (const v1::QuantizedSource& q : snapshot.quantized_on_arrival) {
+    absl::StrAppend(&slice_key, "|a", q.rank(), ":", q.view(), ":", q.scale_view(), ":",
+                    q.source_dtype());
+  }
   std::optional<ViewKeySet> compared;  // computed when a slice is sent
   int sent = 0;
   for (const auto& [index, channel] : snapshot.channels) {
@@ -131,6 +135,10 @@ absl::StatusOr<int> EpochRunner::SendSlices(const ClusterSnapshot& snapshot, con
       for (const v1::QuantizedSource& q : snapshot.quantized_sources) {
         absl::StatusOr<int32_t> daemon = where.DaemonOf(v1::ROLE_SOURCE, q.rank());
         if (daemon.ok() && *daemon == index) *slice->add_quantized_sources() = q;
+      }
+      for (const v1::QuantizedSource& q : snapshot.quantized_on_arrival) {
+        absl::StatusOr<int32_t> daemon = where.DaemonOf(v1::ROLE_DESTINATION, q.rank());
+        if (daemon.ok() && *daemon == index) *slice->add_quantized_on_arrival() = q;
       }
       // Only views another hashed view shares are compared: the daemon hashes just those.
       if (!compared.has_value()) {
@@ -406,6 +414,16 @@ absl::StatusOr<EpochRunner::PlannedEpoch> EpochRunner::PlanEpoch(int64_t version
           planner::SendQuantized(snapshot.destinations, &sent->sources, &sent->quantized_sources);
       !quantized.ok()) {
     return quantized;
+  }
+  if (absl::Status received = planner::ReceiveQuantized(&sent->sources, &sent->destinations,
+                                                        &sent->quantized_on_arrival);
+      !received.ok()) {
+    return received;
+  }
+  // A rank quantizing on arrival receives those views into its daemon's memory: no piece is
+  // written straight into its buffers by another daemon.
+  for (const v1::QuantizedSource& q : snapshot.quantized_on_arrival) {
+    sent->shared_destinations.erase(q.rank());
   }
   absl::StatusOr<planner::Layout> src = planner::CompileLayout(snapshot.sources, "source");
   if (!src.ok()) {

@@ -112,7 +112,8 @@ DaemonMetrics::DaemonMetrics(std::shared_ptr<prometheus::Registry> r, const std:
       kept_memory_bytes(prometheus::BuildGauge()
                             .Name("refitd_kept_memory_bytes")
                             .Help("Memory the data plane keeps across epochs, by kind "
-                                  "(host_staging, shared_memory_outbox, quantized_sources)")
+                                  "(host_staging, shared_memory_outbox, quantized_sources, "
+                                  "quantized_on_arrival)")
                             .Labels(NodeLabel(node))
                             .Register(*r)),
       kept_memory_allocations(
@@ -124,18 +125,21 @@ DaemonMetrics::DaemonMetrics(std::shared_ptr<prometheus::Registry> r, const std:
               .Register(*r)),
       quantized_bytes(prometheus::BuildCounter()
                           .Name("refitd_quantized_source_bytes_total")
-                          .Help("Bytes of source ranks' memory quantized into FP8 codes and "
-                                "block scales before epochs moved them")
+                          .Help("Bytes of BF16 or F32 weights quantized into FP8 codes and "
+                                "block scales: source views before epochs moved them, "
+                                "destination views received wide after")
                           .Labels(NodeLabel(node))
                           .Register(*r)
                           .Add({})),
       quantize_seconds(prometheus::BuildCounter()
                            .Name("refitd_quantize_seconds_total")
-                           .Help("Time spent quantizing source views before epochs moved them")
+                           .Help("Time spent quantizing views (sources before epochs moved them, "
+                                 "destinations received wide after)")
                            .Labels(NodeLabel(node))
                            .Register(*r)
                            .Add({})) {
-  for (const char* kind : {"host_staging", "shared_memory_outbox", "quantized_sources"}) {
+  for (const char* kind :
+       {"host_staging", "shared_memory_outbox", "quantized_sources", "quantized_on_arrival"}) {
     KeptMemory(kind, 0, 0);
   }
 }

@@ -1,6 +1,7 @@
 #include "planner/quantization.h"
 
 #include <map>
+#include <set>
 #include <string>
 #include <utility>
 
@@ -216,6 +217,26 @@ absl::Status CheckDestinations(const v1::LayoutSpec& destinations,
   return absl::OkStatus();
 }
 
+// The block-quantized tensors some source view of which cuts blocks: quantized on arrival.
+std::set<std::string> CutBetweenSources(const v1::LayoutSpec& sources,
+                                        const std::map<std::string, Recipe>& recipes) {
+  std::set<std::string> cut;
+  for (const v1::RankLayout& rank : sources.ranks()) {
+    for (const v1::ShardView& view : rank.views()) {
+      auto recipe = recipes.find(view.tensor());
+      if (recipe == recipes.end() || !recipe->second.derived || recipe->second.scheme == kCast) {
+        continue;
+      }
+      const Box box = BoxOfView(view);
+      if (box.rank() == recipe->second.shape.size() &&
+          !WholeBlocks(box, recipe->second.block, recipe->second.shape)) {
+        cut.insert(view.tensor());
+      }
+    }
+  }
+  return cut;
+}
+
 }  // namespace
 
 bool QuantizesAny(const v1::LayoutSpec& destinations) {
@@ -243,9 +264,10 @@ absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* s
   if (absl::Status checked = CheckDestinations(destinations, *recipes); !checked.ok()) {
     return checked;
   }
+  const std::set<std::string> cut = CutBetweenSources(*sources, *recipes);
   std::map<std::string, const Recipe*> derived;
   for (const auto& [name, recipe] : *recipes) {
-    if (recipe.derived) derived[name] = &recipe;
+    if (recipe.derived && !cut.count(name)) derived[name] = &recipe;
   }
   if (derived.empty()) return absl::OkStatus();
   const int declared = sources->tensors_size();
@@ -284,13 +306,6 @@ absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* s
         *entry.mutable_extent() = view.extent();
         continue;
       }
-      if (!WholeBlocks(box, recipe.block, recipe.shape)) {
-        return Invalid(absl::StrCat(
-            "source rank ", rank.rank(), ": view ", v, " of \"", view.tensor(), "\" holds ",
-            FormatBox(box), ", which cuts its ", BlockText(recipe.block),
-            " quantization blocks: a block is quantized where one source rank holds it whole "
-            "(gathering a block cut between source ranks first is not supported)"));
-      }
       const Box blocks = BlocksOf(box, recipe.block);
       v1::QuantizedSource& entry = quantized->emplace_back();
       entry.set_rank(rank.rank());
@@ -307,6 +322,83 @@ absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* s
       scales->set_tensor(recipe.scale_tensor);
       for (int64_t o : blocks.offset) scales->add_offset(o);
       for (int64_t e : blocks.extent) scales->add_extent(e);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReceiveQuantized(v1::LayoutSpec* sources, v1::LayoutSpec* destinations,
+                              std::vector<v1::QuantizedSource>* received) {
+  received->clear();
+  if (!QuantizesAny(*destinations)) return absl::OkStatus();
+  absl::StatusOr<std::map<std::string, Recipe>> recipes = RecipesOf(*destinations, *sources);
+  if (!recipes.ok()) return recipes.status();
+  // What SendQuantized left in the sources' dtype: blocks cut between source ranks.
+  std::map<std::string, const Recipe*> arriving;
+  std::set<std::string> scale_tensors;
+  for (const auto& [name, recipe] : *recipes) {
+    if (!recipe.derived || recipe.scheme == kCast) continue;
+    arriving[name] = &recipe;
+    scale_tensors.insert(recipe.scale_tensor);
+  }
+  if (arriving.empty()) return absl::OkStatus();
+  for (v1::TensorSpec& t : *destinations->mutable_tensors()) {
+    auto recipe = arriving.find(t.name());
+    if (recipe == arriving.end()) continue;
+    t.set_dtype(recipe->second->source_dtype);
+    t.clear_quantization();
+    // The sources declare the scale tensor with no views, as the destinations receive none
+    // of it.
+    v1::TensorSpec* scale = sources->add_tensors();
+    scale->set_name(recipe->second->scale_tensor);
+    scale->set_dtype("F32");
+    for (int64_t e : BlockGrid(recipe->second->shape, recipe->second->block)) {
+      scale->add_shape(e);
+    }
+  }
+  for (v1::RankLayout& rank : *destinations->mutable_ranks()) {
+    for (int v = 0; v < rank.views_size(); ++v) {
+      v1::ShardView* view = rank.mutable_views(v);
+      auto found = arriving.find(view->tensor());
+      if (found == arriving.end() || HoldsNothing(*view)) continue;
+      const Recipe& recipe = *found->second;
+      const Box box = BoxOfView(*view);
+      if (box.rank() != recipe.shape.size()) continue;  // CompileLayout says why
+      if (rank.bucketed()) {
+        return Invalid(absl::StrCat(
+            "destination rank ", rank.rank(), ": view ", v, " of \"", view->tensor(),
+            "\": its blocks are cut between source ranks, so they are quantized on arrival, "
+            "which needs the rank's memory; a bucketed rank has none on its daemon"));
+      }
+      const Box blocks = BlocksOf(box, recipe.block);
+      int scale_view = -1;  // CheckDestinations found one
+      for (int s = 0; s < rank.views_size() && scale_view < 0; ++s) {
+        const v1::ShardView& other = rank.views(s);
+        if (other.tensor() == recipe.scale_tensor &&
+            other.offset_size() == static_cast<int>(blocks.rank()) &&
+            Contains(BoxOfView(other), blocks)) {
+          scale_view = s;
+        }
+      }
+      v1::QuantizedSource& entry = received->emplace_back();
+      entry.set_rank(rank.rank());
+      entry.set_view(v);
+      entry.set_scale_view(scale_view);
+      entry.set_tensor(view->tensor());
+      entry.set_scale_tensor(recipe.scale_tensor);
+      entry.set_source_dtype(recipe.source_dtype);
+      entry.set_scheme(recipe.scheme);
+      for (int64_t b : recipe.block) entry.add_block(b);
+      *entry.mutable_offset() = view->offset();
+      *entry.mutable_extent() = view->extent();
+      // Wider now: the daemon keeps it as its own dense buffer.
+      view->clear_buffer();
+      view->clear_byte_offset();
+      view->clear_strides();
+    }
+    for (v1::ShardView& view : *rank.mutable_views()) {
+      if (!scale_tensors.count(view.tensor())) continue;
+      for (int64_t& e : *view.mutable_extent()) e = 0;  // the daemon writes it, not the plan
     }
   }
   return absl::OkStatus();

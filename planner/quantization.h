@@ -1,6 +1,7 @@
 // Destination tensors held quantized (TensorSpec.quantization): the source layout as it is
 // sent. Each block is quantized by a source rank that holds it whole, before the pieces
-// move, so the plan moves codes and scales: the source side is rewritten so that a
+// move (or, where source ranks cut it, by the destination's daemon on arrival), so the plan
+// moves codes and scales: the source side is rewritten so that a
 // quantized tensor has the destination's dtype (its views are read as the codes of their
 // boxes) and every source view of it gains a view of the scale tensor on its rank (the
 // scales of its blocks). The planner and the data plane then move them like any tensor,
@@ -32,12 +33,24 @@ Dims BlockOf(const v1::Quantization& quantization, const Dims& shape);
 // (INVALID_ARGUMENT) naming the tensor, the rank and the box: the recipe (scheme, block, dtypes,
 // the scale tensor's dtype and shape); every destination view of a quantized tensor starts at a
 // block corner and ends at a block edge or the tensor's end, and its rank holds one view of the
-// scale tensor covering its blocks; every source view holds whole blocks (a block cut between
-// source ranks would have to be gathered first, which is not done). A quantized tensor whose
-// sources already hold the destination's dtype is left as it is (its scales come from the sources
-// too). Nothing changes when no destination tensor is quantized.
+// scale tensor covering its blocks. A tensor some source view of which cuts blocks (an FSDP2
+// shard of 112 rows) is left in the sources' dtype, for ReceiveQuantized. A quantized tensor
+// whose sources already hold the destination's dtype is left as it is (its scales come from
+// the sources too). Nothing changes when no destination tensor is quantized.
 absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* sources,
                            std::vector<v1::QuantizedSource>* quantized);
+
+// After SendQuantized: the block-quantized tensors whose blocks are cut between source ranks
+// are quantized on arrival. `destinations` become the layout as received: such a tensor in
+// its sources' dtype (its views each a dense buffer of their own, which the destination's
+// daemon keeps), the views of its scale tensor holding nothing (the plan does not fill them;
+// the sources declare the scale tensor with no views); `received` lists each view (rank and
+// view of the destination, scale_view the rank's view of the scales covering its blocks),
+// which the destination's daemon quantizes after the data plane. The network then carries
+// the sources' dtype for those tensors only. INVALID_ARGUMENT naming the rank, view and
+// tensor for a bucketed destination rank (its daemon holds none of its memory).
+absl::Status ReceiveQuantized(v1::LayoutSpec* sources, v1::LayoutSpec* destinations,
+                              std::vector<v1::QuantizedSource>* received);
 
 // Makes `destinations` (a model's layout, planner/model_spec.h) hold its decoder layers'
 // linear weights in block-scaled FP8, as DeepSeek-V3's FP8 checkpoint does: every tensor of

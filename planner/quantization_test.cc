@@ -19,18 +19,21 @@ namespace {
 using refit::testing::LayoutBuilder;
 
 struct Planned {
-  std::vector<v1::QuantizedSource> quantized;
-  v1::LayoutSpec sent;
+  std::vector<v1::QuantizedSource> quantized, on_arrival;
+  v1::LayoutSpec sent, received;
   std::shared_ptr<const Plan> plan;
 };
 
 Planned PlanQuantized(const LayoutBuilder& src, const LayoutBuilder& dst) {
   Planned out;
   out.sent = src.spec();
+  out.received = dst.spec();
   absl::Status sent = SendQuantized(dst.spec(), &out.sent, &out.quantized);
   EXPECT_TRUE(sent.ok()) << sent;
+  absl::Status received = ReceiveQuantized(&out.sent, &out.received, &out.on_arrival);
+  EXPECT_TRUE(received.ok()) << received;
   absl::StatusOr<Layout> sources = CompileLayout(out.sent, "source");
-  absl::StatusOr<Layout> destinations = CompileLayout(dst.spec(), "destination");
+  absl::StatusOr<Layout> destinations = CompileLayout(out.received, "destination");
   EXPECT_TRUE(sources.ok()) << sources.status();
   EXPECT_TRUE(destinations.ok()) << destinations.status();
   if (!sources.ok() || !destinations.ok()) return out;
@@ -204,19 +207,63 @@ TEST(QuantizationErrorsTest, ADestinationRankWithoutItsBlocksScalesIsNamed) {
             "\"w_scale_inv\" on the rank holds the scales of its blocks [1:2, 0:2]");
 }
 
-TEST(QuantizationErrorsTest, ASourceViewThatCutsBlocksIsNamed) {
+// FSDP2-like rows (112 and 144: the first block cut between the trainers) of w, and rows of
+// whole blocks of v, to two inference ranks holding column halves in FP8.
+void CutAndWholeBlocks(LayoutBuilder* src, LayoutBuilder* dst) {
+  src->Tensor("w", {256, 256}, "BF16").Tensor("v", {256, 256}, "BF16");
+  src->Rank(0, "trainer", 0).View(0, "w", {0, 0}, {112, 256}).View(0, "v", {0, 0}, {128, 256});
+  src->Rank(1, "trainer", 1).View(1, "w", {112, 0}, {144, 256}).View(1, "v", {128, 0}, {128, 256});
+  dst->BlockFp8("w", {256, 256}, "w_scale_inv").BlockFp8("v", {256, 256}, "v_scale_inv");
+  for (int r = 0; r < 2; ++r) {
+    dst->Rank(r, "inference", r).View(r, "w_scale_inv", {0, r}, {2, 1});
+    dst->View(r, "w", {0, 128 * r}, {256, 128}).View(r, "v", {0, 128 * r}, {256, 128});
+    dst->View(r, "v_scale_inv", {0, r}, {2, 1});
+  }
+}
+
+TEST(QuantizationTest, BlocksCutBetweenSourceRanksAreQuantizedOnArrival) {
   LayoutBuilder src, dst;
-  src.Tensor("w", {256, 256}, "BF16");
-  src.Rank(0, "trainer", 0).View(0, "w", {0, 0}, {112, 256});  // FSDP-like rows
-  src.Rank(1, "trainer", 1).View(1, "w", {112, 0}, {144, 256});
-  dst.BlockFp8("w", {256, 256}, "w_scale_inv");
-  dst.Rank(0, "inference", 0).View(0, "w", {0, 0}, {256, 256});
-  dst.View(0, "w_scale_inv", {0, 0}, {2, 2});
-  const std::string error = ErrorOf(src, dst);
-  EXPECT_NE(error.find("source rank 0: view 0 of \"w\" holds [0:112, 0:256], which cuts its "
-                       "128 x 128 quantization blocks"),
-            std::string::npos)
-      << error;
+  CutAndWholeBlocks(&src, &dst);
+  const Planned planned = PlanQuantized(src, dst);
+  ASSERT_NE(planned.plan, nullptr);
+  // w crosses in BF16 (no source rank holds its first block row whole), v in codes plus
+  // its scales; w's scales cross not at all (the inference daemons compute them).
+  EXPECT_EQ(planned.plan->stats.total_bytes, 256 * 256 * 2 + 256 * 256 + 2 * 2 * 4);
+  ASSERT_EQ(planned.quantized.size(), 2u);
+  for (const v1::QuantizedSource& q : planned.quantized) EXPECT_EQ(q.tensor(), "v");
+  ASSERT_EQ(planned.on_arrival.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    const v1::QuantizedSource& q = planned.on_arrival[r];
+    EXPECT_EQ(q.rank(), r);
+    EXPECT_EQ(q.tensor(), "w");
+    EXPECT_EQ(q.view(), 1);
+    EXPECT_EQ(q.scale_view(), 0);  // the rank's own view of the scales, before the weight's
+    EXPECT_EQ(q.scale_tensor(), "w_scale_inv");
+    EXPECT_EQ(q.source_dtype(), "BF16");
+    EXPECT_EQ(std::vector<int64_t>(q.offset().begin(), q.offset().end()),
+              (std::vector<int64_t>{0, 128 * r}));
+  }
+  // The destinations as received: w in BF16, the views of its scales holding nothing.
+  EXPECT_EQ(planned.received.tensors(0).dtype(), "BF16");
+  EXPECT_FALSE(planned.received.tensors(0).has_quantization());
+  EXPECT_EQ(planned.received.tensors(2).dtype(), "F8_E4M3");  // v stays in codes
+  for (const v1::RankLayout& rank : planned.received.ranks()) {
+    EXPECT_EQ(rank.views(0).extent(0) * rank.views(0).extent(1), 0);
+    EXPECT_EQ(rank.views(3).extent(0) * rank.views(3).extent(1), 2);  // v's scales
+  }
+}
+
+TEST(QuantizationErrorsTest, ABucketedRankCannotQuantizeOnArrival) {
+  LayoutBuilder src, dst;
+  CutAndWholeBlocks(&src, &dst);
+  v1::LayoutSpec sent = src.spec(), received = dst.spec();
+  received.mutable_ranks(1)->set_bucketed(true);
+  std::vector<v1::QuantizedSource> quantized, on_arrival;
+  ASSERT_TRUE(SendQuantized(received, &sent, &quantized).ok());
+  EXPECT_EQ(ReceiveQuantized(&sent, &received, &on_arrival).message(),
+            "destination rank 1: view 1 of \"w\": its blocks are cut between source ranks, so "
+            "they are quantized on arrival, which needs the rank's memory; a bucketed rank has "
+            "none on its daemon");
 }
 
 TEST(QuantizationErrorsTest, TheRecipeIsChecked) {

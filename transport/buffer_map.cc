@@ -264,17 +264,67 @@ void BufferMap::RemoveRank(v1::Role role, int64_t rank) {
 }
 
 absl::Status BufferMap::SendQuantized(const std::vector<v1::QuantizedSource>& views) {
+  return UseQuantized(v1::ROLE_SOURCE, views);
+}
+
+absl::Status BufferMap::ReceiveQuantized(const std::vector<v1::QuantizedSource>& views) {
+  return UseQuantized(v1::ROLE_DESTINATION, views);
+}
+
+absl::StatusOr<std::vector<MappedView>> BufferMap::QuantizedViewsOf(
+    const RankKey& key, const RankMemory& memory,
+    const std::vector<const v1::QuantizedSource*>& wanted,
+    std::vector<std::shared_ptr<const QuantizedView>>* quantized) {
+  const bool sent = key.role == v1::ROLE_SOURCE;
+  std::vector<MappedView> views = memory.views;  // as the plan moves them
+  const int32_t registered = static_cast<int32_t>(memory.views.size());
+  for (const v1::QuantizedSource* q : wanted) {
+    const bool scaled = q->scale_view() >= 0;  // a cast has no scales
+    // Sent: the scales are a view the plan appends; on arrival, one the rank registered.
+    const bool scale_view_fits =
+        sent ? !scaled || q->scale_view() == static_cast<int32_t>(views.size())
+             : scaled && q->scale_view() < registered;
+    if (q->view() < 0 || q->view() >= registered || !scale_view_fits) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(RankName(key.role, key.rank), ": the plan quantizes view ", q->view(),
+                       " with scales as view ", q->scale_view(), ", which the rank's ", registered,
+                       " views do not allow"));
+    }
+    if (!sent && memory.bucketed) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          RankName(key.role, key.rank), ": the plan quantizes view ", q->view(),
+          " on arrival, but the rank receives its weights in buckets (no memory here)"));
+    }
+    absl::StatusOr<std::unique_ptr<QuantizedView>> view =
+        sent ? QuantizedView::Make(*q, memory.views[q->view()])
+             : QuantizedView::MakeOnArrival(*q, memory.views[q->view()],
+                                            memory.views[q->scale_view()]);
+    if (!view.ok()) return view.status();
+    if (sent) {
+      views[q->view()] = (*view)->codes();
+      if ((*view)->has_scales()) views.push_back((*view)->scales());
+    } else {
+      views[q->view()] = (*view)->wide();
+    }
+    ++quantized_allocations_[SideOf(key.role)];
+    quantized->push_back(std::move(*view));
+  }
+  return views;
+}
+
+absl::Status BufferMap::UseQuantized(v1::Role role, const std::vector<v1::QuantizedSource>& views) {
   std::map<int64_t, std::vector<const v1::QuantizedSource*>> by_rank;
   for (const v1::QuantizedSource& q : views) by_rank[q.rank()].push_back(&q);
   absl::Status outcome;
   bool changed = false;  // the tables tensors() gives follow only a change
   for (auto& [key, memory] : ranks_) {
-    if (key.role != v1::ROLE_SOURCE) continue;
+    if (key.role != role) continue;
     std::vector<const v1::QuantizedSource*> wanted;
     if (auto it = by_rank.find(key.rank); it != by_rank.end()) wanted = it->second;
     std::sort(wanted.begin(), wanted.end(),
               [](const v1::QuantizedSource* a, const v1::QuantizedSource* b) {
-                return a->scale_view() < b->scale_view();
+                return std::make_pair(a->scale_view(), a->view()) <
+                       std::make_pair(b->scale_view(), b->view());
               });
     bool same = wanted.size() == memory.quantized.size();
     for (size_t i = 0; same && i < wanted.size(); ++i) {
@@ -286,35 +336,14 @@ absl::Status BufferMap::SendQuantized(const std::vector<v1::QuantizedSource>& vi
     memory.registered_views.clear();
     memory.quantized.clear();
     if (wanted.empty()) continue;
-    std::vector<MappedView> sent = memory.views;
     std::vector<std::shared_ptr<const QuantizedView>> quantized;
-    absl::Status made;
-    for (const v1::QuantizedSource* q : wanted) {
-      const bool scaled = q->scale_view() >= 0;  // a cast has no scales
-      if (q->view() < 0 || q->view() >= static_cast<int32_t>(memory.views.size()) ||
-          (scaled && q->scale_view() != static_cast<int32_t>(sent.size()))) {
-        made = absl::InvalidArgumentError(
-            absl::StrCat(RankName(key.role, key.rank), ": the plan quantizes view ", q->view(),
-                         " with scales as view ", q->scale_view(), ", which the rank's ",
-                         memory.views.size(), " views do not allow"));
-        break;
-      }
-      absl::StatusOr<std::unique_ptr<QuantizedView>> view =
-          QuantizedView::Make(*q, memory.views[q->view()]);
-      if (!view.ok()) {
-        made = view.status();
-        break;
-      }
-      sent[q->view()] = (*view)->codes();
-      if ((*view)->has_scales()) sent.push_back((*view)->scales());
-      ++quantized_allocations_;
-      quantized.push_back(std::move(*view));
-    }
-    if (!made.ok()) {
-      if (outcome.ok()) outcome = made;
+    absl::StatusOr<std::vector<MappedView>> moved =
+        QuantizedViewsOf(key, memory, wanted, &quantized);
+    if (!moved.ok()) {
+      if (outcome.ok()) outcome = moved.status();
       continue;
     }
-    memory.registered_views = std::exchange(memory.views, std::move(sent));
+    memory.registered_views = std::exchange(memory.views, *std::move(moved));
     memory.quantized = std::move(quantized);
   }
   if (changed) RefreshTensors();
@@ -324,25 +353,38 @@ absl::Status BufferMap::SendQuantized(const std::vector<v1::QuantizedSource>& vi
 void BufferMap::RefreshTensors() {
   tensors_ = declared_[SideOf(v1::ROLE_SOURCE)];
   for (const auto& [name, shape] : declared_[SideOf(v1::ROLE_DESTINATION)]) tensors_[name] = shape;
-  const TensorTable& sources = declared_[SideOf(v1::ROLE_SOURCE)];
   for (const auto& [key, memory] : ranks_) {
+    const TensorTable& declared = declared_[SideOf(key.role)];
     for (const std::shared_ptr<const QuantizedView>& view : memory.quantized) {
       const v1::QuantizedSource& spec = view->spec();
-      auto declared = sources.find(spec.tensor());
-      if (declared == sources.end()) continue;
-      tensors_[spec.tensor()] = TensorShape{view->codes().element_bytes, declared->second.shape};
+      auto tensor = declared.find(spec.tensor());
+      if (tensor == declared.end()) continue;
+      if (key.role == v1::ROLE_DESTINATION) {  // received in the sources' dtype
+        tensors_[spec.tensor()] = TensorShape{view->wide().element_bytes, tensor->second.shape};
+        continue;
+      }
+      tensors_[spec.tensor()] = TensorShape{view->codes().element_bytes, tensor->second.shape};
       if (!view->has_scales()) continue;
-      tensors_[spec.scale_tensor()] =
-          TensorShape{4, planner::BlockGrid(declared->second.shape,
-                                            Dims(spec.block().begin(), spec.block().end()))};
+      tensors_[spec.scale_tensor()] = TensorShape{
+          4,
+          planner::BlockGrid(tensor->second.shape, Dims(spec.block().begin(), spec.block().end()))};
     }
   }
 }
 
 absl::StatusOr<int64_t> BufferMap::QuantizeSent(int threads) {
+  return QuantizeOf(v1::ROLE_SOURCE, threads);
+}
+
+absl::StatusOr<int64_t> BufferMap::QuantizeReceived(int threads) {
+  return QuantizeOf(v1::ROLE_DESTINATION, threads);
+}
+
+absl::StatusOr<int64_t> BufferMap::QuantizeOf(v1::Role role, int threads) {
   std::vector<const QuantizedView*> views;
   int64_t bytes = 0;
   for (const auto& [key, memory] : ranks_) {
+    if (key.role != role) continue;
     for (const std::shared_ptr<const QuantizedView>& view : memory.quantized) {
       views.push_back(view.get());
       bytes += view->SourceBytes();
@@ -352,9 +394,10 @@ absl::StatusOr<int64_t> BufferMap::QuantizeSent(int threads) {
   return bytes;
 }
 
-int64_t BufferMap::QuantizedBytes() const {
+int64_t BufferMap::QuantizedBytes(v1::Role role) const {
   int64_t bytes = 0;
   for (const auto& [key, memory] : ranks_) {
+    if (key.role != role) continue;
     for (const std::shared_ptr<const QuantizedView>& view : memory.quantized)
       bytes += view->bytes();
   }
@@ -379,8 +422,11 @@ std::map<int64_t, absl::Status> BufferMap::CommitStaged() {
     for (const auto& segment : memory.segments) {
       if (backed.ok()) backed = segment->CheckBacked();
     }
-    for (size_t i = 0; i < memory.views.size() && backed.ok(); ++i) {
-      const MappedView& view = memory.views[i];
+    // As registered: a view quantized on arrival is committed as its codes.
+    const std::vector<MappedView>& views =
+        memory.registered_views.empty() ? memory.views : memory.registered_views;
+    for (size_t i = 0; i < views.size() && backed.ok(); ++i) {
+      const MappedView& view = views[i];
       backed = GuardMemoryAccess(
           absl::StrCat("committing view ", i, " of destination rank ", key.rank), [&] {
             CopyBox(view.extent, view.element_bytes, StridedRef{view.base, view.strides},
@@ -430,9 +476,12 @@ absl::StatusOr<StridedRef> BufferMap::Find(v1::Role role, int64_t rank, int32_t 
   if (it == ranks_.end()) {
     return absl::NotFoundError(absl::StrCat(RankName(role, rank), " is not registered here"));
   }
-  const std::vector<MappedView>& views = as_registered && !it->second.registered_views.empty()
-                                             ? it->second.registered_views
-                                             : it->second.views;
+  // A destination's views are always as the plan moves them (a view quantized on arrival
+  // is written wide, then quantized into its registered memory by the map).
+  const std::vector<MappedView>& views =
+      as_registered && role == v1::ROLE_SOURCE && !it->second.registered_views.empty()
+          ? it->second.registered_views
+          : it->second.views;
   if (view < 0 || view >= static_cast<int32_t>(views.size())) {
     return absl::NotFoundError(absl::StrCat(RankName(role, rank), " has no view ", view));
   }

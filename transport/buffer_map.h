@@ -74,7 +74,8 @@ class BufferMap {
                                          const Dims& extent) const;
   // The same box, to write (the data plane's destinations, test fills). A source view sent
   // quantized is written as registered, in its own dtype (what its trainer writes); Locate
-  // reads it as sent.
+  // reads it as sent. A destination view quantized on arrival is read and written wide (as
+  // the plan moves it) by both.
   absl::StatusOr<StridedRef> LocateForWrite(v1::Role role, int64_t rank, int32_t view,
                                             const std::string& tensor, const Dims& offset,
                                             const Dims& extent);
@@ -86,16 +87,26 @@ class BufferMap {
 
   // Source views sent quantized (the slice's list, planner/quantization.h): from now on each
   // listed view of a source rank mapped here is read as its E4M3 codes (a cast: its BF16
-  // values) and view `scale_view` of the rank as its blocks' scales, both in memory this map keeps (until the
-  // rank leaves or another list comes; an equal list keeps it). Entries of ranks not mapped
-  // here are skipped. An error names the rank and view (nothing is changed for that rank).
+  // values) and view `scale_view` of the rank as its blocks' scales, both in memory this map keeps
+  // (until the rank leaves or another list comes; an equal list keeps it). Entries of ranks not
+  // mapped here are skipped. An error names the rank and view (nothing is changed for that rank).
   absl::Status SendQuantized(const std::vector<v1::QuantizedSource>& views);
+  // Destination views quantized on arrival (PlanSlice.quantized_on_arrival): from now on the
+  // data plane writes (and reads) each listed view of a destination rank mapped here in the
+  // sources' dtype, in memory this map keeps, until QuantizeReceived writes the rank's codes
+  // and scales; tensors() gives such a tensor in the sources' dtype. Bucketed ranks and GPU
+  // views are refused naming the rank and view. As SendQuantized otherwise.
+  absl::Status ReceiveQuantized(const std::vector<v1::QuantizedSource>& views);
   // Quantizes every view sent quantized from its rank's memory, on up to `threads` threads:
   // before an epoch moves them. The bytes read (of the ranks' memory).
   absl::StatusOr<int64_t> QuantizeSent(int threads);
-  // Host memory the codes and scales take, and how many views' worth were allocated so far.
-  int64_t QuantizedBytes() const;
-  int64_t QuantizedAllocations() const { return quantized_allocations_; }
+  // Quantizes every view received wide into its rank's codes and scales (a staged rank's
+  // shadow): after the data plane, before the epoch is done. The bytes read.
+  absl::StatusOr<int64_t> QuantizeReceived(int threads);
+  // Memory kept for the views of `role`'s ranks (codes and scales sent; the wide copies
+  // received), and how many views' worth were allocated so far.
+  int64_t QuantizedBytes(v1::Role role) const;
+  int64_t QuantizedAllocations(v1::Role role) const { return quantized_allocations_[SideOf(role)]; }
 
   // Bucketed destination ranks (RankLayout.bucketed): their views have no memory here
   // (Locate says FAILED_PRECONDITION), and their one buffer is the staging bucket.
@@ -140,6 +151,16 @@ class BufferMap {
   absl::Status MapRank(v1::Role role, const v1::RankLayout& layout);
   // tensors() again after the declared tensors or the views sent quantized changed.
   void RefreshTensors();
+  struct RankMemory;
+  // SendQuantized (sources) and ReceiveQuantized (destinations).
+  absl::Status UseQuantized(v1::Role role, const std::vector<v1::QuantizedSource>& views);
+  // A rank's views as the plan moves them once `wanted` is quantized (its QuantizedViews
+  // added to `quantized`).
+  absl::StatusOr<std::vector<MappedView>> QuantizedViewsOf(
+      const RankKey& key, const RankMemory& memory,
+      const std::vector<const v1::QuantizedSource*>& wanted,
+      std::vector<std::shared_ptr<const QuantizedView>>* quantized);
+  absl::StatusOr<int64_t> QuantizeOf(v1::Role role, int threads);
   static int SideOf(v1::Role role) { return role == v1::ROLE_DESTINATION ? 1 : 0; }
 
   struct RankMemory {
@@ -153,8 +174,8 @@ class BufferMap {
     bool written_by_epoch = false;
     bool bucketed = false;  // segments[0] is the staging bucket; views have no memory
     std::vector<std::string> declared_tensors;  // counted in tensor_users_
-    // Sent quantized (SendQuantized): the views as registered (`views` holds them as sent),
-    // and each quantized view's codes and scales.
+    // Sent quantized (SendQuantized) or quantized on arrival (ReceiveQuantized): the views
+    // as registered (`views` holds them as the plan moves them), and each quantized view.
     std::vector<MappedView> registered_views;
     std::vector<std::shared_ptr<const QuantizedView>> quantized;  // shared: declared here only
   };
@@ -166,7 +187,7 @@ class BufferMap {
   // Per tensor declared by ranks, how many mapped ranks declared it.
   absl::flat_hash_map<std::string, int> tensor_users_[2];
   std::map<RankKey, RankMemory> ranks_;
-  int64_t quantized_allocations_ = 0;
+  int64_t quantized_allocations_[2] = {0, 0};  // by SideOf(role)
 };
 
 }  // namespace refit::transport

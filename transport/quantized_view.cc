@@ -30,8 +30,93 @@ int64_t BandRows(int64_t block, int64_t cols, int element_bytes) {
 
 absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::Make(const v1::QuantizedSource& spec,
                                                                    const MappedView& registered) {
-  const std::string who = absl::StrCat(RankName(v1::ROLE_SOURCE, spec.rank()), ": view ",
-                                       spec.view(), " of \"", spec.tensor(), "\"");
+  absl::StatusOr<std::unique_ptr<QuantizedView>> view =
+      MakeBlocks(spec, registered, WhoIs(v1::ROLE_SOURCE, spec));
+  if (!view.ok() || (*view)->cast_) return view;
+  QuantizedView& made = **view;
+  const planner::Box blocks = planner::BlocksOf(planner::Box{registered.offset, registered.extent},
+                                                Dims(spec.block().begin(), spec.block().end()));
+  absl::StatusOr<uint8_t*> codes =
+      made.Keep(planner::Box{registered.offset, registered.extent}.Volume(), made.who_);
+  if (!codes.ok()) return codes.status();
+  absl::StatusOr<uint8_t*> scale_memory = made.Keep(blocks.Volume() * 4, made.who_);
+  if (!scale_memory.ok()) return scale_memory.status();
+  made.codes_ = MappedView{
+      spec.tensor(), registered.offset, registered.extent, RowMajorStrides(registered.extent), 1,
+      *codes,        registered.device};
+  made.scales_ = MappedView{
+      spec.scale_tensor(), blocks.offset,    blocks.extent, RowMajorStrides(blocks.extent), 4,
+      *scale_memory,       registered.device};
+  return view;
+}
+
+absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeOnArrival(
+    const v1::QuantizedSource& spec, const MappedView& codes, const MappedView& scales) {
+  const std::string who = WhoIs(v1::ROLE_DESTINATION, spec);
+  const Dims block(spec.block().begin(), spec.block().end());
+  if (spec.scheme() == "cast" || codes.element_bytes != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": quantized on arrival, but it holds ",
+                                                   codes.element_bytes,
+                                                   "-byte elements, not block-scaled FP8 codes"));
+  }
+  if (codes.device >= 0 || scales.device >= 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        who,
+        " is in GPU memory: quantizing on arrival (blocks cut between source ranks) is "
+        "built for host memory only"));
+  }
+  const int wide_bytes = spec.source_dtype() == "BF16" ? 2 : spec.source_dtype() == "F32" ? 4 : 0;
+  if (wide_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": quantized on arrival from ",
+                                                   spec.source_dtype(), ", not BF16 or F32"));
+  }
+  const planner::Box box{codes.offset, codes.extent};
+  const planner::Box blocks = planner::BlocksOf(box, block);
+  if (scales.tensor != spec.scale_tensor() || scales.element_bytes != 4 ||
+      scales.offset.size() != blocks.rank() ||
+      !planner::Contains(planner::Box{scales.offset, scales.extent}, blocks)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": view ", spec.scale_view(),
+                     " of the rank does not hold the F32 scales of its blocks ",
+                     planner::FormatBox(blocks), " in \"", spec.scale_tensor(), "\""));
+  }
+  // The memory the plan fills in the sources' dtype: a dense box of its own.
+  MappedView wide{spec.tensor(),
+                  codes.offset,
+                  codes.extent,
+                  RowMajorStrides(codes.extent),
+                  wide_bytes,
+                  nullptr,
+                  -1};
+  absl::StatusOr<std::unique_ptr<QuantizedView>> view = MakeBlocks(spec, wide, who);
+  if (!view.ok()) return view;
+  QuantizedView& made = **view;
+  absl::StatusOr<uint8_t*> memory = made.Keep(box.Volume() * wide_bytes, who);
+  if (!memory.ok()) return memory.status();
+  made.wide_.base = *memory;
+  made.codes_ = codes;
+  // The scale view narrowed to the view's blocks.
+  int64_t element = 0;
+  for (size_t d = 0; d < blocks.rank(); ++d) {
+    element += (blocks.offset[d] - scales.offset[d]) * scales.strides[d];
+  }
+  made.scales_ = MappedView{spec.scale_tensor(),
+                            blocks.offset,
+                            blocks.extent,
+                            scales.strides,
+                            4,
+                            scales.base + element * 4,
+                            -1};
+  return view;
+}
+
+std::string QuantizedView::WhoIs(v1::Role role, const v1::QuantizedSource& spec) {
+  return absl::StrCat(RankName(role, spec.rank()), ": view ", spec.view(), " of \"", spec.tensor(),
+                      "\"");
+}
+
+absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeBlocks(
+    const v1::QuantizedSource& spec, const MappedView& registered, const std::string& who) {
   const Dims offset(spec.offset().begin(), spec.offset().end());
   const Dims extent(spec.extent().begin(), spec.extent().end());
   const Dims block(spec.block().begin(), spec.block().end());
@@ -65,7 +150,7 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::Make(const v1::Qua
   }
   auto view = std::unique_ptr<QuantizedView>(new QuantizedView());
   view->spec_ = spec;
-  view->registered_ = registered;
+  view->wide_ = registered;
   view->type_ = wide_bytes == 2 ? WideType::kBF16 : WideType::kF32;
   view->block_ = block[dims - 1];
   view->rows_ = extent[dims - 2];
@@ -76,17 +161,7 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::Make(const v1::Qua
   view->band_rows_ = registered.device >= 0 ? std::max<int64_t>(view->rows_, 1)
                                             : BandRows(view->block_, view->cols_, wide_bytes);
   view->bands_per_matrix_ = (view->rows_ + view->band_rows_ - 1) / view->band_rows_;
-  const planner::Box blocks = planner::BlocksOf(planner::Box{offset, extent}, block);
-  const int64_t elements = planner::Box{offset, extent}.Volume(), scales = blocks.Volume();
-  absl::StatusOr<uint8_t*> codes = view->Keep(elements, who);
-  if (!codes.ok()) return codes.status();
-  absl::StatusOr<uint8_t*> scale_memory = view->Keep(scales * 4, who);
-  if (!scale_memory.ok()) return scale_memory.status();
-  view->codes_ = MappedView{spec.tensor(), offset,           extent, RowMajorStrides(extent), 1,
-                            *codes,        registered.device};
-  view->scales_ = MappedView{
-      spec.scale_tensor(), blocks.offset,    blocks.extent, RowMajorStrides(blocks.extent), 4,
-      *scale_memory,       registered.device};
+  view->who_ = who;
   view->has_scales_ = true;
   return view;
 }
@@ -103,8 +178,9 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeCast(
   }
   auto view = std::unique_ptr<QuantizedView>(new QuantizedView());
   view->spec_ = spec;
-  view->registered_ = registered;
+  view->wide_ = registered;
   view->cast_ = true;
+  view->who_ = who;
   view->type_ = WideType::kF32;
   view->cols_ = registered.extent.empty() ? 1 : registered.extent.back();
   view->rows_ = 1;
@@ -125,10 +201,10 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeCast(
 }
 
 absl::Status QuantizedView::CastRows(int64_t row, int64_t rows) const {
-  const size_t dims = registered_.extent.size();
-  const int64_t step = dims == 0 ? 1 : registered_.strides[dims - 1];
+  const size_t dims = wide_.extent.size();
+  const int64_t step = dims == 0 ? 1 : wide_.strides[dims - 1];
   for (int64_t r = row; r < row + rows; ++r) {
-    const uint8_t* from = registered_.base + LeadingElement(r, dims == 0 ? 0 : dims - 1) * 4;
+    const uint8_t* from = wide_.base + LeadingElement(wide_, r, dims == 0 ? 0 : dims - 1) * 4;
     uint8_t* to = codes_.base + r * cols_ * 2;
     for (int64_t c = 0; c < cols_; ++c) {
       float x;
@@ -140,11 +216,11 @@ absl::Status QuantizedView::CastRows(int64_t row, int64_t rows) const {
   return absl::OkStatus();
 }
 
-int64_t QuantizedView::LeadingElement(int64_t index, size_t leading_dims) const {
+int64_t QuantizedView::LeadingElement(const MappedView& view, int64_t index, size_t leading_dims) {
   int64_t element = 0;
   for (int64_t rest = index, d = static_cast<int64_t>(leading_dims) - 1; d >= 0; --d) {
-    element += (rest % registered_.extent[d]) * registered_.strides[d];
-    rest /= registered_.extent[d];
+    element += (rest % view.extent[d]) * view.strides[d];
+    rest /= view.extent[d];
   }
   return element;
 }
@@ -152,9 +228,9 @@ int64_t QuantizedView::LeadingElement(int64_t index, size_t leading_dims) const 
 absl::StatusOr<uint8_t*> QuantizedView::Keep(int64_t bytes, const std::string& who) {
   kept_bytes_ += bytes;
   bytes = std::max<int64_t>(bytes, 1);
-  if (registered_.device >= 0) {
+  if (wide_.device >= 0) {
     absl::StatusOr<std::unique_ptr<gpu::DeviceMemory>> memory =
-        gpu::DeviceMemory::Allocate(bytes, registered_.device);
+        gpu::DeviceMemory::Allocate(bytes, wide_.device);
     if (!memory.ok()) {
       return absl::Status(memory.status().code(),
                           absl::StrCat(who, ": quantized copy: ", memory.status().message()));
@@ -176,35 +252,36 @@ absl::Status QuantizedView::QuantizeBand(int64_t band) const {
   if (cast_) {
     const int64_t row = band * band_rows_;
     absl::Status cast;
-    absl::Status guarded = GuardMemoryAccess(
-        absl::StrCat("casting \"", spec_.tensor(), "\" of source rank ", spec_.rank()),
-        [&] { cast = CastRows(row, std::min(band_rows_, rows_ - row)); });
+    absl::Status guarded = GuardMemoryAccess(absl::StrCat("casting ", who_), [&] {
+      cast = CastRows(row, std::min(band_rows_, rows_ - row));
+    });
     return guarded.ok() ? cast : guarded;
   }
   const int64_t matrix = band / bands_per_matrix_;
   const int64_t row = (band % bands_per_matrix_) * band_rows_;
   const int64_t rows = std::min(band_rows_, rows_ - row);
-  const size_t dims = registered_.extent.size();
-  const int64_t element = LeadingElement(matrix, dims - 2) + row * registered_.strides[dims - 2];
-  const int64_t block_cols = (cols_ + block_ - 1) / block_;
-  const int64_t block_rows = (rows_ + block_ - 1) / block_;
-  const int32_t device = registered_.device;  // codes and scales are kept beside the weights
-  const ConstStridedRef weights(registered_.base + element * registered_.element_bytes,
-                                {registered_.strides[dims - 2], registered_.strides[dims - 1]},
-                                device);
-  const StridedRef codes{codes_.base + (matrix * rows_ + row) * cols_, {cols_, 1}, device};
-  const StridedRef scales{
-      scales_.base + (matrix * block_rows + row / block_) * block_cols * int64_t{4},
-      {block_cols, 1},
-      device};
-  if (registered_.device >= 0) {  // GPU memory: no host fault to guard
+  const size_t dims = wide_.extent.size();
+  // The band's first row in the weights, the codes and the scales (each through its strides:
+  // on arrival the codes and scales are the rank's registered views).
+  auto first = [&](const MappedView& view, int64_t band_row) {
+    return view.base +
+           (LeadingElement(view, matrix, dims - 2) + band_row * view.strides[dims - 2]) *
+               int64_t{view.element_bytes};
+  };
+  auto last_two = [&](const MappedView& view) {
+    return Dims{view.strides[dims - 2], view.strides[dims - 1]};
+  };
+  const int32_t device = wide_.device;  // codes and scales are kept beside the weights
+  const ConstStridedRef weights(first(wide_, row), last_two(wide_), device);
+  const StridedRef codes{first(codes_, row), last_two(codes_), device};
+  const StridedRef scales{first(scales_, row / block_), last_two(scales_), device};
+  if (wide_.device >= 0) {  // GPU memory: no host fault to guard
     return gpu::QuantizeBlocksOnGpu({rows, cols_}, type_, weights, codes, scales, block_);
   }
   absl::Status quantized;
-  absl::Status guarded = GuardMemoryAccess(
-      absl::StrCat("quantizing \"", spec_.tensor(), "\" of source rank ", spec_.rank()), [&] {
-        quantized = QuantizeBlocks({rows, cols_}, type_, weights, codes, scales, block_);
-      });
+  absl::Status guarded = GuardMemoryAccess(absl::StrCat("quantizing ", who_), [&] {
+    quantized = QuantizeBlocks({rows, cols_}, type_, weights, codes, scales, block_);
+  });
   return guarded.ok() ? quantized : guarded;
 }
 

@@ -31,16 +31,27 @@ class QuantizedView {
   static absl::StatusOr<std::unique_ptr<QuantizedView>> Make(const v1::QuantizedSource& spec,
                                                              const MappedView& registered);
 
+  // A destination view quantized on arrival (PlanSlice.quantized_on_arrival): the plan fills
+  // memory kept here in the sources' dtype (wide()), and each quantization writes the rank's
+  // registered `codes` view and its blocks' part of its registered `scales` view. Host memory
+  // only (UNIMPLEMENTED for a GPU view); INVALID_ARGUMENT naming the rank and view when the
+  // views do not fit the spec.
+  static absl::StatusOr<std::unique_ptr<QuantizedView>> MakeOnArrival(
+      const v1::QuantizedSource& spec, const MappedView& codes, const MappedView& scales);
+
   const v1::QuantizedSource& spec() const { return spec_; }
-  // The view as sent: its codes (BF16 values for a cast), and its blocks' scales (none for
-  // a cast).
+  // The view in its wide dtype: what the rank registered (sent), or the memory the plan
+  // fills (on arrival).
+  const MappedView& wide() const { return wide_; }
+  // The view quantized: its codes (BF16 values for a cast), and its blocks' scales (none for
+  // a cast). Kept here when sent; the rank's own views on arrival.
   const MappedView& codes() const { return codes_; }
   bool has_scales() const { return has_scales_; }
   const MappedView& scales() const { return scales_; }
-  // Bytes of codes and scales kept.
+  // Bytes kept: codes and scales (sent), the wide copy (on arrival).
   int64_t bytes() const { return kept_bytes_; }
 
-  // Bytes of the rank's memory one quantization reads.
+  // Bytes of wide values one quantization reads.
   int64_t SourceBytes() const {
     return matrices_ * rows_ * cols_ * (type_ == WideType::kF32 ? 4 : 2);
   }
@@ -51,17 +62,25 @@ class QuantizedView {
 
  private:
   QuantizedView() = default;
+  // "source rank R: view V of "T"" (or destination).
+  static std::string WhoIs(v1::Role role, const v1::QuantizedSource& spec);
+  // The checks and geometry Make and MakeOnArrival share, for `wide` as the weights (codes
+  // and scales left to the caller); a cast is made whole.
+  static absl::StatusOr<std::unique_ptr<QuantizedView>> MakeBlocks(const v1::QuantizedSource& spec,
+                                                                   const MappedView& wide,
+                                                                   const std::string& who);
   // Make for a cast, and QuantizeBand's rows of one.
   static absl::StatusOr<std::unique_ptr<QuantizedView>> MakeCast(const v1::QuantizedSource& spec,
                                                                  const MappedView& registered,
                                                                  const std::string& who);
   absl::Status CastRows(int64_t row, int64_t rows) const;
-  // The first element, in the registered view, of the sub-box at row-major index `index`
-  // over the view's first `leading_dims` dims.
-  int64_t LeadingElement(int64_t index, size_t leading_dims) const;
+  // The first element, in `view`, of the sub-box at row-major index `index` over the view's
+  // first `leading_dims` dims.
+  static int64_t LeadingElement(const MappedView& view, int64_t index, size_t leading_dims);
 
   v1::QuantizedSource spec_;
-  MappedView registered_;
+  std::string who_;
+  MappedView wide_;
   WideType type_ = WideType::kBF16;
   bool cast_ = false;
   int64_t block_ = kQuantizationBlock;
@@ -69,8 +88,8 @@ class QuantizedView {
   int64_t matrices_ = 0;         // the product of the leading dims (a cast: 1, rows_ all)
   int64_t band_rows_ = 0;
   int64_t bands_per_matrix_ = 0;
-  // Memory of `bytes` kept with the view, where the registered view's memory is (host or
-  // its GPU); RESOURCE_EXHAUSTED naming `who`.
+  // Memory of `bytes` kept with the view, where the wide view's memory is (host or its GPU);
+  // RESOURCE_EXHAUSTED naming `who`.
   absl::StatusOr<uint8_t*> Keep(int64_t bytes, const std::string& who);
   std::vector<std::unique_ptr<HostMemory>> host_memory_;
   std::vector<std::unique_ptr<gpu::DeviceMemory>> device_memory_;

@@ -112,7 +112,7 @@ TEST_F(QuantizedViewTest, ViewsAreReadAsTheReferenceCodesAndScalesOfTheirMemory)
   EXPECT_EQ(map_.tensors().at("w").element_bytes, 1);
   EXPECT_EQ(map_.tensors().at("w_scale_inv").element_bytes, 4);
   EXPECT_EQ(map_.tensors().at("b_scale_inv").shape, (Dims{3, 2, 3}));
-  EXPECT_EQ(map_.QuantizedBytes(), 1000 * 1100 + 8 * 9 * 4 + 3 * 200 * 300 + 3 * 2 * 3 * 4);
+  EXPECT_EQ(map_.QuantizedBytes(v1::ROLE_SOURCE), 1000 * 1100 + 8 * 9 * 4 + 3 * 200 * 300 + 3 * 2 * 3 * 4);
   absl::StatusOr<int64_t> read = map_.QuantizeSent(/*threads=*/2);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(*read, 1000 * 1100 * 2 + 3 * 200 * 300 * 4);
@@ -131,7 +131,7 @@ TEST_F(QuantizedViewTest, ViewsAreReadAsTheReferenceCodesAndScalesOfTheirMemory)
   ASSERT_TRUE(map_.SendQuantized({}).ok());
   EXPECT_EQ(map_.tensors().at("w").element_bytes, 2);
   EXPECT_EQ(map_.tensors().count("w_scale_inv"), 0u);
-  EXPECT_EQ(map_.QuantizedBytes(), 0);
+  EXPECT_EQ(map_.QuantizedBytes(v1::ROLE_SOURCE), 0);
   auto read_back = map_.Locate(v1::ROLE_SOURCE, 0, 0, "w", {0, 0}, {1, 1});
   ASSERT_TRUE(read_back.ok());
   EXPECT_EQ(read_back->base, registered->base);
@@ -145,7 +145,7 @@ TEST_F(QuantizedViewTest, AListThatDisagreesWithTheRegistrationIsRefusedByName) 
   EXPECT_EQ(refused.message(),
             "source rank 0: view 0 of \"w\" holds 2-byte elements; the plan quantizes it from F32");
   EXPECT_EQ(map_.tensors().at("w").element_bytes, 2);  // nothing changed
-  EXPECT_EQ(map_.QuantizedBytes(), 0);
+  EXPECT_EQ(map_.QuantizedBytes(v1::ROLE_SOURCE), 0);
   wrong = quantized_;
   wrong[1].set_scale_view(7);
   EXPECT_EQ(map_.SendQuantized(wrong).message(),
