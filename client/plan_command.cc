@@ -1,6 +1,8 @@
 #include "client/plan_command.h"
 
 #include <fstream>
+#include <set>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -246,14 +248,22 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
   report.svg_path = line->Get("svg");
   report.topology = &inputs->topology;
   report.unquantized = unquantized.get();
+  std::set<std::string> arriving;
+  for (const v1::QuantizedSource& q : on_arrival) arriving.insert(q.tensor());
+  report.tensors_quantized_on_arrival = static_cast<int64_t>(arriving.size());
   return VerifyAndReport(**plan, *sources, *destinations, report, out, err);
 }
 
 int VerifyAndReport(const planner::Plan& plan, const planner::Layout& sources,
                     const planner::Layout& destinations, const PlanReportOptions& options,
                     std::ostream& out, std::ostream& err) {
-  PlanSummary summary{&plan,        &sources,       &destinations,
-                      std::nullopt, options.verify, options.unquantized};
+  PlanSummary summary{&plan,
+                      &sources,
+                      &destinations,
+                      std::nullopt,
+                      options.verify,
+                      options.unquantized,
+                      options.tensors_quantized_on_arrival};
   absl::Status verdict;
   if (options.verify == "bytes") {
     verdict = check::CheckBytes(sources, destinations, plan, options.verify_max_bytes);

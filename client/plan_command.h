@@ -34,6 +34,7 @@ struct PlanReportOptions {
   const v1::Topology* topology = nullptr;  // for the drawing (null: DGX H100)
   // Quantized destinations: the same refit in the sources' precision, to compare.
   const planner::Plan* unquantized = nullptr;
+  int64_t tensors_quantized_on_arrival = 0;  // PlanSummary's
 };
 
 // What `refitctl plan` does once it has a plan: checks it as `options.verify` says,

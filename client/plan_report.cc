@@ -87,6 +87,7 @@ std::string PlanReportJson(const PlanSummary& summary) {
     json.Int("quantization_saved_network_bytes", plain.network_bytes - s.network_bytes);
     json.Real("unquantized_predicted_seconds", plain.predicted_seconds);
     json.Real("unquantized_lower_bound_seconds", plain.lower_bound_seconds);
+    json.Int("tensors_quantized_on_arrival", summary.tensors_quantized_on_arrival);
   }
   json.Real("plan_seconds", plan.plan_seconds);
   json.Text("digest", plan.digest);
@@ -105,12 +106,18 @@ std::string Quantization(const PlanSummary& summary) {
   if (summary.unquantized == nullptr) return "none (the destinations hold the sources' dtypes)";
   const planner::PlanStats& s = summary.plan->stats;
   const planner::PlanStats& plain = summary.unquantized->stats;
-  return absl::StrFormat(
+  std::string text = absl::StrFormat(
       "network %s vs %s in the sources' precision (%.3fx, %s saved); predicted %.3f s vs %.3f s",
       HumanBytes(s.network_bytes), HumanBytes(plain.network_bytes),
       Ratio(s.network_bytes, plain.network_bytes),
       HumanBytes(plain.network_bytes - s.network_bytes), s.predicted_seconds,
       plain.predicted_seconds);
+  if (summary.tensors_quantized_on_arrival > 0) {
+    absl::StrAppend(&text, "; ", summary.tensors_quantized_on_arrival,
+                    " tensors cross in the sources' precision, quantized on arrival (source "
+                    "shards cut their blocks)");
+  }
+  return text;
 }
 
 }  // namespace

@@ -18,6 +18,9 @@ struct PlanSummary {
   std::string verify_mode;       // "bytes" or "coverage"
   // Quantized destinations: the same refit in the sources' precision (else null).
   const planner::Plan* unquantized = nullptr;
+  // Destination tensors quantized on arrival (their blocks cut between source ranks: they
+  // cross in the sources' dtype).
+  int64_t tensors_quantized_on_arrival = 0;
 };
 
 std::string PlanReportJson(const PlanSummary& summary);

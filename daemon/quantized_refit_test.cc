@@ -3,9 +3,10 @@
 // worker each), ranks in real shared memory. The trainers hold BF16 and F32 weights in row
 // bands and experts; the inference ranks hold E4M3 codes and F32 block scales in column
 // bands, one of them cut by the tensor's edge, and an F32 projection cast to BF16 (uneven
-// rows to columns). Every code, scale and BF16 value the destinations hold after each epoch
-// is compared with the reference quantizer's (transport/testing/reference_quantizer.h) of
-// what the trainers published.
+// rows to columns), and a weight whose trainers cut its blocks (FSDP2's 112-row shards),
+// quantized by the inference daemon on arrival. Every code, scale and BF16 value the
+// destinations hold after each epoch is compared with the reference quantizer's
+// (transport/testing/reference_quantizer.h) of what the trainers published.
 #include <grpcpp/grpcpp.h>
 
 #include <cmath>
@@ -18,6 +19,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "daemon/coordinator_link.h"
 #include "daemon/coordinator_server.h"
 #include "daemon/testing/registration.h"
@@ -61,15 +63,19 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
     // w [300, 260] BF16 in row bands of whole blocks; experts [4, 256, 130] F32 by expert.
     src.Tensor("w", {300, 260}, "BF16").Tensor("experts", {4, 256, 130}, "F32");
     src.Tensor("norm", {260}, "BF16").Tensor("proj", {70, 50}, "F32");
+    src.Tensor("fsdp", {256, 200}, "BF16");
     src.Rank(0, "trainer", 0).View(0, "w", {0, 0}, {256, 260}).View(0, "norm", {0}, {260});
     src.View(0, "experts", {0, 0, 0}, {2, 256, 130}).View(0, "proj", {0, 0}, {40, 50});
     src.Rank(1, "trainer", 1).View(1, "w", {256, 0}, {44, 260});
     src.View(1, "experts", {2, 0, 0}, {2, 256, 130}).View(1, "proj", {40, 0}, {30, 50});
+    // FSDP2-like rows: the first block row is cut between the trainers.
+    src.View(0, "fsdp", {0, 0}, {112, 200}).View(1, "fsdp", {112, 0}, {144, 200});
     // Inference: column bands of w (the second 4 wide, cut by the tensor's edge), experts
     // split inside each expert by rows, each rank with the scales of its blocks.
     dst.BlockFp8("w", {300, 260}, "w_scale_inv")
         .BlockFp8("experts", {4, 256, 130}, "experts_scale");
     dst.Tensor("norm", {260}, "BF16").CastToBf16("proj", {70, 50});
+    dst.BlockFp8("fsdp", {256, 200}, "fsdp_scale_inv");
     dst.Rank(0, "inference", 0).View(0, "w", {0, 0}, {300, 256});
     dst.View(0, "w_scale_inv", {0, 0}, {3, 2}).View(0, "norm", {0}, {260});
     dst.View(0, "proj", {0, 0}, {70, 30});
@@ -79,6 +85,10 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
     dst.View(1, "proj", {0, 30}, {70, 20});
     dst.View(1, "experts", {0, 128, 0}, {4, 128, 130})
         .View(1, "experts_scale", {0, 1, 0}, {4, 1, 2});
+    for (int r = 0; r < 2; ++r) {  // column halves, quantized on arrival
+      dst.View(r, "fsdp_scale_inv", {0, r}, {2, 1})
+          .View(r, "fsdp", {0, 128 * r}, {256, 128 - 56 * r});
+    }
     for (const v1::TensorSpec& t : src.spec().tensors()) {
       source_tensors_[t.name()] = {t.dtype(), Dims(t.shape().begin(), t.shape().end())};
     }
@@ -206,7 +216,7 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
     const Dims offset(view.offset().begin(), view.offset().end());
     const Dims extent(view.extent().begin(), view.extent().end());
     absl::StatusOr<transport::ConstStridedRef> memory =
-        buffers.Locate(v1::ROLE_DESTINATION, rank, v, view.tensor(), offset, extent);
+        buffers.LocateAsRegistered(v1::ROLE_DESTINATION, rank, v, view.tensor(), offset, extent);
     EXPECT_TRUE(memory.ok()) << memory.status();
     if (!memory.ok()) return -1;
     int64_t wrong = 0;
@@ -237,10 +247,10 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
     for (const v1::RankLayout& r : destinations_.ranks()) {
       for (int v = 0; v < r.views_size(); ++v) {
         const v1::ShardView& view = r.views(v);
+        absl::string_view name = view.tensor();
         const bool scales =
-            absl::EndsWith(view.tensor(), "_scale_inv") || absl::EndsWith(view.tensor(), "_scale");
-        const std::string weight =
-            scales ? (view.tensor() == "w_scale_inv" ? "w" : "experts") : view.tensor();
+            absl::ConsumeSuffix(&name, "_scale_inv") || absl::ConsumeSuffix(&name, "_scale");
+        const std::string weight(name);
         if (weight == "norm") continue;
         if (weight == "proj") {  // cast from F32: each value rounded to BF16
           wrong += WrongCasts(hold.buffers(), r.rank(), v, view, version);
@@ -248,8 +258,8 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
         }
         const Dims offset(view.offset().begin(), view.offset().end());
         const Dims extent(view.extent().begin(), view.extent().end());
-        absl::StatusOr<transport::ConstStridedRef> memory =
-            hold.buffers().Locate(v1::ROLE_DESTINATION, r.rank(), v, view.tensor(), offset, extent);
+        absl::StatusOr<transport::ConstStridedRef> memory = hold.buffers().LocateAsRegistered(
+            v1::ROLE_DESTINATION, r.rank(), v, view.tensor(), offset, extent);
         EXPECT_TRUE(memory.ok()) << memory.status();
         if (!memory.ok()) return -1;
         const int64_t cols = source_tensors_.at(weight).shape.back();
@@ -310,9 +320,10 @@ TEST_P(QuantizedRefitTest, EveryCodeAndScaleIsTheReferenceQuantizersEpochAfterEp
     const grpc::Status refit = stub_->Refit(&context, request, &report);
     ASSERT_TRUE(refit.ok()) << refit.error_message();
     // Codes (1 byte per element) and scales crossed, not BF16 or F32: every w element once
-    // as a code, every experts element once, the scales, and the BF16 norm to both ranks.
-    EXPECT_EQ(report.bytes(),
-              300 * 260 + 3 * 3 * 4 + 4 * 256 * 130 + 4 * 2 * 2 * 4 + 2 * 260 * 2 + 70 * 50 * 2);
+    // as a code, every experts element once, the scales, and the BF16 norm to both ranks;
+    // fsdp once in BF16 (quantized on arrival: none of its scales cross).
+    EXPECT_EQ(report.bytes(), 300 * 260 + 3 * 3 * 4 + 4 * 256 * 130 + 4 * 2 * 2 * 4 + 2 * 260 * 2 +
+                                  70 * 50 * 2 + 256 * 200 * 2);
     EXPECT_GT(report.pieces_checksummed(), 0);
     for (const v1::RankLayout& r : destinations_.ranks()) {
       ASSERT_TRUE(InferenceRegistry()
@@ -320,9 +331,11 @@ TEST_P(QuantizedRefitTest, EveryCodeAndScaleIsTheReferenceQuantizersEpochAfterEp
                       .ok());
     }
     EXPECT_EQ(WrongQuantizedElements(version), 0);
-    // The trainer daemon counted the BF16 and F32 it quantized this epoch.
+    // The trainer daemon counted the BF16 and F32 it quantized this epoch (colocated, also
+    // what it quantized on arrival).
     EXPECT_EQ(trainer_metrics_.quantized_bytes.Value(),
-              version * (300 * 260 * 2 + 4 * 256 * 130 * 4 + 70 * 50 * 4));
+              version * (300 * 260 * 2 + 4 * 256 * 130 * 4 + 70 * 50 * 4 +
+                         (GetParam() ? 256 * 200 * 2 : 0)));
   }
   EXPECT_EQ(allocations(), 6);
   EXPECT_GT(trainer_metrics_.quantize_seconds.Value(), 0);

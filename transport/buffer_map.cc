@@ -466,7 +466,20 @@ absl::StatusOr<ConstStridedRef> BufferMap::Locate(v1::Role role, int64_t rank, i
 absl::StatusOr<StridedRef> BufferMap::LocateForWrite(v1::Role role, int64_t rank, int32_t view,
                                                      const std::string& tensor, const Dims& offset,
                                                      const Dims& extent) {
-  return Find(role, rank, view, tensor, offset, extent, /*as_registered=*/true);
+  // A destination view quantized on arrival is written wide (then quantized by the map).
+  return Find(role, rank, view, tensor, offset, extent,
+              /*as_registered=*/role == v1::ROLE_SOURCE);
+}
+
+absl::StatusOr<ConstStridedRef> BufferMap::LocateAsRegistered(v1::Role role, int64_t rank,
+                                                              int32_t view,
+                                                              const std::string& tensor,
+                                                              const Dims& offset,
+                                                              const Dims& extent) const {
+  absl::StatusOr<StridedRef> found =
+      Find(role, rank, view, tensor, offset, extent, /*as_registered=*/true);
+  if (!found.ok()) return found.status();
+  return ConstStridedRef(*found);
 }
 
 absl::StatusOr<StridedRef> BufferMap::Find(v1::Role role, int64_t rank, int32_t view,
@@ -476,12 +489,9 @@ absl::StatusOr<StridedRef> BufferMap::Find(v1::Role role, int64_t rank, int32_t 
   if (it == ranks_.end()) {
     return absl::NotFoundError(absl::StrCat(RankName(role, rank), " is not registered here"));
   }
-  // A destination's views are always as the plan moves them (a view quantized on arrival
-  // is written wide, then quantized into its registered memory by the map).
-  const std::vector<MappedView>& views =
-      as_registered && role == v1::ROLE_SOURCE && !it->second.registered_views.empty()
-          ? it->second.registered_views
-          : it->second.views;
+  const std::vector<MappedView>& views = as_registered && !it->second.registered_views.empty()
+                                             ? it->second.registered_views
+                                             : it->second.views;
   if (view < 0 || view >= static_cast<int32_t>(views.size())) {
     return absl::NotFoundError(absl::StrCat(RankName(role, rank), " has no view ", view));
   }

@@ -80,6 +80,12 @@ class BufferMap {
                                             const std::string& tensor, const Dims& offset,
                                             const Dims& extent);
 
+  // The box as the rank registered it (codes of a view quantized on arrival, a source's
+  // own dtype where it is sent quantized), to read.
+  absl::StatusOr<ConstStridedRef> LocateAsRegistered(v1::Role role, int64_t rank, int32_t view,
+                                                     const std::string& tensor, const Dims& offset,
+                                                     const Dims& extent) const;
+
   // The tensors as the data plane moves them: as the destinations declare them, else as the
   // sources do, except those sent quantized (SendQuantized): their codes take 1 byte, and
   // their scale tensors are F32.
@@ -143,7 +149,7 @@ class BufferMap {
   int64_t ShadowBytes() const;
 
  private:
-  // Locate (as sent) and LocateForWrite (as registered).
+  // Locate (as the plan moves them) and LocateAsRegistered.
   absl::StatusOr<StridedRef> Find(v1::Role role, int64_t rank, int32_t view,
                                   const std::string& tensor, const Dims& offset, const Dims& extent,
                                   bool as_registered = false) const;

@@ -1,10 +1,12 @@
 // Random FP8 refits run for real in one process: random 2-D and stacked 3-D tensors in BF16
 // or F32, blocks of 2 to 8, shapes whose edges cut blocks, trainers splitting a random dim
-// unevenly at block edges (or replicating), inference ranks splitting another (or
-// replicating) with the scales of their blocks. The planner plans the sources as sent, the
-// buffer map quantizes the trainers' views, the local backend moves codes and scales
-// between real shared-memory segments (both strategies), and every code and scale the
-// destinations hold is compared with the reference quantizer's of the global weights.
+// unevenly at block edges, or anywhere (cutting blocks: quantized on arrival), or
+// replicating, inference ranks splitting another (or replicating) with the scales of their
+// blocks. The planner plans the sources as sent and the destinations as received, the
+// buffer map quantizes the trainers' views (and the inference ranks' views received wide,
+// after the data plane), the local backend moves codes, scales and wide values between real
+// shared-memory segments (both strategies), and every code and scale the destinations hold
+// is compared with the reference quantizer's of the global weights.
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -64,6 +66,7 @@ std::vector<int64_t> Cuts(std::mt19937_64& rng, int64_t n, int64_t block, int pa
 
 TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
   std::mt19937_64 rng(1606);
+  size_t arrived_views = 0;
   for (int trial = 0; trial < 40; ++trial) {
     const int64_t block = int64_t{1} << std::uniform_int_distribution<int>(1, 3)(rng);
     std::vector<RandomTensor> tensors;
@@ -89,11 +92,14 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
         const int ranks = source ? source_ranks : destination_ranks;
         const bool replicate = rng() % 4 == 0;
         const size_t dim = std::uniform_int_distribution<size_t>(0, dims - 1)(rng);
-        const int64_t unit = dim + 2 >= dims ? block : 1;
+        // A trainer may cut blocks (FSDP2's even rows): those arrive wide.
+        const bool cut_blocks = source && rng() % 3 == 0;
+        const int64_t unit = dim + 2 >= dims && !cut_blocks ? block : 1;
         const std::vector<int64_t> cuts = Cuts(rng, t.shape[dim], unit, ranks);
         absl::StrAppend(
             &description, " ", t.name, source ? " src " : " dst ",
-            replicate ? "replicated" : absl::StrCat("dim ", dim, " in ", cuts.size() - 1));
+            replicate ? "replicated" : absl::StrCat("dim ", dim, " in ", cuts.size() - 1),
+            cut_blocks ? " (anywhere)" : "");
         for (int r = 0; r < ranks; ++r) {
           std::vector<int64_t> offset(dims, 0), extent = t.shape;
           if (!replicate) {
@@ -130,10 +136,13 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
       }
     }
     SCOPED_TRACE(::testing::Message() << "trial " << trial << ", " << description);
-    v1::LayoutSpec sent = src.spec();
-    std::vector<v1::QuantizedSource> quantized;
+    v1::LayoutSpec sent = src.spec(), received = destinations_spec;
+    std::vector<v1::QuantizedSource> quantized, on_arrival;
     const absl::Status planned = planner::SendQuantized(destinations_spec, &sent, &quantized);
     ASSERT_TRUE(planned.ok()) << planned;
+    const absl::Status arriving = planner::ReceiveQuantized(&sent, &received, &on_arrival);
+    ASSERT_TRUE(arriving.ok()) << arriving;
+    arrived_views += on_arrival.size();
     for (const char* strategy : {planner::kStrategyReshard, planner::kStrategyGatherBroadcast}) {
       testing::BackedLayouts backed;
       const v1::LayoutSpec sources = backed.Back(src.spec(), "source");
@@ -178,18 +187,19 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
         }
       }
       ASSERT_TRUE(map.SendQuantized(quantized).ok());
+      ASSERT_TRUE(map.ReceiveQuantized(on_arrival).ok());
       ASSERT_TRUE(map.QuantizeSent(2).ok());
       planner::PlanOptions options;
       options.strategy = strategy;
       const planner::Layout sent_layout = *planner::CompileLayout(sent, "source");
-      const planner::Layout destination_layout =
-          *planner::CompileLayout(destinations_spec, "destination");
+      const planner::Layout destination_layout = *planner::CompileLayout(received, "destination");
       auto plan =
           planner::BuildPlan(sent_layout, destination_layout, planner::DgxH100Topology(), options);
       ASSERT_TRUE(plan.ok()) << plan.status();
       absl::StatusOr<ExecutionStats> stats =
           ExecuteLocally(planner::PlanToProto(**plan, sent_layout, destination_layout), &map);
       ASSERT_TRUE(stats.ok()) << stats.status();
+      ASSERT_TRUE(map.QuantizeReceived(2).ok());
       // Every destination code and scale against the reference of the global weights.
       for (const RandomTensor& t : tensors) {
         const size_t dims = t.shape.size();
@@ -217,8 +227,8 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
             if (view.tensor() != t.name && !scales) continue;
             const Dims offset(view.offset().begin(), view.offset().end());
             const Dims extent(view.extent().begin(), view.extent().end());
-            auto memory =
-                map.Locate(v1::ROLE_DESTINATION, r.rank(), v, view.tensor(), offset, extent);
+            auto memory = map.LocateAsRegistered(v1::ROLE_DESTINATION, r.rank(), v, view.tensor(),
+                                                 offset, extent);
             ASSERT_TRUE(memory.ok()) << memory.status();
             int64_t elements = 1, wrong = 0;
             for (int64_t e : extent) elements *= e;
@@ -247,6 +257,7 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
       }
     }
   }
+  EXPECT_GT(arrived_views, 10u);  // the trials did quantize on arrival
 }
 
 }  // namespace

@@ -5,8 +5,9 @@
 # holding the destinations. Runs VERSIONS epochs; the inference ranks check every byte of
 # every version. Everything is shut down with SIGTERM at the end.
 #   live_refit.sh BIN_DIR [SETUP] [VERSIONS] [STRATEGY] [QUANTIZATION]
-# SETUP: mini (dsv3-mini, 8 GPUs per node: one trainer node, one inference node) or mini4
-# (the same ranks at 2 GPUs per node: two trainer nodes, two inference nodes).
+# SETUP: mini (dsv3-mini, 8 GPUs per node: one trainer node, one inference node), mini4
+# (the same ranks at 2 GPUs per node: two trainer nodes, two inference nodes), or mini-fsdp
+# (as mini, the trainers FSDP2 over 3 ranks: torch.chunk rows that cut 128-row blocks).
 # QUANTIZATION: block_fp8 makes the inference ranks hold the layers' linear weights in FP8
 # with 128 x 128 block scales; the trainers' daemons quantize, and the inference ranks check
 # every code and scale against the quantization of what the trainers wrote.
@@ -23,6 +24,7 @@ model=dsv3-mini src=pp=2,ep=2 dst=tp=2,dp=2 destinations=4
 case $refit in
   mini) gpus=8 trainers=(train-node-0) inferences=(infer-node-0) ;;
   mini4) gpus=2 trainers=(train-node-0 train-node-1) inferences=(infer-node-0 infer-node-1) ;;
+  mini-fsdp) gpus=8 src=fsdp=3 trainers=(train-node-0) inferences=(infer-node-0) ;;
   *) echo "live_refit.sh: no live setup $refit" >&2; exit 2 ;;
 esac
 trainer=${trainers[0]}
@@ -86,6 +88,12 @@ if [[ -n $quantization ]]; then
   # bytes refitctl plan predicts for FP8 destinations (codes and scales, not BF16).
   [[ $(grep -c "quantized [0-9]* source views" "$work/$trainer.log") -ge $versions ]] ||
     { grep "quantized" "$work/$trainer.log" >&2; echo "no quantization on $trainer" >&2; exit 1; }
+  # Blocks the trainers' shards cut crossed in BF16 and were quantized by the inference
+  # daemon after each epoch's data plane.
+  if [[ $src == fsdp=* ]]; then
+    [[ $(grep -c "quantized [0-9]* received destination views" "$work/$inference.log") -ge \
+      $versions ]] || { echo "no quantization on arrival on $inference" >&2; exit 1; }
+  fi
   planned=$("$bin/refitctl" plan --model="$model" --src-parallel="$src" --dst-parallel="$dst" \
     --gpus-per-node="$gpus" --dst-quantization="$quantization" --json |
     grep -o '"total_bytes": [0-9]*' | grep -o '[0-9]*$')
@@ -110,8 +118,10 @@ grep -q "^current version  $versions$" "$work/status.txt"
 again=$("$bin/refitctl" refit --coordinator="$coordinator" --version="$versions")
 grep -q "^  $(echo "$again" | head -1 | awk '{print $1}') " "$work/status.txt"
 # Replicas and copies of one box were checksummed and agreed (and, for reshards, both ends
-# of every piece); the slowest node is named.
-echo "$again" | grep -q "slowest node [a-z]*-node-[0-9] .* [1-9][0-9]* views and [0-9]* pieces checksummed$" ||
+# of every piece); the slowest node is named. (FSDP trainers hold no box twice: no views.)
+views='[1-9][0-9]*'
+[[ $src == fsdp=* ]] && views=0
+echo "$again" | grep -q "slowest node [a-z]*-node-[0-9] .* $views views and [1-9][0-9]* pieces checksummed$" ||
   { echo "$again"; exit 1; }
 
 # Prometheus metrics: one committed epoch per version. (The synthetic ranks deregistered
