@@ -100,8 +100,9 @@ class BufferMap {
   // Destination views quantized on arrival (PlanSlice.quantized_on_arrival): from now on the
   // data plane writes (and reads) each listed view of a destination rank mapped here in the
   // sources' dtype, in memory this map keeps, until QuantizeReceived writes the rank's codes
-  // and scales; tensors() gives such a tensor in the sources' dtype. Bucketed ranks and GPU
-  // views are refused naming the rank and view. As SendQuantized otherwise.
+  // and scales; tensors() gives such a tensor in the sources' dtype. A GPU view is kept and
+  // quantized on its GPU; bucketed ranks are refused naming the rank and view. As
+  // SendQuantized otherwise.
   absl::Status ReceiveQuantized(const std::vector<v1::QuantizedSource>& views);
   // Quantizes every view sent quantized from its rank's memory, on up to `threads` threads:
   // before an epoch moves them. The bytes read (of the ranks' memory).

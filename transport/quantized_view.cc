@@ -59,11 +59,10 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeOnArrival(
                                                    codes.element_bytes,
                                                    "-byte elements, not block-scaled FP8 codes"));
   }
-  if (codes.device >= 0 || scales.device >= 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        who,
-        " is in GPU memory: quantizing on arrival (blocks cut between source ranks) is "
-        "built for host memory only"));
+  if (codes.device != scales.device) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, ": its codes and the view of its scales are not on one device (",
+                     codes.device, " and ", scales.device, "; -1 is host memory)"));
   }
   const int wide_bytes = spec.source_dtype() == "BF16" ? 2 : spec.source_dtype() == "F32" ? 4 : 0;
   if (wide_bytes == 0) {
@@ -80,14 +79,10 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeOnArrival(
                      " of the rank does not hold the F32 scales of its blocks ",
                      planner::FormatBox(blocks), " in \"", spec.scale_tensor(), "\""));
   }
-  // The memory the plan fills in the sources' dtype: a dense box of its own.
-  MappedView wide{spec.tensor(),
-                  codes.offset,
-                  codes.extent,
-                  RowMajorStrides(codes.extent),
-                  wide_bytes,
-                  nullptr,
-                  -1};
+  // The memory the plan fills in the sources' dtype: a dense box of its own, where the
+  // codes are (host memory, or their GPU: quantized there by the CUDA quantizer).
+  MappedView wide{spec.tensor(), codes.offset, codes.extent, RowMajorStrides(codes.extent),
+                  wide_bytes,    nullptr,      codes.device};
   absl::StatusOr<std::unique_ptr<QuantizedView>> view = MakeBlocks(spec, wide, who);
   if (!view.ok()) return view;
   QuantizedView& made = **view;
@@ -100,13 +95,9 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeOnArrival(
   for (size_t d = 0; d < blocks.rank(); ++d) {
     element += (blocks.offset[d] - scales.offset[d]) * scales.strides[d];
   }
-  made.scales_ = MappedView{spec.scale_tensor(),
-                            blocks.offset,
-                            blocks.extent,
-                            scales.strides,
-                            4,
-                            scales.base + element * 4,
-                            -1};
+  made.scales_ =
+      MappedView{spec.scale_tensor(),       blocks.offset, blocks.extent, scales.strides, 4,
+                 scales.base + element * 4, scales.device};
   return view;
 }
 

@@ -33,9 +33,9 @@ class QuantizedView {
 
   // A destination view quantized on arrival (PlanSlice.quantized_on_arrival): the plan fills
   // memory kept here in the sources' dtype (wide()), and each quantization writes the rank's
-  // registered `codes` view and its blocks' part of its registered `scales` view. Host memory
-  // only (UNIMPLEMENTED for a GPU view); INVALID_ARGUMENT naming the rank and view when the
-  // views do not fit the spec.
+  // registered `codes` view and its blocks' part of its registered `scales` view. A GPU view's
+  // wide copy is kept on its GPU and quantized there (as Make's); INVALID_ARGUMENT naming the
+  // rank and view when the views do not fit the spec.
   static absl::StatusOr<std::unique_ptr<QuantizedView>> MakeOnArrival(
       const v1::QuantizedSource& spec, const MappedView& codes, const MappedView& scales);
 

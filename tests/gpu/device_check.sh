@@ -12,7 +12,10 @@
 #  4. the Python client with CUDA tensors registered in place (each caching-allocator block
 #     by its CUDA IPC handle, tensors at their offsets): the MoE example's trainer and
 #     inference processes, two refits, every shard compared with torch.equal.
-#     Skipped, saying why, when the machine's Python lacks grpcio.
+#     Skipped, saying why, when the machine's Python lacks grpcio;
+#  5. FSDP2 trainers (3 ranks: rows that cut 128-row blocks) into FP8 inference ranks on the
+#     GPU, those blocks received in BF16 and quantized on arrival on the GPU, every code and
+#     scale checked.
 # Writes its logs and results.txt to $OUT when set. Exit status: the number of failures.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -171,5 +174,44 @@ else
   say "SKIP Python client with CUDA tensors: $(tail -1 "$OUT/python-check.log")"
 fi
 
+# 5. FSDP2 trainers (3 ranks: torch.chunk rows that cut 128-row blocks) into FP8 inference
+# ranks on the GPU: a fresh coordinator and refitd; the tensors whose blocks the trainers cut
+# arrive in BF16 into copies on the GPU and are quantized there after each data plane.
+if (( refit_ok == 1 )); then
+  arrival_ok=0
+  cleanup  # the earlier steps' processes and folder
+  pids=()
+  work=$(mktemp -d /tmp/refit-gpu-fsdp-XXXXXX)
+  cat > "$work/fsdp-job.json" <<JSON
+{"name": "gpu-fsdp", "model": "dsv3-mini", "sourceParallel": "fsdp=3",
+ "destinationParallel": "tp=2,dp=2", "epochDeadlineMs": 120000}
+JSON
+  if start_coordinator "$work/fsdp-job.json" && start_daemons node-0; then
+    fsdp=(--model=dsv3-mini --source_parallel=fsdp=3 --destination_parallel=tp=2,dp=2
+          --destination_quantization=block_fp8 --gpu=0 --socket="$work/node-0.sock"
+          --versions=2 --ack_dir="$work/fsdp" --timeout_ms=120000)
+    mkdir -p "$work/fsdp"
+    "$bin/refit-synthetic-ranks" --side=destination "${fsdp[@]}" \
+      > "$OUT/fsdp-inference-ranks.log" 2>&1 &
+    inference=$!
+    for _ in $(seq 600); do
+      destinations_seen 4 || ! kill -0 "$inference" 2>/dev/null && break
+      sleep 0.1
+    done
+    timeout 300 "$bin/refit-synthetic-ranks" --side=source "${fsdp[@]}" \
+      --coordinator="$coordinator" > "$OUT/fsdp-trainer-ranks.log" 2>&1
+    wait "$inference"
+    grep -q "^version 2: 0 of" "$OUT/fsdp-inference-ranks.log" && arrival_ok=1
+  fi
+  cp "$work/node-0.log" "$OUT/fsdp-node-0.log" 2>/dev/null
+  if (( arrival_ok == 1 )); then
+    say "PASS FP8 refit from FSDP2 trainers, cut blocks quantized on arrival on the GPU, 2 versions, every code and scale checked"
+    grep -o "quantized [0-9]* received destination views .*" "$OUT/fsdp-node-0.log" | tail -1 |
+      sed 's/^/  /' | tee -a "$results"
+  else
+    say "FAIL FP8 refit from FSDP2 trainers on the GPU (see fsdp-inference-ranks.log, fsdp-trainer-ranks.log, fsdp-node-0.log)"
+    failures=$((failures + 1))
+  fi
+fi
 say "failures: $failures"
 exit "$failures"
