@@ -1,5 +1,7 @@
 // Source views sent quantized in the buffer map: read as codes and block scales equal to the
-// reference quantizer's, written as registered, and restored when the list goes.
+// reference quantizer's, written as registered, and restored when the list goes. A staged
+// destination view quantized on arrival: written wide, quantized into the shadow, committed
+// as the reference's codes and scales.
 #include "transport/quantized_view.h"
 
 #include <cmath>
@@ -112,7 +114,8 @@ TEST_F(QuantizedViewTest, ViewsAreReadAsTheReferenceCodesAndScalesOfTheirMemory)
   EXPECT_EQ(map_.tensors().at("w").element_bytes, 1);
   EXPECT_EQ(map_.tensors().at("w_scale_inv").element_bytes, 4);
   EXPECT_EQ(map_.tensors().at("b_scale_inv").shape, (Dims{3, 2, 3}));
-  EXPECT_EQ(map_.QuantizedBytes(v1::ROLE_SOURCE), 1000 * 1100 + 8 * 9 * 4 + 3 * 200 * 300 + 3 * 2 * 3 * 4);
+  EXPECT_EQ(map_.QuantizedBytes(v1::ROLE_SOURCE),
+            1000 * 1100 + 8 * 9 * 4 + 3 * 200 * 300 + 3 * 2 * 3 * 4);
   absl::StatusOr<int64_t> read = map_.QuantizeSent(/*threads=*/2);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(*read, 1000 * 1100 * 2 + 3 * 200 * 300 * 4);
@@ -180,6 +183,107 @@ TEST_F(QuantizedViewTest, ATrainerAndAnInferenceRankOfOneDaemonEachDeclareTheirD
   EXPECT_EQ(shared.tensors().at("w").element_bytes, 1);  // still sent quantized
   ASSERT_TRUE(shared.SendQuantized({}).ok());
   EXPECT_EQ(shared.tensors().at("w").element_bytes, 2);
+}
+
+// The codes and scales an inference rank's registered memory holds that differ from the
+// reference quantizer's of w.
+int64_t WrongCodesOfW(const BufferMap& map, const std::vector<float>& w) {
+  auto codes = map.LocateAsRegistered(v1::ROLE_DESTINATION, 0, 0, "w", {0, 0}, {1000, 1100});
+  auto scales = map.LocateAsRegistered(v1::ROLE_DESTINATION, 0, 1, "w_scale_inv", {0, 0}, {8, 9});
+  EXPECT_TRUE(codes.ok() && scales.ok()) << codes.status() << scales.status();
+  if (!codes.ok() || !scales.ok()) return -1;
+  const testing::ReferenceBlocks expected = testing::ReferenceQuantize(w, 1000, 1100);
+  int64_t wrong = 0;
+  for (int64_t r = 0; r < 1000; ++r) {
+    for (int64_t c = 0; c < 1100; ++c) {
+      wrong += codes->base[r * codes->strides[0] + c] != expected.codes[r * 1100 + c];
+    }
+  }
+  for (int64_t b = 0; b < 8 * 9; ++b) {
+    wrong += std::memcmp(scales->base + (b / 9 * scales->strides[0] + b % 9) * 4,
+                         &expected.scales[b], 4) != 0;
+  }
+  return wrong;
+}
+
+TEST_F(QuantizedViewTest, AStagedRankQuantizesOnArrivalIntoItsShadowAndCommitsTheCodes) {
+  // The inference rank's codes in a padded (strided) buffer, staged; w arrives in BF16.
+  refit::testing::LayoutBuilder dst;
+  dst.BlockFp8("w", {1000, 1100}, "w_scale_inv");
+  dst.Rank(0, "inference", 0).Buffer(0, "codes", 1000 * 1152);
+  dst.View(0, "w", {0, 0}, {1000, 1100}, "codes", 0, {1152, 1});
+  dst.View(0, "w_scale_inv", {0, 0}, {8, 9});
+  testing::BackedLayouts backed;
+  v1::LayoutSpec destinations = backed.Back(dst.spec(), "destination");
+  const TensorTable tensors = testing::TensorsOf(destinations);
+  v1::RankLayout staged = destinations.ranks(0);
+  staged.set_staged(true);
+  BufferMap map, reader;  // `reader` maps the same buffers unstaged: what the rank sees
+  ASSERT_TRUE(map.AddRank(v1::ROLE_DESTINATION, staged, &tensors).ok());
+  ASSERT_TRUE(reader.AddRank(v1::ROLE_DESTINATION, destinations.ranks(0), &tensors).ok());
+  v1::QuantizedSource arriving;
+  arriving.set_rank(0);
+  arriving.set_view(0);
+  arriving.set_scale_view(1);
+  arriving.set_tensor("w");
+  arriving.set_scale_tensor("w_scale_inv");
+  arriving.set_source_dtype("BF16");
+  arriving.set_scheme(planner::kBlockFp8);
+  for (int64_t b : {128, 128}) arriving.add_block(b);
+  for (int64_t o : {0, 0}) arriving.add_offset(o);
+  for (int64_t e : {1000, 1100}) arriving.add_extent(e);
+  ASSERT_TRUE(map.ReceiveQuantized({arriving}).ok());
+  EXPECT_EQ(map.tensors().at("w").element_bytes, 2);  // what moves: the sources' BF16
+  EXPECT_EQ(map.QuantizedBytes(v1::ROLE_DESTINATION), 1000 * 1100 * 2);
+  map.StageEpoch({0});
+  // The data plane's writes: BF16 values into the wide copy.
+  auto wide = map.LocateForWrite(v1::ROLE_DESTINATION, 0, 0, "w", {0, 0}, {1000, 1100});
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  for (int64_t i = 0; i < 1000 * 1100; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &w_[i], 4);
+    const uint16_t high = static_cast<uint16_t>(bits >> 16);
+    std::memcpy(wide->base + (i / 1100 * wide->strides[0] + i % 1100) * 2, &high, 2);
+  }
+  absl::StatusOr<int64_t> read = map.QuantizeReceived(2);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, 1000 * 1100 * 2);
+  EXPECT_EQ(WrongCodesOfW(map, w_), 0);     // in the shadow
+  EXPECT_GT(WrongCodesOfW(reader, w_), 0);  // not yet in the rank's memory
+  EXPECT_TRUE(map.CommitStaged().empty());
+  EXPECT_EQ(WrongCodesOfW(reader, w_), 0);
+}
+
+TEST_F(QuantizedViewTest, ABucketedRankCannotQuantizeOnArrival) {
+  refit::testing::LayoutBuilder dst;
+  dst.BlockFp8("w", {1000, 1100}, "w_scale_inv");
+  dst.Rank(0, "inference", 0).View(0, "w", {0, 0}, {1000, 1100});
+  dst.View(0, "w_scale_inv", {0, 0}, {8, 9});
+  testing::BackedLayouts backed;
+  const v1::LayoutSpec destinations = backed.Back(dst.spec(), "destination");
+  const TensorTable tensors = testing::TensorsOf(destinations);
+  // Its first buffer becomes its bucket; its views have no memory.
+  v1::RankLayout rank = destinations.ranks(0);
+  const v1::BufferSpec bucket = rank.buffers(0);
+  rank.set_bucketed(true);
+  rank.clear_buffers();
+  *rank.add_buffers() = bucket;
+  for (v1::ShardView& v : *rank.mutable_views()) {
+    v.clear_buffer();
+    v.clear_byte_offset();
+    v.clear_strides();
+  }
+  BufferMap map;
+  const absl::Status added = map.AddRank(v1::ROLE_DESTINATION, rank, &tensors);
+  ASSERT_TRUE(added.ok()) << added;
+  v1::QuantizedSource arriving;
+  arriving.set_rank(0);
+  arriving.set_view(0);
+  arriving.set_scale_view(1);
+  arriving.set_tensor("w");
+  EXPECT_EQ(map.ReceiveQuantized({arriving}).message(),
+            "destination rank 0: the plan quantizes view 0 on arrival, but the rank receives its "
+            "weights in buckets (no memory here)");
 }
 
 }  // namespace
