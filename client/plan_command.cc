@@ -145,10 +145,17 @@ bool WriteJson(const google::protobuf::Message& message, const std::string& path
 // The plan of the same refit with every quantized destination tensor in its sources' dtype.
 absl::StatusOr<std::shared_ptr<const planner::Plan>> PlanWithoutQuantization(
     const Inputs& inputs, const planner::PlanOptions& options) {
-  absl::StatusOr<planner::Layout> sources = planner::CompileLayout(inputs.sources, "source");
+  // Dequantized tensors stay as they are received (codes and scales).
+  v1::LayoutSpec plain_sources = inputs.sources;
+  v1::LayoutSpec plain = planner::WithoutQuantization(inputs.destinations, inputs.sources);
+  std::vector<v1::QuantizedSource> dequantized;
+  if (absl::Status received = planner::ReceiveQuantized(&plain_sources, &plain, &dequantized);
+      !received.ok()) {
+    return received;
+  }
+  absl::StatusOr<planner::Layout> sources = planner::CompileLayout(plain_sources, "source");
   if (!sources.ok()) return sources.status();
-  absl::StatusOr<planner::Layout> destinations = planner::CompileLayout(
-      planner::WithoutQuantization(inputs.destinations, inputs.sources), "destination");
+  absl::StatusOr<planner::Layout> destinations = planner::CompileLayout(plain, "destination");
   if (!destinations.ok()) return destinations.status();
   return planner::BuildPlan(*sources, *destinations, inputs.topology, options);
 }
@@ -248,9 +255,12 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
   report.svg_path = line->Get("svg");
   report.topology = &inputs->topology;
   report.unquantized = unquantized.get();
-  std::set<std::string> arriving;
-  for (const v1::QuantizedSource& q : on_arrival) arriving.insert(q.tensor());
+  std::set<std::string> arriving, dequantized;
+  for (const v1::QuantizedSource& q : on_arrival) {
+    (q.scheme() == planner::kDequantize ? dequantized : arriving).insert(q.tensor());
+  }
   report.tensors_quantized_on_arrival = static_cast<int64_t>(arriving.size());
+  report.tensors_dequantized = static_cast<int64_t>(dequantized.size());
   return VerifyAndReport(**plan, *sources, *destinations, report, out, err);
 }
 
@@ -263,7 +273,8 @@ int VerifyAndReport(const planner::Plan& plan, const planner::Layout& sources,
                       std::nullopt,
                       options.verify,
                       options.unquantized,
-                      options.tensors_quantized_on_arrival};
+                      options.tensors_quantized_on_arrival,
+                      options.tensors_dequantized};
   absl::Status verdict;
   if (options.verify == "bytes") {
     verdict = check::CheckBytes(sources, destinations, plan, options.verify_max_bytes);

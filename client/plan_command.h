@@ -35,6 +35,7 @@ struct PlanReportOptions {
   // Quantized destinations: the same refit in the sources' precision, to compare.
   const planner::Plan* unquantized = nullptr;
   int64_t tensors_quantized_on_arrival = 0;  // PlanSummary's
+  int64_t tensors_dequantized = 0;           // PlanSummary's
 };
 
 // What `refitctl plan` does once it has a plan: checks it as `options.verify` says,

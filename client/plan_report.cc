@@ -88,6 +88,7 @@ std::string PlanReportJson(const PlanSummary& summary) {
     json.Real("unquantized_predicted_seconds", plain.predicted_seconds);
     json.Real("unquantized_lower_bound_seconds", plain.lower_bound_seconds);
     json.Int("tensors_quantized_on_arrival", summary.tensors_quantized_on_arrival);
+    json.Int("tensors_dequantized", summary.tensors_dequantized);
   }
   json.Real("plan_seconds", plan.plan_seconds);
   json.Text("digest", plan.digest);
@@ -112,6 +113,10 @@ std::string Quantization(const PlanSummary& summary) {
       Ratio(s.network_bytes, plain.network_bytes),
       HumanBytes(plain.network_bytes - s.network_bytes), s.predicted_seconds,
       plain.predicted_seconds);
+  if (summary.tensors_dequantized > 0) {
+    absl::StrAppend(&text, "; ", summary.tensors_dequantized,
+                    " tensors cross as the sources' FP8 codes and scales, dequantized on arrival");
+  }
   if (summary.tensors_quantized_on_arrival > 0) {
     absl::StrAppend(&text, "; ", summary.tensors_quantized_on_arrival,
                     " tensors cross in the sources' precision, quantized on arrival (source "

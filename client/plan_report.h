@@ -21,6 +21,8 @@ struct PlanSummary {
   // Destination tensors quantized on arrival (their blocks cut between source ranks: they
   // cross in the sources' dtype).
   int64_t tensors_quantized_on_arrival = 0;
+  // Destination tensors dequantized on arrival (codes and scales cross).
+  int64_t tensors_dequantized = 0;
 };
 
 std::string PlanReportJson(const PlanSummary& summary);

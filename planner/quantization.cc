@@ -107,12 +107,18 @@ absl::StatusOr<std::map<std::string, Recipe>> RecipesOf(const v1::LayoutSpec& de
       if (!cast->source_dtype.empty()) recipes.emplace(t.name(), *std::move(cast));
       continue;
     }
-    if (q.scheme() != kBlockFp8) {
+    if (q.scheme() != kBlockFp8 && q.scheme() != kDequantize) {
       return Invalid(absl::StrCat(what, ": quantization scheme \"", q.scheme(),
-                                  "\" is not known (expected \"", kBlockFp8, "\" or \"", kCast,
-                                  "\")"));
+                                  "\" is not known (expected \"", kBlockFp8, "\", \"", kCast,
+                                  "\" or \"", kDequantize, "\")"));
     }
-    if (t.dtype() != "F8_E4M3") {
+    // Dequantized: the sources hold the codes and the scale tensor, the destination values.
+    const bool dequantize = q.scheme() == kDequantize;
+    if (dequantize && t.dtype() != "BF16" && t.dtype() != "F32") {
+      return Invalid(
+          absl::StrCat(what, ": ", kDequantize, " gives BF16 or F32 values, not ", t.dtype()));
+    }
+    if (!dequantize && t.dtype() != "F8_E4M3") {
       return Invalid(absl::StrCat(what, ": ", kBlockFp8, " holds F8_E4M3 codes, not ", t.dtype()));
     }
     Recipe recipe;
@@ -146,10 +152,17 @@ absl::StatusOr<std::map<std::string, Recipe>> RecipesOf(const v1::LayoutSpec& de
                                   "\" already holds the scales of \"",
                                   weight_of_scale[recipe.scale_tensor], "\""));
     }
-    const v1::TensorSpec* scale = FindTensor(destinations, recipe.scale_tensor);
+    const v1::TensorSpec* scale =
+        FindTensor(dequantize ? sources : destinations, recipe.scale_tensor);
     if (scale == nullptr) {
       return Invalid(absl::StrCat(what, ": its scale tensor \"", recipe.scale_tensor,
-                                  "\" is not a destination tensor"));
+                                  "\" is not a ", dequantize ? "source" : "destination",
+                                  " tensor"));
+    }
+    if (dequantize && FindTensor(destinations, recipe.scale_tensor) != nullptr) {
+      return Invalid(absl::StrCat("destination tensor \"", recipe.scale_tensor,
+                                  "\": the destinations receive it only to dequantize \"", t.name(),
+                                  "\", so they may not declare it"));
     }
     Dims scale_shape = BlockGrid(recipe.shape, recipe.block);
     if (scale->dtype() != "F32" || ShapeOf(*scale) != scale_shape || scale->has_quantization()) {
@@ -161,7 +174,13 @@ absl::StatusOr<std::map<std::string, Recipe>> RecipesOf(const v1::LayoutSpec& de
     if (source == nullptr) continue;  // the planner says no source holds it
     recipe.source_dtype = source->dtype();
     recipe.derived = source->dtype() != t.dtype();
-    if (recipe.derived) {
+    if (dequantize) {
+      if (source->dtype() != "F8_E4M3") {
+        return Invalid(absl::StrCat(what, ": ", kDequantize,
+                                    " reads F8_E4M3 codes, but the sources hold ",
+                                    source->dtype()));
+      }
+    } else if (recipe.derived) {
       if (source->dtype() != "BF16" && source->dtype() != "F32") {
         return Invalid(absl::StrCat(what, ": ", kBlockFp8,
                                     " quantizes BF16 or F32, but the sources hold ",
@@ -185,7 +204,7 @@ absl::Status CheckDestinations(const v1::LayoutSpec& destinations,
   for (const v1::RankLayout& rank : destinations.ranks()) {
     for (int v = 0; v < rank.views_size(); ++v) {
       auto recipe = recipes.find(rank.views(v).tensor());
-      if (recipe == recipes.end() || recipe->second.scheme == kCast ||
+      if (recipe == recipes.end() || recipe->second.scheme != kBlockFp8 ||
           HoldsNothing(rank.views(v))) {
         continue;
       }
@@ -224,7 +243,8 @@ std::set<std::string> CutBetweenSources(const v1::LayoutSpec& sources,
   for (const v1::RankLayout& rank : sources.ranks()) {
     for (const v1::ShardView& view : rank.views()) {
       auto recipe = recipes.find(view.tensor());
-      if (recipe == recipes.end() || !recipe->second.derived || recipe->second.scheme == kCast) {
+      if (recipe == recipes.end() || !recipe->second.derived ||
+          recipe->second.scheme != kBlockFp8) {
         continue;
       }
       const Box box = BoxOfView(view);
@@ -267,7 +287,9 @@ absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* s
   const std::set<std::string> cut = CutBetweenSources(*sources, *recipes);
   std::map<std::string, const Recipe*> derived;
   for (const auto& [name, recipe] : *recipes) {
-    if (recipe.derived && !cut.count(name)) derived[name] = &recipe;
+    if (recipe.derived && recipe.scheme != kDequantize && !cut.count(name)) {
+      derived[name] = &recipe;
+    }
   }
   if (derived.empty()) return absl::OkStatus();
   const int declared = sources->tensors_size();
@@ -333,46 +355,59 @@ absl::Status ReceiveQuantized(v1::LayoutSpec* sources, v1::LayoutSpec* destinati
   if (!QuantizesAny(*destinations)) return absl::OkStatus();
   absl::StatusOr<std::map<std::string, Recipe>> recipes = RecipesOf(*destinations, *sources);
   if (!recipes.ok()) return recipes.status();
-  // What SendQuantized left in the sources' dtype: blocks cut between source ranks.
+  // What SendQuantized left in the sources' dtype (blocks cut between source ranks), and
+  // what the destinations dequantize.
   std::map<std::string, const Recipe*> arriving;
-  std::set<std::string> scale_tensors;
+  std::set<std::string> scale_tensors;  // of the weights quantized on arrival
   for (const auto& [name, recipe] : *recipes) {
     if (!recipe.derived || recipe.scheme == kCast) continue;
     arriving[name] = &recipe;
-    scale_tensors.insert(recipe.scale_tensor);
+    if (recipe.scheme == kBlockFp8) scale_tensors.insert(recipe.scale_tensor);
   }
   if (arriving.empty()) return absl::OkStatus();
-  for (v1::TensorSpec& t : *destinations->mutable_tensors()) {
-    auto recipe = arriving.find(t.name());
-    if (recipe == arriving.end()) continue;
-    t.set_dtype(recipe->second->source_dtype);
+  const int declared = destinations->tensors_size();
+  for (int i = 0; i < declared; ++i) {
+    v1::TensorSpec& t = *destinations->mutable_tensors(i);
+    auto found = arriving.find(t.name());
+    if (found == arriving.end()) continue;
+    const Recipe& recipe = *found->second;
+    t.set_dtype(recipe.source_dtype);
     t.clear_quantization();
-    // The sources declare the scale tensor with no views, as the destinations receive none
-    // of it.
-    v1::TensorSpec* scale = sources->add_tensors();
-    scale->set_name(recipe->second->scale_tensor);
+    // Quantized on arrival: the sources declare the scale tensor with no views, as the
+    // destinations receive none of it. Dequantized: the destinations receive the sources'.
+    v1::TensorSpec* scale = (recipe.scheme == kDequantize ? destinations : sources)->add_tensors();
+    scale->set_name(recipe.scale_tensor);
     scale->set_dtype("F32");
-    for (int64_t e : BlockGrid(recipe->second->shape, recipe->second->block)) {
-      scale->add_shape(e);
-    }
+    for (int64_t e : BlockGrid(recipe.shape, recipe.block)) scale->add_shape(e);
   }
   for (v1::RankLayout& rank : *destinations->mutable_ranks()) {
-    for (int v = 0; v < rank.views_size(); ++v) {
-      v1::ShardView* view = rank.mutable_views(v);
-      auto found = arriving.find(view->tensor());
-      if (found == arriving.end() || HoldsNothing(*view)) continue;
+    const int views = rank.views_size();
+    for (int v = 0; v < views; ++v) {
+      const v1::ShardView& view = rank.views(v);
+      auto found = arriving.find(view.tensor());
+      if (found == arriving.end() || HoldsNothing(view)) continue;
       const Recipe& recipe = *found->second;
-      const Box box = BoxOfView(*view);
+      const Box box = BoxOfView(view);
       if (box.rank() != recipe.shape.size()) continue;  // CompileLayout says why
+      const bool dequantize = recipe.scheme == kDequantize;
       if (rank.bucketed()) {
         return Invalid(absl::StrCat(
-            "destination rank ", rank.rank(), ": view ", v, " of \"", view->tensor(),
-            "\": its blocks are cut between source ranks, so they are quantized on arrival, "
-            "which needs the rank's memory; a bucketed rank has none on its daemon"));
+            "destination rank ", rank.rank(), ": view ", v, " of \"", view.tensor(), "\": ",
+            dequantize ? "it is dequantized on arrival"
+                       : "its blocks are cut between source ranks, so they are quantized on "
+                         "arrival",
+            ", which needs the rank's memory; a bucketed rank has none on its daemon"));
       }
       const Box blocks = BlocksOf(box, recipe.block);
-      int scale_view = -1;  // CheckDestinations found one
-      for (int s = 0; s < rank.views_size() && scale_view < 0; ++s) {
+      int scale_view = -1;
+      if (dequantize) {  // the scales of its blocks, received beside the codes
+        scale_view = rank.views_size();
+        v1::ShardView* scales = rank.add_views();
+        scales->set_tensor(recipe.scale_tensor);
+        for (int64_t o : blocks.offset) scales->add_offset(o);
+        for (int64_t e : blocks.extent) scales->add_extent(e);
+      }
+      for (int s = 0; s < views && scale_view < 0; ++s) {  // CheckDestinations found one
         const v1::ShardView& other = rank.views(s);
         if (other.tensor() == recipe.scale_tensor &&
             other.offset_size() == static_cast<int>(blocks.rank()) &&
@@ -384,17 +419,18 @@ absl::Status ReceiveQuantized(v1::LayoutSpec* sources, v1::LayoutSpec* destinati
       entry.set_rank(rank.rank());
       entry.set_view(v);
       entry.set_scale_view(scale_view);
-      entry.set_tensor(view->tensor());
+      entry.set_tensor(view.tensor());
       entry.set_scale_tensor(recipe.scale_tensor);
       entry.set_source_dtype(recipe.source_dtype);
       entry.set_scheme(recipe.scheme);
       for (int64_t b : recipe.block) entry.add_block(b);
-      *entry.mutable_offset() = view->offset();
-      *entry.mutable_extent() = view->extent();
-      // Wider now: the daemon keeps it as its own dense buffer.
-      view->clear_buffer();
-      view->clear_byte_offset();
-      view->clear_strides();
+      *entry.mutable_offset() = view.offset();
+      *entry.mutable_extent() = view.extent();
+      // Another dtype now: the daemon keeps it as its own dense buffer.
+      v1::ShardView* moved = rank.mutable_views(v);
+      moved->clear_buffer();
+      moved->clear_byte_offset();
+      moved->clear_strides();
     }
     for (v1::ShardView& view : *rank.mutable_views()) {
       if (!scale_tensors.count(view.tensor())) continue;
@@ -449,7 +485,8 @@ v1::LayoutSpec WithoutQuantization(const v1::LayoutSpec& destinations,
   std::map<std::string, bool> scale_tensors, retyped;
   for (const v1::TensorSpec& t : destinations.tensors()) {
     auto dtype = source_dtype.find(t.name());
-    if (t.has_quantization() && dtype != source_dtype.end() && dtype->second != t.dtype()) {
+    if (t.has_quantization() && t.quantization().scheme() != kDequantize &&
+        dtype != source_dtype.end() && dtype->second != t.dtype()) {
       retyped[t.name()] = true;
       if (t.quantization().scheme() == kBlockFp8) {
         scale_tensors[t.quantization().scale_tensor()] = true;

@@ -21,6 +21,11 @@ namespace refit::planner {
 inline constexpr char kBlockFp8[] = "block_fp8";
 // F32 sources rounded to BF16 destinations (nearest even): no scales, any boxes.
 inline constexpr char kCast[] = "cast";
+// The reverse of block_fp8: sources holding E4M3 codes and their block scales (the scale
+// tensor a source tensor), destinations holding BF16 or F32 values code * scale (rounded to
+// nearest even for BF16), any boxes. The codes and scales cross; each destination's daemon
+// dequantizes on arrival.
+inline constexpr char kDequantize[] = "dequantize";
 
 // Whether any destination tensor declares a quantization.
 bool QuantizesAny(const v1::LayoutSpec& destinations);
@@ -47,8 +52,11 @@ absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* s
 // the sources declare the scale tensor with no views); `received` lists each view (rank and
 // view of the destination, scale_view the rank's view of the scales covering its blocks),
 // which the destination's daemon quantizes after the data plane. The network then carries
-// the sources' dtype for those tensors only. INVALID_ARGUMENT naming the rank, view and
-// tensor for a bucketed destination rank (its daemon holds none of its memory).
+// the sources' dtype for those tensors only. Dequantized tensors (kDequantize) likewise
+// arrive as the sources hold them: the tensor in codes, and each of its views gains a view
+// of the sources' scale tensor (declared by the destinations as received) for its blocks,
+// scale_view in `received`. INVALID_ARGUMENT naming the rank, view and tensor for a
+// bucketed destination rank (its daemon holds none of its memory).
 absl::Status ReceiveQuantized(v1::LayoutSpec* sources, v1::LayoutSpec* destinations,
                               std::vector<v1::QuantizedSource>* received);
 
@@ -64,6 +72,7 @@ void QuantizeLinearWeights(v1::LayoutSpec* destinations);
 // `destinations` as they would be without quantization: quantized tensors in the dtype of
 // their sources, scale tensors and their views gone, the retyped tensors' views each their
 // own dense buffer (what the same refit would move in the sources' precision, to compare).
+// Dequantized tensors are left as they are: ReceiveQuantized gives them as received.
 v1::LayoutSpec WithoutQuantization(const v1::LayoutSpec& destinations,
                                    const v1::LayoutSpec& sources);
 

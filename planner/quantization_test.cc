@@ -253,6 +253,77 @@ TEST(QuantizationTest, BlocksCutBetweenSourceRanksAreQuantizedOnArrival) {
   }
 }
 
+// Trainers holding FP8 codes in uneven row bands (cutting blocks) and the scales of the
+// blocks their rows touch, into BF16 column bands that cut blocks too.
+void CodesToValues(LayoutBuilder* src, LayoutBuilder* dst) {
+  src->Tensor("w", {300, 260}, "F8_E4M3").Tensor("w_scale_inv", {3, 3}, "F32");
+  src->Rank(0, "trainer", 0).View(0, "w", {0, 0}, {150, 260});
+  src->View(0, "w_scale_inv", {0, 0}, {2, 3});
+  src->Rank(1, "trainer", 1).View(1, "w", {150, 0}, {150, 260});
+  src->View(1, "w_scale_inv", {1, 0}, {2, 3});
+  dst->Dequantized("w", {300, 260}, "BF16", "w_scale_inv");
+  dst->Rank(0, "inference", 0).View(0, "w", {0, 0}, {300, 130});
+  dst->Rank(1, "inference", 1).View(1, "w", {0, 130}, {300, 130});
+}
+
+TEST(QuantizationTest, DequantizedTensorsReceiveCodesAndTheScalesOfTheirBlocks) {
+  LayoutBuilder src, dst;
+  CodesToValues(&src, &dst);
+  const Planned planned = PlanQuantized(src, dst);
+  ASSERT_NE(planned.plan, nullptr);
+  // Every code once, and each inference rank the scales of the 3 x 2 blocks its columns
+  // touch (block column 1 to both).
+  EXPECT_EQ(planned.plan->stats.total_bytes, 300 * 260 + 2 * 3 * 2 * 4);
+  EXPECT_TRUE(planned.quantized.empty());
+  ASSERT_EQ(planned.on_arrival.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    const v1::QuantizedSource& q = planned.on_arrival[r];
+    EXPECT_EQ(q.scheme(), kDequantize);
+    EXPECT_EQ(q.source_dtype(), "F8_E4M3");
+    EXPECT_EQ(q.view(), 0);
+    EXPECT_EQ(q.scale_view(), 1);  // appended
+    const v1::ShardView& scales = planned.received.ranks(r).views(1);
+    EXPECT_EQ(scales.tensor(), "w_scale_inv");
+    EXPECT_EQ(scales.offset(1), r);
+    EXPECT_EQ(scales.extent(1), 2);
+  }
+  EXPECT_EQ(planned.received.tensors(0).dtype(), "F8_E4M3");
+}
+
+TEST(QuantizationErrorsTest, ADequantizationIsChecked) {
+  struct Case {
+    std::function<void(v1::LayoutSpec* sources, v1::LayoutSpec* destinations)> change;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {[](v1::LayoutSpec* s, v1::LayoutSpec*) { s->mutable_tensors(0)->set_dtype("BF16"); },
+       "destination tensor \"w\": dequantize reads F8_E4M3 codes, but the sources hold BF16"},
+      {[](v1::LayoutSpec*, v1::LayoutSpec* d) { d->mutable_tensors(0)->set_dtype("F8_E4M3"); },
+       "destination tensor \"w\": dequantize gives BF16 or F32 values, not F8_E4M3"},
+      {[](v1::LayoutSpec* s, v1::LayoutSpec*) { s->mutable_tensors(1)->set_name("other"); },
+       "destination tensor \"w\": its scale tensor \"w_scale_inv\" is not a source tensor"},
+      {[](v1::LayoutSpec*, v1::LayoutSpec* d) {
+         v1::TensorSpec* scale = d->add_tensors();
+         scale->set_name("w_scale_inv");
+         scale->set_dtype("F32");
+         scale->add_shape(3);
+         scale->add_shape(3);
+       },
+       "destination tensor \"w_scale_inv\": the destinations receive it only to dequantize "
+       "\"w\", so they may not declare it"},
+  };
+  for (const Case& c : cases) {
+    LayoutBuilder src, dst;
+    CodesToValues(&src, &dst);
+    v1::LayoutSpec sources = src.spec(), destinations = dst.spec();
+    c.change(&sources, &destinations);
+    std::vector<v1::QuantizedSource> quantized, on_arrival;
+    absl::Status status = SendQuantized(destinations, &sources, &quantized);
+    if (status.ok()) status = ReceiveQuantized(&sources, &destinations, &on_arrival);
+    EXPECT_EQ(status.message(), c.error);
+  }
+}
+
 TEST(QuantizationErrorsTest, ABucketedRankCannotQuantizeOnArrival) {
   LayoutBuilder src, dst;
   CutAndWholeBlocks(&src, &dst);
@@ -288,7 +359,7 @@ TEST(QuantizationErrorsTest, TheRecipeIsChecked) {
        "destination tensor \"w\": block_fp8 quantizes BF16 or F32, but the sources hold I32"},
       {[](v1::LayoutSpec* s) { s->mutable_tensors(0)->mutable_quantization()->set_scheme("mx"); },
        "destination tensor \"w\": quantization scheme \"mx\" is not known (expected "
-       "\"block_fp8\" or \"cast\")"},
+       "\"block_fp8\", \"cast\" or \"dequantize\")"},
       {[](v1::LayoutSpec* s) { s->mutable_tensors(0)->set_dtype("F8_E5M2"); },
        "destination tensor \"w\": block_fp8 holds F8_E4M3 codes, not F8_E5M2"},
       {[](v1::LayoutSpec* s) { s->mutable_tensors(1)->set_shape(0, 3); },

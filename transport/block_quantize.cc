@@ -132,4 +132,40 @@ absl::Status QuantizeBlocks(const Dims& extent, WideType type, const ConstStride
   return absl::OkStatus();
 }
 
+absl::Status DequantizeBlocks(const Dims& extent, const Dims& corner, const ConstStridedRef& codes,
+                              const ConstStridedRef& scales, WideType type,
+                              const StridedRef& values, int64_t block) {
+  if (extent.size() != 2 || corner.size() != 2 || codes.strides.size() != 2 ||
+      scales.strides.size() != 2 || values.strides.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "block-scaled FP8 dequantizes 2-D codes; this box has ", extent.size(), " dimensions"));
+  }
+  if (block <= 0 || corner[0] < 0 || corner[1] < 0 || corner[0] >= block || corner[1] >= block) {
+    return absl::InvalidArgumentError(absl::StrCat("a quantization block of ", block,
+                                                   " elements with the box's corner at ", corner[0],
+                                                   ", ", corner[1]));
+  }
+  float decoded[256];
+  for (int code = 0; code < 256; ++code) decoded[code] = E4M3ToFloat(static_cast<uint8_t>(code));
+  const int64_t value_bytes = type == WideType::kF32 ? 4 : 2;
+  for (int64_t r = 0; r < extent[0]; ++r) {
+    const uint8_t* code_row = codes.base + r * codes.strides[0];
+    const uint8_t* scale_row = scales.base + (corner[0] + r) / block * scales.strides[0] * 4;
+    uint8_t* value_row = values.base + r * values.strides[0] * value_bytes;
+    for (int64_t c = 0; c < extent[1]; ++c) {
+      float scale;
+      std::memcpy(&scale, scale_row + (corner[1] + c) / block * scales.strides[1] * 4, 4);
+      const float x = decoded[code_row[c * codes.strides[1]]] * scale;
+      uint8_t* to = value_row + c * values.strides[1] * value_bytes;
+      if (type == WideType::kF32) {
+        std::memcpy(to, &x, 4);
+      } else {
+        const uint16_t bits = FloatToBf16(x);
+        std::memcpy(to, &bits, 2);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace refit::transport

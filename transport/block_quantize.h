@@ -35,6 +35,17 @@ absl::Status QuantizeBlocks(const Dims& extent, WideType type, const ConstStride
                             const StridedRef& codes, const StridedRef& scales,
                             int64_t block = kQuantizationBlock);
 
+// The reverse, as DeepSeek-V3's weight_dequant: each value of the 2-D box `extent` of codes
+// (read through `codes`, 1-byte elements) is E4M3's value times its block's scale, the product
+// in float32, written through `values` as `type` (BF16 rounded to nearest even, or F32).
+// `scales` reads the float32 scales of the blocks the box touches, the first one at its
+// origin; `corner` is where the box's first element lies within its block (the box's offset
+// modulo the block), so any box may be dequantized. INVALID_ARGUMENT for a box that is not
+// 2-D, a block that is not positive or a corner outside it.
+absl::Status DequantizeBlocks(const Dims& extent, const Dims& corner, const ConstStridedRef& codes,
+                              const ConstStridedRef& scales, WideType type,
+                              const StridedRef& values, int64_t block = kQuantizationBlock);
+
 }  // namespace refit::transport
 
 #endif  // REFIT_TRANSPORT_BLOCK_QUANTIZE_H_

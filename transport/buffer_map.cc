@@ -280,9 +280,11 @@ absl::StatusOr<std::vector<MappedView>> BufferMap::QuantizedViewsOf(
   const int32_t registered = static_cast<int32_t>(memory.views.size());
   for (const v1::QuantizedSource* q : wanted) {
     const bool scaled = q->scale_view() >= 0;  // a cast has no scales
-    // Sent: the scales are a view the plan appends; on arrival, one the rank registered.
+    // Sent or dequantized: the codes and scales are kept here, the scales a view the plan
+    // appends. Quantized on arrival: the scales are a view the rank registered.
+    const bool kept = sent || q->scheme() == "dequantize";
     const bool scale_view_fits =
-        sent ? !scaled || q->scale_view() == static_cast<int32_t>(views.size())
+        kept ? !scaled || q->scale_view() == static_cast<int32_t>(views.size())
              : scaled && q->scale_view() < registered;
     if (q->view() < 0 || q->view() >= registered || !scale_view_fits) {
       return absl::InvalidArgumentError(
@@ -296,11 +298,12 @@ absl::StatusOr<std::vector<MappedView>> BufferMap::QuantizedViewsOf(
           " on arrival, but the rank receives its weights in buckets (no memory here)"));
     }
     absl::StatusOr<std::unique_ptr<QuantizedView>> view =
-        sent ? QuantizedView::Make(*q, memory.views[q->view()])
-             : QuantizedView::MakeOnArrival(*q, memory.views[q->view()],
-                                            memory.views[q->scale_view()]);
+        sent   ? QuantizedView::Make(*q, memory.views[q->view()])
+        : kept ? QuantizedView::MakeDequantizing(*q, memory.views[q->view()])
+               : QuantizedView::MakeOnArrival(*q, memory.views[q->view()],
+                                              memory.views[q->scale_view()]);
     if (!view.ok()) return view.status();
-    if (sent) {
+    if (kept) {
       views[q->view()] = (*view)->codes();
       if ((*view)->has_scales()) views.push_back((*view)->scales());
     } else {
@@ -359,7 +362,8 @@ void BufferMap::RefreshTensors() {
       const v1::QuantizedSource& spec = view->spec();
       auto tensor = declared.find(spec.tensor());
       if (tensor == declared.end()) continue;
-      if (key.role == v1::ROLE_DESTINATION) {  // received in the sources' dtype
+      if (key.role == v1::ROLE_DESTINATION && spec.scheme() != "dequantize") {
+        // Received in the sources' dtype.
         tensors_[spec.tensor()] = TensorShape{view->wide().element_bytes, tensor->second.shape};
         continue;
       }

@@ -9,11 +9,13 @@
 // is compared with the reference quantizer's of the global weights.
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 #include "planner/layout.h"
 #include "planner/plan_proto.h"
@@ -258,6 +260,199 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
     }
   }
   EXPECT_GT(arrived_views, 10u);  // the trials did quantize on arrival
+}
+
+// The code of a tensor's element and the scale of its block, as the trainers hold them:
+// hashed, never NaN; scales over four decades.
+uint8_t CodeAt(const RandomTensor& t, int64_t linear) {
+  uint64_t h =
+      std::hash<std::string>()(t.name) ^ (static_cast<uint64_t>(linear) * 0xD6E8FEB86659FD93ull);
+  h ^= h >> 32;
+  const uint8_t code = static_cast<uint8_t>(h * 0x9E3779B97F4A7C15ull >> 56);
+  return (code & 0x7F) == 0x7F ? code ^ 1 : code;
+}
+float ScaleAt(const RandomTensor& t, int64_t block_linear) {
+  const uint64_t h = (std::hash<std::string>()(t.name) + static_cast<uint64_t>(block_linear)) *
+                     0x9E3779B97F4A7C15ull;
+  return std::ldexp(1.0f + static_cast<float>(h >> 44) / 1048576.0f,
+                    static_cast<int>((h >> 40) % 14) - 10);
+}
+
+// The box of a view's blocks: block `block` over the last two dims, 1 over the others.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> BlocksOfBox(
+    const std::vector<int64_t>& offset, const std::vector<int64_t>& extent, int64_t block) {
+  const size_t dims = offset.size();
+  std::vector<int64_t> block_offset(dims), block_extent(dims);
+  for (size_t d = 0; d < dims; ++d) {
+    const int64_t b = d + 2 >= dims ? block : 1;
+    block_offset[d] = offset[d] / b;
+    block_extent[d] = (offset[d] + extent[d] + b - 1) / b - block_offset[d];
+  }
+  return {block_offset, block_extent};
+}
+
+// The reverse: trainers hold E4M3 codes split anywhere and the scales of the blocks their
+// codes touch (a block cut between two trainers: both hold its scale), or replicate;
+// inference ranks hold BF16 or F32 split anywhere (or replicate). The plan moves codes and
+// scales; the inference ranks' buffer map dequantizes after the data plane; every value is
+// the reference's dequantization (rounded to BF16 by the reference's search).
+TEST(QuantizedRefitRandomTest, EveryDequantizedValueIsTheReferences) {
+  std::mt19937_64 rng(612);
+  size_t dequantized_views = 0;
+  for (int trial = 0; trial < 30; ++trial) {
+    const int64_t block = int64_t{1} << std::uniform_int_distribution<int>(1, 3)(rng);
+    std::vector<RandomTensor> tensors;
+    const int count = std::uniform_int_distribution<int>(1, 3)(rng);
+    for (int i = 0; i < count; ++i) {
+      RandomTensor t{absl::StrCat("t", i), {}, rng() % 2 == 0};  // bf16: the destinations'
+      if (rng() % 3 == 0) t.shape.push_back(std::uniform_int_distribution<int64_t>(1, 3)(rng));
+      for (int d = 0; d < 2; ++d) {
+        t.shape.push_back(std::uniform_int_distribution<int64_t>(1, 6 * block)(rng));
+      }
+      tensors.push_back(t);
+    }
+    const int source_ranks = std::uniform_int_distribution<int>(1, 4)(rng);
+    const int destination_ranks = std::uniform_int_distribution<int>(1, 4)(rng);
+    refit::testing::LayoutBuilder src, dst;
+    std::string description = absl::StrCat("block ", block, ":");
+    for (const RandomTensor& t : tensors) {
+      const size_t dims = t.shape.size();
+      const auto grid = BlocksOfBox(std::vector<int64_t>(dims, 0), t.shape, block).second;
+      src.Tensor(t.name, t.shape, "F8_E4M3").Tensor(t.name + "_scale", grid, "F32");
+      dst.Dequantized(t.name, t.shape, t.bf16 ? "BF16" : "F32", t.name + "_scale");
+      for (bool source : {true, false}) {
+        const int ranks = source ? source_ranks : destination_ranks;
+        const bool replicate = rng() % 4 == 0;
+        const size_t dim = std::uniform_int_distribution<size_t>(0, dims - 1)(rng);
+        const std::vector<int64_t> cuts = Cuts(rng, t.shape[dim], 1, ranks);
+        absl::StrAppend(
+            &description, " ", t.name, source ? " src " : " dst ",
+            replicate ? "replicated" : absl::StrCat("dim ", dim, " in ", cuts.size() - 1));
+        for (int r = 0; r < ranks; ++r) {
+          std::vector<int64_t> offset(dims, 0), extent = t.shape;
+          if (!replicate) {
+            if (r + 1 >= static_cast<int>(cuts.size())) continue;
+            offset[dim] = cuts[r];
+            extent[dim] = cuts[r + 1] - cuts[r];
+          }
+          refit::testing::LayoutBuilder& side = source ? src : dst;
+          side.Rank(r, source ? "train" : "infer", r).View(r, t.name, offset, extent);
+          if (!source) continue;
+          const auto [block_offset, block_extent] = BlocksOfBox(offset, extent, block);
+          src.View(r, t.name + "_scale", block_offset, block_extent);
+        }
+      }
+    }
+    v1::LayoutSpec destinations_spec = dst.spec();
+    for (v1::TensorSpec& t : *destinations_spec.mutable_tensors()) {
+      for (int d = 0; d < t.shape_size(); ++d) {
+        t.mutable_quantization()->add_block(d + 2 >= t.shape_size() ? block : 1);
+      }
+    }
+    SCOPED_TRACE(::testing::Message() << "trial " << trial << ", " << description);
+    v1::LayoutSpec sent = src.spec(), received = destinations_spec;
+    std::vector<v1::QuantizedSource> quantized, on_arrival;
+    ASSERT_TRUE(planner::SendQuantized(destinations_spec, &sent, &quantized).ok());
+    EXPECT_TRUE(quantized.empty());
+    const absl::Status arriving = planner::ReceiveQuantized(&sent, &received, &on_arrival);
+    ASSERT_TRUE(arriving.ok()) << arriving;
+    dequantized_views += on_arrival.size();
+    testing::BackedLayouts backed;
+    const v1::LayoutSpec sources = backed.Back(src.spec(), "source");
+    const v1::LayoutSpec destinations = backed.Back(destinations_spec, "destination");
+    const TensorTable source_tensors = testing::TensorsOf(sources);
+    const TensorTable destination_tensors = testing::TensorsOf(destinations);
+    BufferMap map;
+    for (const v1::RankLayout& r : sources.ranks()) {
+      ASSERT_TRUE(map.AddRank(v1::ROLE_SOURCE, r, &source_tensors).ok());
+    }
+    for (const v1::RankLayout& r : destinations.ranks()) {
+      ASSERT_TRUE(map.AddRank(v1::ROLE_DESTINATION, r, &destination_tensors).ok());
+    }
+    // Visits every element of a box of `shape`: its global row-major index and its offset
+    // in elements under `strides`.
+    auto for_each = [](const std::vector<int64_t>& shape, const Dims& offset, const Dims& extent,
+                       const Dims& strides, const std::function<void(int64_t, int64_t)>& visit) {
+      int64_t elements = 1;
+      for (int64_t e : extent) elements *= e;
+      for (int64_t i = 0; i < elements; ++i) {
+        int64_t linear = 0, local = 0, rest = i;
+        Dims index(extent.size());
+        for (size_t d = extent.size(); d-- > 0;) index[d] = rest % extent[d], rest /= extent[d];
+        for (size_t d = 0; d < extent.size(); ++d) {
+          linear = linear * shape[d] + offset[d] + index[d];
+          local += index[d] * strides[d];
+        }
+        visit(linear, local);
+      }
+    };
+    for (const v1::RankLayout& r : sources.ranks()) {
+      for (int v = 0; v < r.views_size(); ++v) {
+        const v1::ShardView& view = r.views(v);
+        absl::string_view name = view.tensor();
+        const bool scales = absl::ConsumeSuffix(&name, "_scale");
+        const RandomTensor& t = tensors[std::stoi(std::string(name.substr(1)))];
+        const Dims offset(view.offset().begin(), view.offset().end());
+        const Dims extent(view.extent().begin(), view.extent().end());
+        auto memory =
+            map.LocateForWrite(v1::ROLE_SOURCE, r.rank(), v, view.tensor(), offset, extent);
+        ASSERT_TRUE(memory.ok()) << memory.status();
+        const std::vector<int64_t> shape =
+            scales ? BlocksOfBox(std::vector<int64_t>(t.shape.size(), 0), t.shape, block).second
+                   : t.shape;
+        for_each(shape, offset, extent, memory->strides, [&](int64_t linear, int64_t local) {
+          if (scales) {
+            const float scale = ScaleAt(t, linear);
+            std::memcpy(memory->base + local * 4, &scale, 4);
+          } else {
+            memory->base[local] = CodeAt(t, linear);
+          }
+        });
+      }
+    }
+    ASSERT_TRUE(map.ReceiveQuantized(on_arrival).ok());
+    const planner::Layout source_layout = *planner::CompileLayout(sent, "source");
+    const planner::Layout destination_layout = *planner::CompileLayout(received, "destination");
+    auto plan = planner::BuildPlan(source_layout, destination_layout, planner::DgxH100Topology(),
+                                   planner::PlanOptions());
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    absl::StatusOr<ExecutionStats> stats =
+        ExecuteLocally(planner::PlanToProto(**plan, source_layout, destination_layout), &map);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    ASSERT_TRUE(map.QuantizeReceived(2).ok());
+    for (const v1::RankLayout& r : destinations.ranks()) {
+      for (int v = 0; v < r.views_size(); ++v) {
+        const v1::ShardView& view = r.views(v);
+        const RandomTensor& t = tensors[std::stoi(view.tensor().substr(1))];
+        const size_t dims = t.shape.size();
+        const int64_t rows = t.shape[dims - 2], cols = t.shape[dims - 1];
+        const int64_t block_rows = (rows + block - 1) / block,
+                      block_cols = (cols + block - 1) / block;
+        const Dims offset(view.offset().begin(), view.offset().end());
+        const Dims extent(view.extent().begin(), view.extent().end());
+        auto memory = map.LocateAsRegistered(v1::ROLE_DESTINATION, r.rank(), v, view.tensor(),
+                                             offset, extent);
+        ASSERT_TRUE(memory.ok()) << memory.status();
+        int64_t wrong = 0;
+        for_each(t.shape, offset, extent, memory->strides, [&](int64_t linear, int64_t local) {
+          const int64_t matrix = linear / (rows * cols);
+          const int64_t row = linear / cols % rows, col = linear % cols;
+          const float scale =
+              ScaleAt(t, (matrix * block_rows + row / block) * block_cols + col / block);
+          const float want = testing::ReferenceDequantize(CodeAt(t, linear), scale);
+          if (t.bf16) {
+            const uint16_t bits = testing::ReferenceBf16(want);
+            wrong += std::memcmp(memory->base + local * 2, &bits, 2) != 0;
+          } else {
+            wrong += std::memcmp(memory->base + local * 4, &want, 4) != 0;
+          }
+        });
+        EXPECT_EQ(wrong, 0) << "destination rank " << r.rank() << " view " << v << " ("
+                            << view.tensor() << ")";
+      }
+    }
+  }
+  EXPECT_GT(dequantized_views, 10u);
 }
 
 }  // namespace

@@ -101,6 +101,88 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeOnArrival(
   return view;
 }
 
+absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeDequantizing(
+    const v1::QuantizedSource& spec, const MappedView& registered) {
+  const std::string who = WhoIs(v1::ROLE_DESTINATION, spec);
+  const Dims offset(spec.offset().begin(), spec.offset().end());
+  const Dims extent(spec.extent().begin(), spec.extent().end());
+  const Dims block(spec.block().begin(), spec.block().end());
+  if (registered.tensor != spec.tensor() || registered.offset != offset ||
+      registered.extent != extent) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who,
+                     ": the plan dequantizes a box this daemon's registration of the view "
+                     "does not hold (registered again since the plan was made?)"));
+  }
+  if (registered.element_bytes != 2 && registered.element_bytes != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, " holds ", registered.element_bytes,
+                     "-byte elements; dequantizing gives BF16 or F32"));
+  }
+  const size_t dims = extent.size();
+  if (dims < 2 || block.size() != dims || block[dims - 1] != block[dims - 2] ||
+      block[dims - 1] <= 0 ||
+      std::any_of(block.begin(), block.end() - 2, [](int64_t b) { return b != 1; })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who,
+                     ": quantization blocks must be square over the last two of two or "
+                     "more dims, 1 over the others"));
+  }
+  if (registered.device >= 0) {
+    return absl::UnimplementedError(
+        absl::StrCat(who, " is in GPU memory: dequantizing on the GPU is not built yet"));
+  }
+  auto view = std::unique_ptr<QuantizedView>(new QuantizedView());
+  view->spec_ = spec;
+  view->who_ = who;
+  view->wide_ = registered;
+  view->dequantize_ = true;
+  view->type_ = registered.element_bytes == 2 ? WideType::kBF16 : WideType::kF32;
+  view->block_ = block[dims - 1];
+  view->rows_ = extent[dims - 2];
+  view->cols_ = extent[dims - 1];
+  view->matrices_ = 1;
+  for (size_t d = 0; d + 2 < dims; ++d) view->matrices_ *= extent[d];
+  view->band_rows_ = BandRows(view->block_, view->cols_, registered.element_bytes);
+  view->bands_per_matrix_ = (view->rows_ + view->band_rows_ - 1) / view->band_rows_;
+  const planner::Box box{offset, extent};
+  const planner::Box blocks = planner::BlocksOf(box, block);
+  absl::StatusOr<uint8_t*> codes = view->Keep(box.Volume(), who);
+  if (!codes.ok()) return codes.status();
+  absl::StatusOr<uint8_t*> scales = view->Keep(blocks.Volume() * 4, who);
+  if (!scales.ok()) return scales.status();
+  view->codes_ = MappedView{spec.tensor(), offset, extent, RowMajorStrides(extent), 1, *codes, -1};
+  view->scales_ = MappedView{spec.scale_tensor(),
+                             blocks.offset,
+                             blocks.extent,
+                             RowMajorStrides(blocks.extent),
+                             4,
+                             *scales,
+                             -1};
+  view->has_scales_ = true;
+  return view;
+}
+
+absl::Status QuantizedView::DequantizeRows(int64_t matrix, int64_t row, int64_t rows) const {
+  const size_t dims = wide_.extent.size();
+  // Where the band starts in the tensor, and so in its first block.
+  const int64_t first_row = wide_.offset[dims - 2] + row;
+  const int64_t first_col = wide_.offset[dims - 1];
+  const int64_t block_row = first_row / block_ - scales_.offset[dims - 2];
+  auto at = [&](const MappedView& view, int64_t view_row) {
+    return view.base +
+           (LeadingElement(view, matrix, dims - 2) + view_row * view.strides[dims - 2]) *
+               int64_t{view.element_bytes};
+  };
+  auto last_two = [&](const MappedView& view) {
+    return Dims{view.strides[dims - 2], view.strides[dims - 1]};
+  };
+  return DequantizeBlocks({rows, cols_}, {first_row % block_, first_col % block_},
+                          ConstStridedRef(at(codes_, row), last_two(codes_), -1),
+                          ConstStridedRef(at(scales_, block_row), last_two(scales_), -1), type_,
+                          StridedRef{at(wide_, row), last_two(wide_), -1}, block_);
+}
+
 std::string QuantizedView::WhoIs(v1::Role role, const v1::QuantizedSource& spec) {
   return absl::StrCat(RankName(role, spec.rank()), ": view ", spec.view(), " of \"", spec.tensor(),
                       "\"");
@@ -251,6 +333,13 @@ absl::Status QuantizedView::QuantizeBand(int64_t band) const {
   const int64_t matrix = band / bands_per_matrix_;
   const int64_t row = (band % bands_per_matrix_) * band_rows_;
   const int64_t rows = std::min(band_rows_, rows_ - row);
+  if (dequantize_) {
+    absl::Status dequantized;
+    absl::Status guarded = GuardMemoryAccess(absl::StrCat("dequantizing ", who_), [&] {
+      dequantized = DequantizeRows(matrix, row, rows);
+    });
+    return guarded.ok() ? dequantized : guarded;
+  }
   const size_t dims = wide_.extent.size();
   // The band's first row in the weights, the codes and the scales (each through its strides:
   // on arrival the codes and scales are the rank's registered views).

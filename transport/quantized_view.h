@@ -39,6 +39,13 @@ class QuantizedView {
   static absl::StatusOr<std::unique_ptr<QuantizedView>> MakeOnArrival(
       const v1::QuantizedSource& spec, const MappedView& codes, const MappedView& scales);
 
+  // A destination view dequantized on arrival (scheme "dequantize"): the plan fills codes
+  // and the scales of its blocks kept here (codes(), scales(), the scales read as a view the
+  // plan appends), and each dequantization writes the rank's `registered` BF16 or F32 view.
+  // Host memory only (UNIMPLEMENTED for a GPU view).
+  static absl::StatusOr<std::unique_ptr<QuantizedView>> MakeDequantizing(
+      const v1::QuantizedSource& spec, const MappedView& registered);
+
   const v1::QuantizedSource& spec() const { return spec_; }
   // The view in its wide dtype: what the rank registered (sent), or the memory the plan
   // fills (on arrival).
@@ -56,7 +63,8 @@ class QuantizedView {
     return matrices_ * rows_ * cols_ * (type_ == WideType::kF32 ? 4 : 2);
   }
 
-  // The work of one quantization, in bands of whole block rows that threads can share.
+  // The work of one quantization (or dequantization), in bands of whole block rows that
+  // threads can share.
   int64_t Bands() const { return matrices_ * bands_per_matrix_; }
   absl::Status QuantizeBand(int64_t band) const;
 
@@ -74,6 +82,8 @@ class QuantizedView {
                                                                  const MappedView& registered,
                                                                  const std::string& who);
   absl::Status CastRows(int64_t row, int64_t rows) const;
+  // QuantizeBand of a view dequantized: rows [row, row + rows) of matrix `matrix`.
+  absl::Status DequantizeRows(int64_t matrix, int64_t row, int64_t rows) const;
   // The first element, in `view`, of the sub-box at row-major index `index` over the view's
   // first `leading_dims` dims.
   static int64_t LeadingElement(const MappedView& view, int64_t index, size_t leading_dims);
@@ -83,6 +93,7 @@ class QuantizedView {
   MappedView wide_;
   WideType type_ = WideType::kBF16;
   bool cast_ = false;
+  bool dequantize_ = false;  // codes and scales into wide_, not wide_ into them
   int64_t block_ = kQuantizationBlock;
   int64_t rows_ = 0, cols_ = 0;  // of each matrix: the view's last two dims
   int64_t matrices_ = 0;         // the product of the leading dims (a cast: 1, rows_ all)

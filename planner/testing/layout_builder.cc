@@ -36,6 +36,17 @@ LayoutBuilder& LayoutBuilder::CastToBf16(const std::string& name,
   return *this;
 }
 
+LayoutBuilder& LayoutBuilder::Dequantized(const std::string& name,
+                                          const std::vector<int64_t>& shape,
+                                          const std::string& dtype,
+                                          const std::string& scale_tensor) {
+  Tensor(name, shape, dtype);
+  v1::Quantization* q = spec_.mutable_tensors(spec_.tensors_size() - 1)->mutable_quantization();
+  q->set_scheme("dequantize");
+  q->set_scale_tensor(scale_tensor);
+  return *this;
+}
+
 v1::RankLayout* LayoutBuilder::FindRank(int64_t rank) {
   for (v1::RankLayout& r : *spec_.mutable_ranks()) {
     if (r.rank() == rank) return &r;

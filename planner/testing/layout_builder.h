@@ -22,6 +22,10 @@ class LayoutBuilder {
                           const std::string& scale_tensor);
   // A BF16 tensor cast from its F32 sources (Quantization "cast").
   LayoutBuilder& CastToBf16(const std::string& name, const std::vector<int64_t>& shape);
+  // A `dtype` (BF16 or F32) tensor dequantized from its sources' E4M3 codes and their scale
+  // tensor `scale_tensor` (Quantization "dequantize", 128 x 128 blocks).
+  LayoutBuilder& Dequantized(const std::string& name, const std::vector<int64_t>& shape,
+                             const std::string& dtype, const std::string& scale_tensor);
   // Adds (or reuses) rank `rank` on host "host-<rank / gpus_per_host>".
   LayoutBuilder& Rank(int64_t rank, const std::string& host = "", int32_t device = -1);
   LayoutBuilder& View(int64_t rank, const std::string& tensor, const std::vector<int64_t>& offset,

@@ -20,6 +20,13 @@ std::vector<double> CodeValues() {
 
 }  // namespace
 
+float ReferenceDequantize(uint8_t code, float scale) {
+  static const std::vector<double> values = CodeValues();
+  const double magnitude = values[code & 0x7F];
+  // The product of two floats of 4 and 24 significant bits is exact in double.
+  return static_cast<float>((code & 0x80 ? -magnitude : magnitude) * static_cast<double>(scale));
+}
+
 uint8_t ReferenceE4M3(float x) {
   static const std::vector<double> values = CodeValues();
   const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;

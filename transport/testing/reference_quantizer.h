@@ -31,6 +31,10 @@ struct ReferenceBlocks {
 ReferenceBlocks ReferenceQuantize(const std::vector<float>& x, int64_t rows, int64_t cols,
                                   int64_t block = 128);
 
+// The reverse (DeepSeek-V3's weight_dequant): the value of finite `code` (not 0x7F or 0xFF)
+// from its fields, times `scale`, as float32 (the product rounded once, from double).
+float ReferenceDequantize(uint8_t code, float scale);
+
 }  // namespace refit::transport::testing
 
 #endif  // REFIT_TRANSPORT_TESTING_REFERENCE_QUANTIZER_H_
