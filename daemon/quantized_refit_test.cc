@@ -4,7 +4,8 @@
 // bands and experts; the inference ranks hold E4M3 codes and F32 block scales in column
 // bands, one of them cut by the tensor's edge, and an F32 projection cast to BF16 (uneven
 // rows to columns), and a weight whose trainers cut its blocks (FSDP2's 112-row shards),
-// quantized by the inference daemon on arrival. Every code, scale and BF16 value the
+// quantized by the inference daemon on arrival, and FP8 codes with their block scales that
+// the inference ranks hold dequantized in BF16. Every code, scale and BF16 value the
 // destinations hold after each epoch is compared with the reference quantizer's
 // (transport/testing/reference_quantizer.h) of what the trainers published.
 #include <grpcpp/grpcpp.h>
@@ -48,6 +49,15 @@ float WeightAt(const std::string& tensor, const Dims& coord, int64_t version) {
   return magnitude * std::sin(0.37f * static_cast<float>(linear % 100003) + version);
 }
 
+// The E4M3 code the trainers hold at a global coordinate of "codes" for `version` (never
+// NaN).
+uint8_t CodeAt(const Dims& coord, int64_t version) {
+  const uint32_t h =
+      static_cast<uint32_t>((coord[0] * 7919 + coord[1] * 104729 + version * 31) * 2654435761u) >>
+      24;
+  return (h & 0x7F) == 0x7F ? static_cast<uint8_t>(h ^ 1) : static_cast<uint8_t>(h);
+}
+
 struct TensorOnSide {
   std::string dtype;
   Dims shape;
@@ -64,18 +74,23 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
     src.Tensor("w", {300, 260}, "BF16").Tensor("experts", {4, 256, 130}, "F32");
     src.Tensor("norm", {260}, "BF16").Tensor("proj", {70, 50}, "F32");
     src.Tensor("fsdp", {256, 200}, "BF16");
+    src.Tensor("codes", {200, 300}, "F8_E4M3").Tensor("codes_scale_inv", {2, 3}, "F32");
     src.Rank(0, "trainer", 0).View(0, "w", {0, 0}, {256, 260}).View(0, "norm", {0}, {260});
     src.View(0, "experts", {0, 0, 0}, {2, 256, 130}).View(0, "proj", {0, 0}, {40, 50});
     src.Rank(1, "trainer", 1).View(1, "w", {256, 0}, {44, 260});
     src.View(1, "experts", {2, 0, 0}, {2, 256, 130}).View(1, "proj", {40, 0}, {30, 50});
     // FSDP2-like rows: the first block row is cut between the trainers.
     src.View(0, "fsdp", {0, 0}, {112, 200}).View(1, "fsdp", {112, 0}, {144, 200});
+    // FP8 codes in rows that cut a block row (both trainers hold its scales).
+    src.View(0, "codes", {0, 0}, {90, 300}).View(0, "codes_scale_inv", {0, 0}, {1, 3});
+    src.View(1, "codes", {90, 0}, {110, 300}).View(1, "codes_scale_inv", {0, 0}, {2, 3});
     // Inference: column bands of w (the second 4 wide, cut by the tensor's edge), experts
     // split inside each expert by rows, each rank with the scales of its blocks.
     dst.BlockFp8("w", {300, 260}, "w_scale_inv")
         .BlockFp8("experts", {4, 256, 130}, "experts_scale");
     dst.Tensor("norm", {260}, "BF16").CastToBf16("proj", {70, 50});
     dst.BlockFp8("fsdp", {256, 200}, "fsdp_scale_inv");
+    dst.Dequantized("codes", {200, 300}, "BF16", "codes_scale_inv");
     dst.Rank(0, "inference", 0).View(0, "w", {0, 0}, {300, 256});
     dst.View(0, "w_scale_inv", {0, 0}, {3, 2}).View(0, "norm", {0}, {260});
     dst.View(0, "proj", {0, 0}, {70, 30});
@@ -88,6 +103,7 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
     for (int r = 0; r < 2; ++r) {  // column halves, quantized on arrival
       dst.View(r, "fsdp_scale_inv", {0, r}, {2, 1})
           .View(r, "fsdp", {0, 128 * r}, {256, 128 - 56 * r});
+      dst.View(r, "codes", {0, 150 * r}, {200, 150});  // columns that cut a block
     }
     for (const v1::TensorSpec& t : src.spec().tensors()) {
       source_tensors_[t.name()] = {t.dtype(), Dims(t.shape().begin(), t.shape().end())};
@@ -146,12 +162,15 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
           absl::StatusOr<transport::StridedRef> memory = hold.mutable_buffers().LocateForWrite(
               v1::ROLE_SOURCE, r.rank(), v, view.tensor(), offset, extent);
           ASSERT_TRUE(memory.ok()) << memory.status();
-          const bool bf16 = source_tensors_.at(view.tensor()).dtype == "BF16";
+          const std::string& dtype = source_tensors_.at(view.tensor()).dtype;
+          const bool bf16 = dtype == "BF16";
           ForEachCoordinate(
               offset, extent,
               [&](const Dims& coord, int64_t element) {
                 const float x = WeightAt(view.tensor(), coord, version);
-                if (bf16) {
+                if (dtype == "F8_E4M3") {
+                  memory->base[element] = CodeAt(coord, version);
+                } else if (bf16) {
                   const uint16_t bits = transport::testing::ReferenceBf16(x);
                   std::memcpy(memory->base + element * 2, &bits, 2);
                 } else {
@@ -231,6 +250,30 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
     return wrong;
   }
 
+  // Values of BF16 destination view `v` of "codes" that are not the reference's
+  // dequantization of `version`'s codes and block scales.
+  int64_t WrongDequantized(const transport::BufferMap& buffers, int64_t rank, int v,
+                           const v1::ShardView& view, int64_t version) {
+    const Dims offset(view.offset().begin(), view.offset().end());
+    const Dims extent(view.extent().begin(), view.extent().end());
+    absl::StatusOr<transport::ConstStridedRef> memory =
+        buffers.LocateAsRegistered(v1::ROLE_DESTINATION, rank, v, view.tensor(), offset, extent);
+    EXPECT_TRUE(memory.ok()) << memory.status();
+    if (!memory.ok()) return -1;
+    int64_t wrong = 0;
+    ForEachCoordinate(
+        offset, extent,
+        [&](const Dims& coord, int64_t element) {
+          const float scale =
+              WeightAt("codes_scale_inv", {coord[0] / 128, coord[1] / 128}, version);
+          const uint16_t want = transport::testing::ReferenceBf16(
+              transport::testing::ReferenceDequantize(CodeAt(coord, version), scale));
+          wrong += std::memcmp(memory->base + element * 2, &want, 2) != 0;
+        },
+        memory->strides);
+    return wrong;
+  }
+
   // Codes and scales of every destination view that differ from the reference's.
   int64_t WrongQuantizedElements(int64_t version) {
     std::map<std::pair<std::string, int64_t>, transport::testing::ReferenceBlocks> reference;
@@ -254,6 +297,10 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
         if (weight == "norm") continue;
         if (weight == "proj") {  // cast from F32: each value rounded to BF16
           wrong += WrongCasts(hold.buffers(), r.rank(), v, view, version);
+          continue;
+        }
+        if (weight == "codes") {  // dequantized from the trainers' codes and block scales
+          wrong += WrongDequantized(hold.buffers(), r.rank(), v, view, version);
           continue;
         }
         const Dims offset(view.offset().begin(), view.offset().end());
@@ -321,9 +368,10 @@ TEST_P(QuantizedRefitTest, EveryCodeAndScaleIsTheReferenceQuantizersEpochAfterEp
     ASSERT_TRUE(refit.ok()) << refit.error_message();
     // Codes (1 byte per element) and scales crossed, not BF16 or F32: every w element once
     // as a code, every experts element once, the scales, and the BF16 norm to both ranks;
-    // fsdp once in BF16 (quantized on arrival: none of its scales cross).
+    // fsdp once in BF16 (quantized on arrival: none of its scales cross); the FP8 codes once
+    // and each inference rank the scales of the 2 x 2 blocks its columns touch.
     EXPECT_EQ(report.bytes(), 300 * 260 + 3 * 3 * 4 + 4 * 256 * 130 + 4 * 2 * 2 * 4 + 2 * 260 * 2 +
-                                  70 * 50 * 2 + 256 * 200 * 2);
+                                  70 * 50 * 2 + 256 * 200 * 2 + 200 * 300 + 2 * 2 * 2 * 4);
     EXPECT_GT(report.pieces_checksummed(), 0);
     for (const v1::RankLayout& r : destinations_.ranks()) {
       ASSERT_TRUE(InferenceRegistry()
@@ -335,7 +383,7 @@ TEST_P(QuantizedRefitTest, EveryCodeAndScaleIsTheReferenceQuantizersEpochAfterEp
     // what it quantized on arrival).
     EXPECT_EQ(trainer_metrics_.quantized_bytes.Value(),
               version * (300 * 260 * 2 + 4 * 256 * 130 * 4 + 70 * 50 * 4 +
-                         (GetParam() ? 256 * 200 * 2 : 0)));
+                         (GetParam() ? 256 * 200 * 2 + 200 * 300 * 2 : 0)));
   }
   EXPECT_EQ(allocations(), 6);
   EXPECT_GT(trainer_metrics_.quantize_seconds.Value(), 0);
