@@ -21,11 +21,11 @@ from .errors import (RefitAborted, RefitError, RefitPermissionDenied, RefitRejec
                      RefitTimeout, RefitUnavailable)
 from .memory import refit_dtype
 from .placements import DeviceMesh, Replicate, Shard
-from .quantization import BlockFp8, CastToBf16
+from .quantization import BlockFp8, CastToBf16, DequantizeFp8
 from .shards import Box, chunk, replicated, split
 from . import torch_layout
 
-__all__ = ["BlockFp8", "Box", "Bucket", "CastToBf16", "BucketPiece", "DeviceMesh", "LocalDaemon", "RefitAborted",
+__all__ = ["BlockFp8", "Box", "Bucket", "CastToBf16", "DequantizeFp8", "BucketPiece", "DeviceMesh", "LocalDaemon", "RefitAborted",
            "RefitClient", "RefitError", "RefitPermissionDenied", "RefitRejected",
            "RefitTimeout", "RefitUnavailable", "RegisteredRank", "Replicate", "Shard", "chunk",
            "copy_into", "refit_dtype", "replicated", "split"]

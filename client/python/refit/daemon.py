@@ -2,7 +2,7 @@
 process holds, publish a version (sources), wait for one (destinations)."""
 from socket import gethostname
 import threading
-from typing import Any, Callable, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Tuple, Union
 
 import grpc
 
@@ -12,7 +12,8 @@ from .buckets import Bucket, BucketMemory, BucketReceiver
 from .errors import RefitError, error_for, from_rpc_error
 from .in_place import InPlaceMemory
 from .memory import RankMemory, refit_dtype
-from .quantization import SCHEME_BLOCK_FP8, SCHEME_CAST, BlockFp8, CastToBf16, codes_dtype_ok
+from .quantization import (SCHEME_BLOCK_FP8, SCHEME_CAST, SCHEME_DEQUANTIZE, BlockFp8, CastToBf16,
+                           DequantizeFp8, codes_dtype_ok)
 from .shards import Box
 
 
@@ -115,14 +116,18 @@ class LocalDaemon:
     def register_source(self, rank: int, shards: Optional[Mapping[str, Tuple[Box, Any]]] = None,
                         device: Optional[str] = None, host: Optional[str] = None,
                         timeout: float = 60.0, *, tensors: Optional[Mapping[str, Any]] = None,
-                        boxes: Optional[Mapping[str, Box]] = None) -> "RegisteredRank":
+                        boxes: Optional[Mapping[str, Box]] = None,
+                        fp8_codes: Iterable[str] = ()) -> "RegisteredRank":
         """Registers trainer rank `rank`; returns the RegisteredRank whose tensors refitd
         reads. Either `tensors` (name -> the rank's own torch tensor, its local shard) with
         `boxes` (name -> refit.Box: where it lies in the global tensor), read in place; or
         `shards` (name -> (refit.Box, torch dtype)), for which refit allocates memory that
-        the trainer fills (RegisteredRank.load). `host` defaults to this node's name."""
+        the trainer fills (RegisteredRank.load). `host` defaults to this node's name.
+        `fp8_codes`: tensors held as E4M3 codes (uint8 or float8_e4m3fn), declared F8_E4M3
+        (an inference rank may hold them dequantized: refit.DequantizeFp8)."""
         return self._register(refit_pb2.ROLE_SOURCE, rank, shards, tensors, boxes, device,
-                              host, False, timeout, None)
+                              host, False, timeout, None,
+                              quantized={name: _FP8_CODES for name in fp8_codes})
 
     def register_destination(self, rank: int,
                              shards: Optional[Mapping[str, Tuple[Box, Any]]] = None,
@@ -133,7 +138,8 @@ class LocalDaemon:
                              dtypes: Optional[Mapping[str, Any]] = None,
                              bucket_bytes: Optional[int] = None,
                              on_bucket: Optional[Callable[[Bucket], None]] = None,
-                             quantized: Optional[Mapping[str, Union[BlockFp8, CastToBf16]]] = None
+                             quantized: Optional[Mapping[str, Union[BlockFp8, CastToBf16,
+                                                                    DequantizeFp8]]] = None
                              ) -> "RegisteredRank":
         """Registers inference rank `rank`; refitd writes its tensors: the engine's own
         (`tensors` and `boxes`, written in place, fused parameters as views of one tensor)
@@ -148,7 +154,9 @@ class LocalDaemon:
         `quantized` (name -> refit.BlockFp8): tensors held in FP8 E4M3 codes (uint8 or
         float8_e4m3fn) with their blocks' float32 scales in another registered tensor;
         refit quantizes the trainers' BF16/F32 weights on the way (refit.quantization).
-        (name -> refit.CastToBf16()): a bfloat16 tensor whose trainers hold float32."""
+        (name -> refit.CastToBf16()): a bfloat16 tensor whose trainers hold float32.
+        (name -> refit.DequantizeFp8(scale_name)): a bfloat16 or float32 tensor whose trainers
+        hold E4M3 codes and their blocks' scales in source tensor `scale_name`."""
         bucket = None
         if bucket_bytes is not None or on_bucket is not None:
             if bucket_bytes is None or on_bucket is None or boxes is None or dtypes is None:
@@ -226,6 +234,10 @@ class LocalDaemon:
         return held
 
 
+# A source tensor's marker in `quantized`: it holds E4M3 codes (register_source's fp8_codes).
+_FP8_CODES = object()
+
+
 def _tensor_specs(rank, memory, quantized):
     """The TensorSpecs of a rank's tensors; those in `quantized` declared F8_E4M3 with their
     recipe (their torch dtype holds codes; their scale tensor is float32)."""
@@ -235,6 +247,24 @@ def _tensor_specs(rank, memory, quantized):
     specs = []
     for name, box in memory.boxes.items():
         recipe = quantized.get(name)
+        if recipe is _FP8_CODES:
+            if not codes_dtype_ok(memory.dtypes[name]):
+                raise ValueError(f"rank {rank}: tensor {name} holds E4M3 codes, so it is uint8 or "
+                                 f"float8_e4m3fn, not {memory.dtypes[name]}")
+            specs.append(refit_pb2.TensorSpec(name=name, dtype="F8_E4M3",
+                                              shape=box.global_shape))
+            continue
+        if isinstance(recipe, DequantizeFp8):
+            dtype = str(memory.dtypes[name])
+            if dtype not in ("torch.bfloat16", "torch.float32"):
+                raise ValueError(f"rank {rank}: tensor {name} is dequantized, so it is bfloat16 "
+                                 f"or float32, not {dtype}")
+            specs.append(refit_pb2.TensorSpec(
+                name=name, dtype=refit_dtype(memory.dtypes[name]), shape=box.global_shape,
+                quantization=refit_pb2.Quantization(
+                    scheme=SCHEME_DEQUANTIZE, scale_tensor=recipe.scale_tensor,
+                    block=[1] * (len(box.global_shape) - 2) + list(recipe.block))))
+            continue
         if isinstance(recipe, CastToBf16):
             if str(memory.dtypes[name]) != "torch.bfloat16":
                 raise ValueError(f"rank {rank}: tensor {name} is cast to bfloat16, so it is "

@@ -6,6 +6,9 @@
                                     "...q_proj.weight_scale_inv")})
 
 CastToBf16: a bfloat16 weight registered from float32 trainers, rounded on the way.
+DequantizeFp8: the reverse of BlockFp8, a bfloat16 or float32 weight whose trainers hold E4M3
+codes (registered with `fp8_codes=[name]`) and the float32 scales of their blocks in a source
+tensor: the codes and scales cross, and the inference side's refitd writes code * scale.
 
 A BlockFp8 weight is held as E4M3 codes: a torch.uint8 tensor (torch 1.x has no float8
 dtype; its bytes are the codes, the way vLLM's float8_e4m3fn weights hold them) or a
@@ -19,6 +22,7 @@ from typing import Tuple
 
 SCHEME_BLOCK_FP8 = "block_fp8"
 SCHEME_CAST = "cast"
+SCHEME_DEQUANTIZE = "dequantize"
 
 
 @dataclass(frozen=True)
@@ -34,6 +38,17 @@ class CastToBf16:
     """A bfloat16 weight whose trainers hold float32 (an FSDP2 trainer's sharded parameters):
     refit rounds each value to nearest even on the trainers' side, so 2 bytes an element
     cross. Any boxes."""
+
+
+@dataclass(frozen=True)
+class DequantizeFp8:
+    """A bfloat16 or float32 weight whose trainers hold its E4M3 codes and one float32 scale
+    per block (of `block` over the last two dims; default 128 x 128) in the source tensor
+    `scale_tensor`: each value is code * scale (the product in float32, rounded to nearest
+    even for bfloat16), written by the inference side's refitd after the codes and scales
+    arrive. Any boxes."""
+    scale_tensor: str
+    block: Tuple[int, int] = (128, 128)
 
 
 def codes_dtype_ok(dtype) -> bool:

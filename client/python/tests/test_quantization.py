@@ -6,7 +6,7 @@ import unittest
 import torch
 
 import refit
-from refit.daemon import _tensor_specs
+from refit.daemon import _FP8_CODES, _tensor_specs
 
 
 def memory(**dtypes):
@@ -37,6 +37,27 @@ class QuantizationTest(unittest.TestCase):
                                                 "bfloat16, not torch.float32"):
             _tensor_specs(0, memory(w=torch.float32, w_scale_inv=torch.float32),
                           {"w": refit.CastToBf16()})
+
+    def test_a_dequantized_weight_and_its_sources_codes_are_declared(self):
+        spec = _tensor_specs(0, memory(w=torch.bfloat16, w_scale_inv=torch.float32),
+                             {"w": refit.DequantizeFp8("w_scale_inv", (64, 64))})[0]
+        self.assertEqual((spec.dtype, spec.quantization.scheme), ("BF16", "dequantize"))
+        self.assertEqual(spec.quantization.scale_tensor, "w_scale_inv")
+        self.assertEqual(list(spec.quantization.block), [64, 64])
+        # A trainer's codes (register_source's fp8_codes): F8_E4M3, no recipe of their own.
+        codes = {s.name: s for s in _tensor_specs(
+            0, memory(w=torch.uint8, w_scale_inv=torch.float32), {"w": _FP8_CODES})}
+        self.assertEqual(codes["w"].dtype, "F8_E4M3")
+        self.assertFalse(codes["w"].HasField("quantization"))
+        self.assertEqual(codes["w_scale_inv"].dtype, "F32")
+        with self.assertRaisesRegex(ValueError, "tensor w is dequantized, so it is bfloat16 or "
+                                                "float32, not torch.uint8"):
+            _tensor_specs(0, memory(w=torch.uint8, w_scale_inv=torch.float32),
+                          {"w": refit.DequantizeFp8("w_scale_inv")})
+        with self.assertRaisesRegex(ValueError, "tensor w holds E4M3 codes, so it is uint8 or "
+                                                "float8_e4m3fn, not torch.float32"):
+            _tensor_specs(0, memory(w=torch.float32, w_scale_inv=torch.float32),
+                          {"w": _FP8_CODES})
 
     def test_what_cannot_hold_codes_or_scales_is_refused(self):
         with self.assertRaisesRegex(ValueError, "tensor w holds E4M3 codes, so it is uint8 or "
