@@ -214,6 +214,21 @@ TEST(RefitctlTest, Fp8DestinationsWhoseShardsCutBlocksAreRefusedByName) {
   EXPECT_TRUE(absl::StrContains(mini.out, "verified        yes")) << mini.out;
 }
 
+TEST(RefitctlTest, Fp8DestinationsFromFsdpTrainersQuantizeCutBlocksOnArrival) {
+  // FSDP2 over 3 trainers: torch.chunk rows (342 of 1024) cut 128-row blocks; those tensors
+  // cross in BF16 and are quantized on arrival, the others in codes.
+  const CommandResult run = Refitctl(
+      "plan --model dsv3-mini --src-parallel fsdp=3 --dst-parallel tp=2,dp=2 "
+      "--dst-quantization block_fp8 --verify=bytes --json");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+  EXPECT_TRUE(absl::StrContains(run.out, "\"verified\": true")) << run.out;
+  EXPECT_TRUE(absl::StrContains(run.out, "\"tensors_quantized_on_arrival\": 42")) << run.out;
+  EXPECT_TRUE(absl::StrContains(run.out, "\"tensors_dequantized\": 0")) << run.out;
+  // Megatron's PP x EP trainers hold whole blocks: everything crosses in codes.
+  const CommandResult whole = Refitctl("plan --refit mini --dst-quantization block_fp8 --json");
+  EXPECT_TRUE(absl::StrContains(whole.out, "\"tensors_quantized_on_arrival\": 0")) << whole.out;
+}
+
 TEST(RefitctlTest, ReadableTableWithoutJson) {
   const CommandResult run = Refitctl("plan --refit mini --strategy gather_broadcast");
   EXPECT_EQ(run.exit_code, 0) << run.err;
