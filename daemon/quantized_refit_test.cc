@@ -228,10 +228,9 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
     return transport::testing::ReferenceQuantize(x, rows, cols);
   }
 
-  // Values of BF16 destination view `v` (cast from the trainers' F32) that are not the
-  // reference's rounding of `version`'s weights.
-  int64_t WrongCasts(const transport::BufferMap& buffers, int64_t rank, int v,
-                     const v1::ShardView& view, int64_t version) {
+  // Values of BF16 destination view `v` whose bits are not `want(coordinate)`.
+  int64_t WrongBf16(const transport::BufferMap& buffers, int64_t rank, int v,
+                    const v1::ShardView& view, const std::function<float(const Dims&)>& want) {
     const Dims offset(view.offset().begin(), view.offset().end());
     const Dims extent(view.extent().begin(), view.extent().end());
     absl::StatusOr<transport::ConstStridedRef> memory =
@@ -242,33 +241,8 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
     ForEachCoordinate(
         offset, extent,
         [&](const Dims& coord, int64_t element) {
-          const uint16_t want =
-              transport::testing::ReferenceBf16(WeightAt(view.tensor(), coord, version));
-          wrong += std::memcmp(memory->base + element * 2, &want, 2) != 0;
-        },
-        memory->strides);
-    return wrong;
-  }
-
-  // Values of BF16 destination view `v` of "codes" that are not the reference's
-  // dequantization of `version`'s codes and block scales.
-  int64_t WrongDequantized(const transport::BufferMap& buffers, int64_t rank, int v,
-                           const v1::ShardView& view, int64_t version) {
-    const Dims offset(view.offset().begin(), view.offset().end());
-    const Dims extent(view.extent().begin(), view.extent().end());
-    absl::StatusOr<transport::ConstStridedRef> memory =
-        buffers.LocateAsRegistered(v1::ROLE_DESTINATION, rank, v, view.tensor(), offset, extent);
-    EXPECT_TRUE(memory.ok()) << memory.status();
-    if (!memory.ok()) return -1;
-    int64_t wrong = 0;
-    ForEachCoordinate(
-        offset, extent,
-        [&](const Dims& coord, int64_t element) {
-          const float scale =
-              WeightAt("codes_scale_inv", {coord[0] / 128, coord[1] / 128}, version);
-          const uint16_t want = transport::testing::ReferenceBf16(
-              transport::testing::ReferenceDequantize(CodeAt(coord, version), scale));
-          wrong += std::memcmp(memory->base + element * 2, &want, 2) != 0;
+          const uint16_t bits = transport::testing::ReferenceBf16(want(coord));
+          wrong += std::memcmp(memory->base + element * 2, &bits, 2) != 0;
         },
         memory->strides);
     return wrong;
@@ -296,11 +270,16 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
         const std::string weight(name);
         if (weight == "norm") continue;
         if (weight == "proj") {  // cast from F32: each value rounded to BF16
-          wrong += WrongCasts(hold.buffers(), r.rank(), v, view, version);
+          wrong += WrongBf16(hold.buffers(), r.rank(), v, view,
+                             [&](const Dims& coord) { return WeightAt("proj", coord, version); });
           continue;
         }
         if (weight == "codes") {  // dequantized from the trainers' codes and block scales
-          wrong += WrongDequantized(hold.buffers(), r.rank(), v, view, version);
+          wrong += WrongBf16(hold.buffers(), r.rank(), v, view, [&](const Dims& coord) {
+            const float scale =
+                WeightAt("codes_scale_inv", {coord[0] / 128, coord[1] / 128}, version);
+            return transport::testing::ReferenceDequantize(CodeAt(coord, version), scale);
+          });
           continue;
         }
         const Dims offset(view.offset().begin(), view.offset().end());

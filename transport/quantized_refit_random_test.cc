@@ -66,21 +66,69 @@ std::vector<int64_t> Cuts(std::mt19937_64& rng, int64_t n, int64_t block, int pa
   return cuts;
 }
 
+// 1 to 3 random tensors of 2 or 3 dims (stacked matrices), each dim up to 6 blocks; bf16
+// or F32 at random.
+std::vector<RandomTensor> RandomTensors(std::mt19937_64& rng, int64_t block) {
+  std::vector<RandomTensor> tensors;
+  const int count = std::uniform_int_distribution<int>(1, 3)(rng);
+  for (int i = 0; i < count; ++i) {
+    RandomTensor t{absl::StrCat("t", i), {}, rng() % 2 == 0};
+    if (rng() % 3 == 0) t.shape.push_back(std::uniform_int_distribution<int64_t>(1, 3)(rng));
+    for (int d = 0; d < 2; ++d) {
+      t.shape.push_back(std::uniform_int_distribution<int64_t>(1, 6 * block)(rng));
+    }
+    tensors.push_back(t);
+  }
+  return tensors;
+}
+
+struct RankBox {
+  int rank;
+  std::vector<int64_t> offset, extent;
+};
+
+// A side's boxes of a tensor of `shape` over `ranks` ranks: one random dim split at
+// multiples of unit_of(dim) (fewer parts than ranks leave ranks out), or replicated.
+std::vector<RankBox> RandomSplit(std::mt19937_64& rng, const std::vector<int64_t>& shape, int ranks,
+                                 const std::function<int64_t(size_t)>& unit_of,
+                                 std::string* description) {
+  const bool replicate = rng() % 4 == 0;
+  const size_t dim = std::uniform_int_distribution<size_t>(0, shape.size() - 1)(rng);
+  const std::vector<int64_t> cuts = Cuts(rng, shape[dim], unit_of(dim), ranks);
+  absl::StrAppend(description, " ",
+                  replicate ? "replicated" : absl::StrCat("dim ", dim, " in ", cuts.size() - 1));
+  std::vector<RankBox> boxes;
+  for (int r = 0; r < ranks; ++r) {
+    RankBox box{r, std::vector<int64_t>(shape.size(), 0), shape};
+    if (!replicate) {
+      if (r + 1 >= static_cast<int>(cuts.size())) continue;  // fewer parts than ranks
+      box.offset[dim] = cuts[r];
+      box.extent[dim] = cuts[r + 1] - cuts[r];
+    }
+    boxes.push_back(std::move(box));
+  }
+  return boxes;
+}
+
+// The box of a view's blocks: block `block` over the last two dims, 1 over the others.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> BlocksOfBox(
+    const std::vector<int64_t>& offset, const std::vector<int64_t>& extent, int64_t block) {
+  const size_t dims = offset.size();
+  std::vector<int64_t> block_offset(dims), block_extent(dims);
+  for (size_t d = 0; d < dims; ++d) {
+    const int64_t b = d + 2 >= dims ? block : 1;
+    block_offset[d] = offset[d] / b;
+    block_extent[d] = (offset[d] + extent[d] + b - 1) / b - block_offset[d];
+  }
+  return {block_offset, block_extent};
+}
+
 TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
   std::mt19937_64 rng(1606);
   size_t arrived_views = 0;
   for (int trial = 0; trial < 40; ++trial) {
     const int64_t block = int64_t{1} << std::uniform_int_distribution<int>(1, 3)(rng);
-    std::vector<RandomTensor> tensors;
-    const int count = std::uniform_int_distribution<int>(1, 3)(rng);
-    for (int i = 0; i < count; ++i) {
-      RandomTensor t{absl::StrCat("t", i), {}, rng() % 2 == 0};
-      if (rng() % 3 == 0) t.shape.push_back(std::uniform_int_distribution<int64_t>(1, 3)(rng));
-      for (int d = 0; d < 2; ++d) {
-        t.shape.push_back(std::uniform_int_distribution<int64_t>(1, 6 * block)(rng));
-      }
-      tensors.push_back(t);
-    }
+    const std::vector<RandomTensor> tensors = RandomTensors(rng, block);
     const int source_ranks = std::uniform_int_distribution<int>(1, 4)(rng);
     const int destination_ranks = std::uniform_int_distribution<int>(1, 4)(rng);
     refit::testing::LayoutBuilder src, dst;
@@ -92,32 +140,22 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
       // Each side splits one random dim at block edges (1 for leading dims), or replicates.
       for (bool source : {true, false}) {
         const int ranks = source ? source_ranks : destination_ranks;
-        const bool replicate = rng() % 4 == 0;
-        const size_t dim = std::uniform_int_distribution<size_t>(0, dims - 1)(rng);
-        // A trainer may cut blocks (FSDP2's even rows): those arrive wide.
-        const bool cut_blocks = source && rng() % 3 == 0;
-        const int64_t unit = dim + 2 >= dims && !cut_blocks ? block : 1;
-        const std::vector<int64_t> cuts = Cuts(rng, t.shape[dim], unit, ranks);
-        absl::StrAppend(
-            &description, " ", t.name, source ? " src " : " dst ",
-            replicate ? "replicated" : absl::StrCat("dim ", dim, " in ", cuts.size() - 1),
-            cut_blocks ? " (anywhere)" : "");
-        for (int r = 0; r < ranks; ++r) {
-          std::vector<int64_t> offset(dims, 0), extent = t.shape;
-          if (!replicate) {
-            if (r + 1 >= static_cast<int>(cuts.size())) continue;  // fewer parts than ranks
-            offset[dim] = cuts[r];
-            extent[dim] = cuts[r + 1] - cuts[r];
-          }
+        bool cut_blocks = false;
+        const std::vector<RankBox> boxes = RandomSplit(
+            rng, t.shape, ranks,
+            [&](size_t dim) {
+              // A trainer may cut blocks (FSDP2's even rows): those arrive wide.
+              cut_blocks = source && rng() % 3 == 0;
+              return dim + 2 >= dims && !cut_blocks ? block : 1;
+            },
+            &description);
+        absl::StrAppend(&description, " (", t.name, source ? " src" : " dst",
+                        cut_blocks ? ", anywhere)" : ")");
+        for (const auto& [r, offset, extent] : boxes) {
           refit::testing::LayoutBuilder& side = source ? src : dst;
           side.Rank(r, source ? "train" : "infer", r).View(r, t.name, offset, extent);
           if (source) continue;
-          std::vector<int64_t> block_offset(dims), block_extent(dims);
-          for (size_t d = 0; d < dims; ++d) {
-            const int64_t b = d + 2 >= dims ? block : 1;
-            block_offset[d] = offset[d] / b;
-            block_extent[d] = (offset[d] + extent[d] + b - 1) / b - block_offset[d];
-          }
+          const auto [block_offset, block_extent] = BlocksOfBox(offset, extent, block);
           dst.View(r, t.name + "_scale", block_offset, block_extent);
         }
       }
@@ -278,19 +316,6 @@ float ScaleAt(const RandomTensor& t, int64_t block_linear) {
                     static_cast<int>((h >> 40) % 14) - 10);
 }
 
-// The box of a view's blocks: block `block` over the last two dims, 1 over the others.
-std::pair<std::vector<int64_t>, std::vector<int64_t>> BlocksOfBox(
-    const std::vector<int64_t>& offset, const std::vector<int64_t>& extent, int64_t block) {
-  const size_t dims = offset.size();
-  std::vector<int64_t> block_offset(dims), block_extent(dims);
-  for (size_t d = 0; d < dims; ++d) {
-    const int64_t b = d + 2 >= dims ? block : 1;
-    block_offset[d] = offset[d] / b;
-    block_extent[d] = (offset[d] + extent[d] + b - 1) / b - block_offset[d];
-  }
-  return {block_offset, block_extent};
-}
-
 // The reverse: trainers hold E4M3 codes split anywhere and the scales of the blocks their
 // codes touch (a block cut between two trainers: both hold its scale), or replicate;
 // inference ranks hold BF16 or F32 split anywhere (or replicate). The plan moves codes and
@@ -301,16 +326,8 @@ TEST(QuantizedRefitRandomTest, EveryDequantizedValueIsTheReferences) {
   size_t dequantized_views = 0;
   for (int trial = 0; trial < 30; ++trial) {
     const int64_t block = int64_t{1} << std::uniform_int_distribution<int>(1, 3)(rng);
-    std::vector<RandomTensor> tensors;
-    const int count = std::uniform_int_distribution<int>(1, 3)(rng);
-    for (int i = 0; i < count; ++i) {
-      RandomTensor t{absl::StrCat("t", i), {}, rng() % 2 == 0};  // bf16: the destinations'
-      if (rng() % 3 == 0) t.shape.push_back(std::uniform_int_distribution<int64_t>(1, 3)(rng));
-      for (int d = 0; d < 2; ++d) {
-        t.shape.push_back(std::uniform_int_distribution<int64_t>(1, 6 * block)(rng));
-      }
-      tensors.push_back(t);
-    }
+    // bf16: the destinations' dtype.
+    const std::vector<RandomTensor> tensors = RandomTensors(rng, block);
     const int source_ranks = std::uniform_int_distribution<int>(1, 4)(rng);
     const int destination_ranks = std::uniform_int_distribution<int>(1, 4)(rng);
     refit::testing::LayoutBuilder src, dst;
@@ -322,19 +339,10 @@ TEST(QuantizedRefitRandomTest, EveryDequantizedValueIsTheReferences) {
       dst.Dequantized(t.name, t.shape, t.bf16 ? "BF16" : "F32", t.name + "_scale");
       for (bool source : {true, false}) {
         const int ranks = source ? source_ranks : destination_ranks;
-        const bool replicate = rng() % 4 == 0;
-        const size_t dim = std::uniform_int_distribution<size_t>(0, dims - 1)(rng);
-        const std::vector<int64_t> cuts = Cuts(rng, t.shape[dim], 1, ranks);
-        absl::StrAppend(
-            &description, " ", t.name, source ? " src " : " dst ",
-            replicate ? "replicated" : absl::StrCat("dim ", dim, " in ", cuts.size() - 1));
-        for (int r = 0; r < ranks; ++r) {
-          std::vector<int64_t> offset(dims, 0), extent = t.shape;
-          if (!replicate) {
-            if (r + 1 >= static_cast<int>(cuts.size())) continue;
-            offset[dim] = cuts[r];
-            extent[dim] = cuts[r + 1] - cuts[r];
-          }
+        const std::vector<RankBox> boxes = RandomSplit(
+            rng, t.shape, ranks, [](size_t) { return int64_t{1}; }, &description);
+        absl::StrAppend(&description, " (", t.name, source ? " src)" : " dst)");
+        for (const auto& [r, offset, extent] : boxes) {
           refit::testing::LayoutBuilder& side = source ? src : dst;
           side.Rank(r, source ? "train" : "infer", r).View(r, t.name, offset, extent);
           if (!source) continue;

@@ -33,20 +33,7 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::Make(const v1::Qua
   absl::StatusOr<std::unique_ptr<QuantizedView>> view =
       MakeBlocks(spec, registered, WhoIs(v1::ROLE_SOURCE, spec));
   if (!view.ok() || (*view)->cast_) return view;
-  QuantizedView& made = **view;
-  const planner::Box blocks = planner::BlocksOf(planner::Box{registered.offset, registered.extent},
-                                                Dims(spec.block().begin(), spec.block().end()));
-  absl::StatusOr<uint8_t*> codes =
-      made.Keep(planner::Box{registered.offset, registered.extent}.Volume(), made.who_);
-  if (!codes.ok()) return codes.status();
-  absl::StatusOr<uint8_t*> scale_memory = made.Keep(blocks.Volume() * 4, made.who_);
-  if (!scale_memory.ok()) return scale_memory.status();
-  made.codes_ = MappedView{
-      spec.tensor(), registered.offset, registered.extent, RowMajorStrides(registered.extent), 1,
-      *codes,        registered.device};
-  made.scales_ = MappedView{
-      spec.scale_tensor(), blocks.offset,    blocks.extent, RowMajorStrides(blocks.extent), 4,
-      *scale_memory,       registered.device};
+  if (absl::Status kept = (*view)->KeepCodesAndScales(registered.device); !kept.ok()) return kept;
   return view;
 }
 
@@ -104,29 +91,11 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeOnArrival(
 absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeDequantizing(
     const v1::QuantizedSource& spec, const MappedView& registered) {
   const std::string who = WhoIs(v1::ROLE_DESTINATION, spec);
-  const Dims offset(spec.offset().begin(), spec.offset().end());
-  const Dims extent(spec.extent().begin(), spec.extent().end());
-  const Dims block(spec.block().begin(), spec.block().end());
-  if (registered.tensor != spec.tensor() || registered.offset != offset ||
-      registered.extent != extent) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(who,
-                     ": the plan dequantizes a box this daemon's registration of the view "
-                     "does not hold (registered again since the plan was made?)"));
-  }
+  if (absl::Status held = CheckHeld(spec, registered, who, "dequantizes"); !held.ok()) return held;
   if (registered.element_bytes != 2 && registered.element_bytes != 4) {
     return absl::InvalidArgumentError(
         absl::StrCat(who, " holds ", registered.element_bytes,
                      "-byte elements; dequantizing gives BF16 or F32"));
-  }
-  const size_t dims = extent.size();
-  if (dims < 2 || block.size() != dims || block[dims - 1] != block[dims - 2] ||
-      block[dims - 1] <= 0 ||
-      std::any_of(block.begin(), block.end() - 2, [](int64_t b) { return b != 1; })) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(who,
-                     ": quantization blocks must be square over the last two of two or "
-                     "more dims, 1 over the others"));
   }
   if (registered.device >= 0) {
     return absl::UnimplementedError(
@@ -138,28 +107,8 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeDequantizing(
   view->wide_ = registered;
   view->dequantize_ = true;
   view->type_ = registered.element_bytes == 2 ? WideType::kBF16 : WideType::kF32;
-  view->block_ = block[dims - 1];
-  view->rows_ = extent[dims - 2];
-  view->cols_ = extent[dims - 1];
-  view->matrices_ = 1;
-  for (size_t d = 0; d + 2 < dims; ++d) view->matrices_ *= extent[d];
-  view->band_rows_ = BandRows(view->block_, view->cols_, registered.element_bytes);
-  view->bands_per_matrix_ = (view->rows_ + view->band_rows_ - 1) / view->band_rows_;
-  const planner::Box box{offset, extent};
-  const planner::Box blocks = planner::BlocksOf(box, block);
-  absl::StatusOr<uint8_t*> codes = view->Keep(box.Volume(), who);
-  if (!codes.ok()) return codes.status();
-  absl::StatusOr<uint8_t*> scales = view->Keep(blocks.Volume() * 4, who);
-  if (!scales.ok()) return scales.status();
-  view->codes_ = MappedView{spec.tensor(), offset, extent, RowMajorStrides(extent), 1, *codes, -1};
-  view->scales_ = MappedView{spec.scale_tensor(),
-                             blocks.offset,
-                             blocks.extent,
-                             RowMajorStrides(blocks.extent),
-                             4,
-                             *scales,
-                             -1};
-  view->has_scales_ = true;
+  if (absl::Status set = view->SetBlocks(); !set.ok()) return set;
+  if (absl::Status kept = view->KeepCodesAndScales(-1); !kept.ok()) return kept;
   return view;
 }
 
@@ -190,31 +139,13 @@ std::string QuantizedView::WhoIs(v1::Role role, const v1::QuantizedSource& spec)
 
 absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeBlocks(
     const v1::QuantizedSource& spec, const MappedView& registered, const std::string& who) {
-  const Dims offset(spec.offset().begin(), spec.offset().end());
-  const Dims extent(spec.extent().begin(), spec.extent().end());
-  const Dims block(spec.block().begin(), spec.block().end());
-  if (registered.tensor != spec.tensor() || registered.offset != offset ||
-      registered.extent != extent) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(who,
-                     ": the plan quantizes a box this daemon's registration of the view "
-                     "does not hold (registered again since the plan was made?)"));
-  }
+  if (absl::Status held = CheckHeld(spec, registered, who, "quantizes"); !held.ok()) return held;
   if (spec.scheme() == "cast") return MakeCast(spec, registered, who);
   const int wide_bytes = spec.source_dtype() == "BF16" ? 2 : spec.source_dtype() == "F32" ? 4 : 0;
   if (wide_bytes == 0 || registered.element_bytes != wide_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(who, " holds ", registered.element_bytes,
                                                    "-byte elements; the plan quantizes it from ",
                                                    spec.source_dtype()));
-  }
-  const size_t dims = extent.size();
-  if (dims < 2 || block.size() != dims || block[dims - 1] != block[dims - 2] ||
-      block[dims - 1] <= 0 ||
-      std::any_of(block.begin(), block.end() - 2, [](int64_t b) { return b != 1; })) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(who,
-                     ": quantization blocks must be square over the last two of two or "
-                     "more dims, 1 over the others"));
   }
   if (registered.device >= 0) {  // the CUDA quantizer, once it agreed with the host's
     if (absl::Status ready = gpu::GpuQuantizerReady(registered.device); !ready.ok()) {
@@ -223,20 +154,71 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeBlocks(
   }
   auto view = std::unique_ptr<QuantizedView>(new QuantizedView());
   view->spec_ = spec;
+  view->who_ = who;
   view->wide_ = registered;
   view->type_ = wide_bytes == 2 ? WideType::kBF16 : WideType::kF32;
-  view->block_ = block[dims - 1];
-  view->rows_ = extent[dims - 2];
-  view->cols_ = extent[dims - 1];
-  view->matrices_ = 1;
-  for (size_t d = 0; d + 2 < dims; ++d) view->matrices_ *= extent[d];
-  // On a GPU one launch a matrix: the kernel spreads its blocks.
-  view->band_rows_ = registered.device >= 0 ? std::max<int64_t>(view->rows_, 1)
-                                            : BandRows(view->block_, view->cols_, wide_bytes);
-  view->bands_per_matrix_ = (view->rows_ + view->band_rows_ - 1) / view->band_rows_;
-  view->who_ = who;
-  view->has_scales_ = true;
+  if (absl::Status set = view->SetBlocks(); !set.ok()) return set;
   return view;
+}
+
+absl::Status QuantizedView::CheckHeld(const v1::QuantizedSource& spec, const MappedView& registered,
+                                      const std::string& who, const char* verb) {
+  if (registered.tensor == spec.tensor() &&
+      std::equal(registered.offset.begin(), registered.offset.end(), spec.offset().begin(),
+                 spec.offset().end()) &&
+      std::equal(registered.extent.begin(), registered.extent.end(), spec.extent().begin(),
+                 spec.extent().end())) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat(who, ": the plan ", verb,
+                   " a box this daemon's registration of the view does not hold (registered "
+                   "again since the plan was made?)"));
+}
+
+absl::Status QuantizedView::SetBlocks() {
+  const Dims& extent = wide_.extent;
+  const Dims block(spec_.block().begin(), spec_.block().end());
+  const size_t dims = extent.size();
+  if (dims < 2 || block.size() != dims || block[dims - 1] != block[dims - 2] ||
+      block[dims - 1] <= 0 ||
+      std::any_of(block.begin(), block.end() - 2, [](int64_t b) { return b != 1; })) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who_,
+                     ": quantization blocks must be square over the last two of two or "
+                     "more dims, 1 over the others"));
+  }
+  block_ = block[dims - 1];
+  rows_ = extent[dims - 2];
+  cols_ = extent[dims - 1];
+  matrices_ = 1;
+  for (size_t d = 0; d + 2 < dims; ++d) matrices_ *= extent[d];
+  // On a GPU one launch a matrix: the kernel spreads its blocks.
+  band_rows_ = wide_.device >= 0 ? std::max<int64_t>(rows_, 1)
+                                 : BandRows(block_, cols_, wide_.element_bytes);
+  bands_per_matrix_ = (rows_ + band_rows_ - 1) / band_rows_;
+  has_scales_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status QuantizedView::KeepCodesAndScales(int32_t device) {
+  const planner::Box box{wide_.offset, wide_.extent};
+  const planner::Box blocks =
+      planner::BlocksOf(box, Dims(spec_.block().begin(), spec_.block().end()));
+  absl::StatusOr<uint8_t*> codes = Keep(box.Volume(), who_);
+  if (!codes.ok()) return codes.status();
+  absl::StatusOr<uint8_t*> scales = Keep(blocks.Volume() * 4, who_);
+  if (!scales.ok()) return scales.status();
+  codes_ = MappedView{spec_.tensor(), box.offset, box.extent, RowMajorStrides(box.extent), 1,
+                      *codes,         device};
+  scales_ = MappedView{spec_.scale_tensor(),
+                       blocks.offset,
+                       blocks.extent,
+                       RowMajorStrides(blocks.extent),
+                       4,
+                       *scales,
+                       device};
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeCast(

@@ -77,6 +77,15 @@ class QuantizedView {
   static absl::StatusOr<std::unique_ptr<QuantizedView>> MakeBlocks(const v1::QuantizedSource& spec,
                                                                    const MappedView& wide,
                                                                    const std::string& who);
+  // OK when `registered` holds the spec's box; else INVALID_ARGUMENT saying the plan `verb`
+  // a box the registration does not hold.
+  static absl::Status CheckHeld(const v1::QuantizedSource& spec, const MappedView& registered,
+                                const std::string& who, const char* verb);
+  // Checks the spec's block (square over the last two dims, 1 over the others) and sets the
+  // geometry from wide_: block, rows, columns, matrices and bands.
+  absl::Status SetBlocks();
+  // Codes and scales of wide_'s box kept here (on `device`; -1: host memory).
+  absl::Status KeepCodesAndScales(int32_t device);
   // Make for a cast, and QuantizeBand's rows of one.
   static absl::StatusOr<std::unique_ptr<QuantizedView>> MakeCast(const v1::QuantizedSource& spec,
                                                                  const MappedView& registered,
