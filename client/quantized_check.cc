@@ -55,8 +55,9 @@ int64_t QuantizedCheck::WrongBytes(const std::string& tensor, const transport::D
                      transport::StridedRef{wide.data(), transport::RowMajorStrides(weight_extent)},
                      version);
   const int64_t rows = weight_extent[dims - 2], cols = weight_extent[dims - 1];
-  const int64_t block = weight.block[dims - 1];
-  const int64_t block_rows = (rows + block - 1) / block, block_cols = (cols + block - 1) / block;
+  const transport::BlockShape block{weight.block[dims - 2], weight.block[dims - 1]};
+  const int64_t block_rows = (rows + block.rows - 1) / block.rows;
+  const int64_t block_cols = (cols + block.cols - 1) / block.cols;
   std::vector<uint8_t> codes(elements);
   std::vector<float> blocks(matrices * block_rows * block_cols);
   for (int64_t m = 0; m < matrices; ++m) {

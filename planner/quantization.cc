@@ -139,9 +139,11 @@ absl::StatusOr<std::map<std::string, Recipe>> RecipesOf(const v1::LayoutSpec& de
                                     " spans more than the last two dims (the others take 1)"));
       }
     }
-    if (recipe.block.size() < 2 || recipe.block.back() != recipe.block[recipe.block.size() - 2]) {
-      return Invalid(absl::StrCat(what, ": quantization block ", ShapeText(recipe.block),
-                                  " is not square over the last two of two or more dims"));
+    if (recipe.block.size() < 2) {
+      return Invalid(absl::StrCat(what,
+                                  ": quantization blocks span the last two of two or "
+                                  "more dims; the tensor has ",
+                                  recipe.block.size()));
     }
     recipe.scale_tensor = q.scale_tensor();
     if (recipe.scale_tensor.empty()) {

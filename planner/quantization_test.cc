@@ -375,13 +375,7 @@ TEST(QuantizationErrorsTest, TheRecipeIsChecked) {
          q->add_block(128);
        },
        "destination tensor \"w\": quantization block [0, 128] has a dim that is not positive"},
-      {[](v1::LayoutSpec* s) {
-         v1::Quantization* q = s->mutable_tensors(0)->mutable_quantization();
-         q->add_block(64);
-         q->add_block(128);
-       },
-       "destination tensor \"w\": quantization block [64, 128] is not square over the last two "
-       "of two or more dims"},
+
   };
   for (const Case& c : cases) {
     v1::LayoutSpec sent = src.spec();

@@ -74,19 +74,19 @@ uint32_t LargestMagnitudeBits(const float* values, int64_t count) {
 // A band of `block` rows at a time, widened one row at a time into `wide`: the block maxima
 // first, then the codes (written through `narrow` when the codes' rows are strided).
 void QuantizeBands(const Dims& extent, WideType type, const ConstStridedRef& weights,
-                   const StridedRef& codes, const StridedRef& scales, int64_t block) {
+                   const StridedRef& codes, const StridedRef& scales, BlockShape block) {
   const int64_t rows = extent[0], cols = extent[1];
-  const int64_t block_cols = (cols + block - 1) / block;
+  const int64_t block_cols = (cols + block.cols - 1) / block.cols;
   std::vector<float> wide(cols), multipliers(block_cols);
   std::vector<uint32_t> largest(block_cols);
   std::vector<uint8_t> narrow(codes.strides[1] == 1 ? 0 : cols);
-  for (int64_t band = 0; band < rows; band += block) {
-    const int64_t band_end = std::min(rows, band + block);
+  for (int64_t band = 0; band < rows; band += block.rows) {
+    const int64_t band_end = std::min(rows, band + block.rows);
     std::fill(largest.begin(), largest.end(), 0);
     for (int64_t r = band; r < band_end; ++r) {
       WidenRow(type, weights, r, cols, wide.data());
       for (int64_t b = 0; b < block_cols; ++b) {
-        const int64_t begin = b * block, end = std::min(cols, begin + block);
+        const int64_t begin = b * block.cols, end = std::min(cols, begin + block.cols);
         largest[b] = std::max(largest[b], LargestMagnitudeBits(wide.data() + begin, end - begin));
       }
     }
@@ -96,13 +96,14 @@ void QuantizeBands(const Dims& extent, WideType type, const ConstStridedRef& wei
       amax = std::max(amax, kMinBlockAmax);
       multipliers[b] = kE4M3Max / amax;
       const float scale = amax / kE4M3Max;
-      std::memcpy(scales.base + ((band / block) * scales.strides[0] + b * scales.strides[1]) * 4,
-                  &scale, sizeof(scale));
+      std::memcpy(
+          scales.base + ((band / block.rows) * scales.strides[0] + b * scales.strides[1]) * 4,
+          &scale, sizeof(scale));
     }
     for (int64_t r = band; r < band_end; ++r) {
       WidenRow(type, weights, r, cols, wide.data());
       for (int64_t b = 0; b < block_cols; ++b) {
-        const int64_t begin = b * block, end = std::min(cols, begin + block);
+        const int64_t begin = b * block.cols, end = std::min(cols, begin + block.cols);
         for (int64_t c = begin; c < end; ++c) wide[c] *= multipliers[b];
       }
       uint8_t* row = codes.base + r * codes.strides[0];
@@ -120,13 +121,19 @@ void QuantizeBands(const Dims& extent, WideType type, const ConstStridedRef& wei
 
 absl::Status QuantizeBlocks(const Dims& extent, WideType type, const ConstStridedRef& weights,
                             const StridedRef& codes, const StridedRef& scales, int64_t block) {
+  return QuantizeBlocks(extent, type, weights, codes, scales, BlockShape{block, block});
+}
+
+absl::Status QuantizeBlocks(const Dims& extent, WideType type, const ConstStridedRef& weights,
+                            const StridedRef& codes, const StridedRef& scales, BlockShape block) {
   if (extent.size() != 2 || weights.strides.size() != 2 || codes.strides.size() != 2 ||
       scales.strides.size() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "block-scaled FP8 quantizes 2-D weights; this box has ", extent.size(), " dimensions"));
   }
-  if (block <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("a quantization block of ", block, " elements"));
+  if (block.rows <= 0 || block.cols <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a quantization block of ", block.rows, " x ", block.cols, " elements"));
   }
   QuantizeBands(extent, type, weights, codes, scales, block);
   return absl::OkStatus();
@@ -134,27 +141,28 @@ absl::Status QuantizeBlocks(const Dims& extent, WideType type, const ConstStride
 
 absl::Status DequantizeBlocks(const Dims& extent, const Dims& corner, const ConstStridedRef& codes,
                               const ConstStridedRef& scales, WideType type,
-                              const StridedRef& values, int64_t block) {
+                              const StridedRef& values, BlockShape block) {
   if (extent.size() != 2 || corner.size() != 2 || codes.strides.size() != 2 ||
       scales.strides.size() != 2 || values.strides.size() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(
         "block-scaled FP8 dequantizes 2-D codes; this box has ", extent.size(), " dimensions"));
   }
-  if (block <= 0 || corner[0] < 0 || corner[1] < 0 || corner[0] >= block || corner[1] >= block) {
-    return absl::InvalidArgumentError(absl::StrCat("a quantization block of ", block,
-                                                   " elements with the box's corner at ", corner[0],
-                                                   ", ", corner[1]));
+  if (block.rows <= 0 || block.cols <= 0 || corner[0] < 0 || corner[1] < 0 ||
+      corner[0] >= block.rows || corner[1] >= block.cols) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a quantization block of ", block.rows, " x ", block.cols,
+                     " elements with the box's corner at ", corner[0], ", ", corner[1]));
   }
   float decoded[256];
   for (int code = 0; code < 256; ++code) decoded[code] = E4M3ToFloat(static_cast<uint8_t>(code));
   const int64_t value_bytes = type == WideType::kF32 ? 4 : 2;
   for (int64_t r = 0; r < extent[0]; ++r) {
     const uint8_t* code_row = codes.base + r * codes.strides[0];
-    const uint8_t* scale_row = scales.base + (corner[0] + r) / block * scales.strides[0] * 4;
+    const uint8_t* scale_row = scales.base + (corner[0] + r) / block.rows * scales.strides[0] * 4;
     uint8_t* value_row = values.base + r * values.strides[0] * value_bytes;
     for (int64_t c = 0; c < extent[1]; ++c) {
       float scale;
-      std::memcpy(&scale, scale_row + (corner[1] + c) / block * scales.strides[1] * 4, 4);
+      std::memcpy(&scale, scale_row + (corner[1] + c) / block.cols * scales.strides[1] * 4, 4);
       const float x = decoded[code_row[c * codes.strides[1]]] * scale;
       uint8_t* to = value_row + c * values.strides[1] * value_bytes;
       if (type == WideType::kF32) {

@@ -24,6 +24,13 @@ inline constexpr float kMinBlockAmax = 1e-4f;
 // What the weights to quantize are held in.
 enum class WideType { kF32, kBF16 };
 
+// A quantization block over a matrix's last two dims, rows x cols elements: 128 x 128
+// (DeepSeek-V3), 1 x cols (one scale per output channel), rows x cols (one per tensor).
+struct BlockShape {
+  int64_t rows = kQuantizationBlock;
+  int64_t cols = kQuantizationBlock;
+};
+
 // Quantizes the 2-D box `extent` ([rows, cols]) of a weight, read through `weights` (of
 // `type`; strides in elements), into one E4M3 code per element written through `codes`
 // (strides in elements of one byte) and one scale per block written through `scales` (a
@@ -34,6 +41,10 @@ enum class WideType { kF32, kBF16 };
 absl::Status QuantizeBlocks(const Dims& extent, WideType type, const ConstStridedRef& weights,
                             const StridedRef& codes, const StridedRef& scales,
                             int64_t block = kQuantizationBlock);
+// The same in blocks of `block.rows` x `block.cols` ([ceil(rows / block.rows),
+// ceil(cols / block.cols)] scales).
+absl::Status QuantizeBlocks(const Dims& extent, WideType type, const ConstStridedRef& weights,
+                            const StridedRef& codes, const StridedRef& scales, BlockShape block);
 
 // The reverse, as DeepSeek-V3's weight_dequant: each value of the 2-D box `extent` of codes
 // (read through `codes`, 1-byte elements) is E4M3's value times its block's scale, the product
@@ -44,7 +55,7 @@ absl::Status QuantizeBlocks(const Dims& extent, WideType type, const ConstStride
 // 2-D, a block that is not positive or a corner outside it.
 absl::Status DequantizeBlocks(const Dims& extent, const Dims& corner, const ConstStridedRef& codes,
                               const ConstStridedRef& scales, WideType type,
-                              const StridedRef& values, int64_t block = kQuantizationBlock);
+                              const StridedRef& values, BlockShape block = {});
 
 }  // namespace refit::transport
 

@@ -1,12 +1,12 @@
 // Random FP8 refits run for real in one process: random 2-D and stacked 3-D tensors in BF16
-// or F32, blocks of 2 to 8, shapes whose edges cut blocks, trainers splitting a random dim
-// unevenly at block edges, or anywhere (cutting blocks: quantized on arrival), or
-// replicating, inference ranks splitting another (or replicating) with the scales of their
-// blocks. The planner plans the sources as sent and the destinations as received, the
-// buffer map quantizes the trainers' views (and the inference ranks' views received wide,
-// after the data plane), the local backend moves codes, scales and wide values between real
-// shared-memory segments (both strategies), and every code and scale the destinations hold
-// is compared with the reference quantizer's of the global weights.
+// or F32, blocks of 1 to 8 rows by 2 to 8 columns, shapes whose edges cut blocks, trainers
+// splitting a random dim unevenly at block edges, or anywhere (cutting blocks: quantized on
+// arrival), or replicating, inference ranks splitting another (or replicating) with the scales of
+// their blocks. The planner plans the sources as sent and the destinations as received, the buffer
+// map quantizes the trainers' views (and the inference ranks' views received wide, after the data
+// plane), the local backend moves codes, scales and wide values between real shared-memory segments
+// (both strategies), and every code and scale the destinations hold is compared with the reference
+// quantizer's of the global weights.
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -39,17 +39,17 @@ struct RandomTensor {
 
 // The weight at a global element: hashed from (tensor, index), magnitudes over five decades
 // by block row, some blocks all zero.
-float WeightAt(const RandomTensor& t, int64_t linear, int64_t block, int64_t version) {
+float WeightAt(const RandomTensor& t, int64_t linear, int64_t block_rows, int64_t version) {
   const int64_t cols = t.shape.back();
   const int64_t row = (linear / cols) % t.shape[t.shape.size() - 2];
-  if ((row / block + version) % 7 == 3) return 0.0f;
+  if ((row / block_rows + version) % 7 == 3) return 0.0f;
   uint64_t h =
       std::hash<std::string>()(t.name) ^ (static_cast<uint64_t>(linear) * 0x9E3779B97F4A7C15ull);
   h ^= h >> 31;
   h *= 0xBF58476D1CE4E5B9ull;
   h ^= h >> 29;
   const float unit = static_cast<float>(h % 2000001) / 1000000.0f - 1.0f;
-  return unit * std::pow(10.0f, static_cast<float>((row / block + version) % 5) - 2.0f);
+  return unit * std::pow(10.0f, static_cast<float>((row / block_rows + version) % 5) - 2.0f);
 }
 
 // Cut points of [0, n) at multiples of `block` (and n), `parts` pieces or fewer.
@@ -64,6 +64,21 @@ std::vector<int64_t> Cuts(std::mt19937_64& rng, int64_t n, int64_t block, int pa
   cuts.insert(cuts.end(), inner.begin(), inner.end());
   cuts.push_back(n);
   return cuts;
+}
+
+// A trial's quantization block: rows x cols over a matrix's last two dims, 1 over the others.
+struct TrialBlock {
+  int64_t rows = 1, cols = 1;
+  int64_t OfDim(size_t d, size_t dims) const {
+    return d + 2 == dims ? rows : d + 1 == dims ? cols : 1;
+  }
+};
+
+// Rectangular blocks: 1 to 8 rows (1: a scale per row's stretch of columns, as per-channel
+// scales are) by 2 to 8 columns.
+TrialBlock RandomBlock(std::mt19937_64& rng) {
+  return TrialBlock{int64_t{1} << std::uniform_int_distribution<int>(0, 3)(rng),
+                    int64_t{1} << std::uniform_int_distribution<int>(1, 3)(rng)};
 }
 
 // 1 to 3 random tensors of 2 or 3 dims (stacked matrices), each dim up to 6 blocks; bf16
@@ -110,13 +125,14 @@ std::vector<RankBox> RandomSplit(std::mt19937_64& rng, const std::vector<int64_t
   return boxes;
 }
 
-// The box of a view's blocks: block `block` over the last two dims, 1 over the others.
+// The box of a view's blocks.
 std::pair<std::vector<int64_t>, std::vector<int64_t>> BlocksOfBox(
-    const std::vector<int64_t>& offset, const std::vector<int64_t>& extent, int64_t block) {
+    const std::vector<int64_t>& offset, const std::vector<int64_t>& extent,
+    const TrialBlock& block) {
   const size_t dims = offset.size();
   std::vector<int64_t> block_offset(dims), block_extent(dims);
   for (size_t d = 0; d < dims; ++d) {
-    const int64_t b = d + 2 >= dims ? block : 1;
+    const int64_t b = block.OfDim(d, dims);
     block_offset[d] = offset[d] / b;
     block_extent[d] = (offset[d] + extent[d] + b - 1) / b - block_offset[d];
   }
@@ -127,12 +143,12 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
   std::mt19937_64 rng(1606);
   size_t arrived_views = 0;
   for (int trial = 0; trial < 40; ++trial) {
-    const int64_t block = int64_t{1} << std::uniform_int_distribution<int>(1, 3)(rng);
-    const std::vector<RandomTensor> tensors = RandomTensors(rng, block);
+    const TrialBlock block = RandomBlock(rng);
+    const std::vector<RandomTensor> tensors = RandomTensors(rng, std::max(block.rows, block.cols));
     const int source_ranks = std::uniform_int_distribution<int>(1, 4)(rng);
     const int destination_ranks = std::uniform_int_distribution<int>(1, 4)(rng);
     refit::testing::LayoutBuilder src, dst;
-    std::string description = absl::StrCat("block ", block, ":");
+    std::string description = absl::StrCat("block ", block.rows, " x ", block.cols, ":");
     for (const RandomTensor& t : tensors) {
       const size_t dims = t.shape.size();
       src.Tensor(t.name, t.shape, t.bf16 ? "BF16" : "F32");
@@ -146,7 +162,7 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
             [&](size_t dim) {
               // A trainer may cut blocks (FSDP2's even rows): those arrive wide.
               cut_blocks = source && rng() % 3 == 0;
-              return dim + 2 >= dims && !cut_blocks ? block : 1;
+              return cut_blocks ? 1 : block.OfDim(dim, dims);
             },
             &description);
         absl::StrAppend(&description, " (", t.name, source ? " src" : " dst",
@@ -165,12 +181,12 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
     for (v1::TensorSpec& t : *destinations_spec.mutable_tensors()) {
       if (!t.has_quantization()) continue;
       for (int d = 0; d < t.shape_size(); ++d) {
-        t.mutable_quantization()->add_block(d + 2 >= t.shape_size() ? block : 1);
+        t.mutable_quantization()->add_block(block.OfDim(d, t.shape_size()));
       }
       for (v1::TensorSpec& s : *destinations_spec.mutable_tensors()) {
         if (s.name() != t.quantization().scale_tensor()) continue;
         for (int d = 0; d < s.shape_size(); ++d) {
-          const int64_t b = d + 2 >= s.shape_size() ? block : 1;
+          const int64_t b = block.OfDim(d, s.shape_size());
           s.set_shape(d, (t.shape(d) + b - 1) / b);
         }
       }
@@ -216,7 +232,7 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
               linear = linear * t.shape[d] + offset[d] + index[d];
               local += index[d] * memory->strides[d];
             }
-            const float x = WeightAt(t, linear, block, trial);
+            const float x = WeightAt(t, linear, block.rows, trial);
             if (t.bf16) {
               const uint16_t bits = testing::ReferenceBf16(x);
               std::memcpy(memory->base + local * 2, &bits, 2);
@@ -245,20 +261,20 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
         const size_t dims = t.shape.size();
         const int64_t rows = t.shape[dims - 2], cols = t.shape[dims - 1];
         const int64_t matrices = dims == 3 ? t.shape[0] : 1;
-        const int64_t block_cols = (cols + block - 1) / block;
-        const int64_t block_rows = (rows + block - 1) / block;
+        const int64_t block_cols = (cols + block.cols - 1) / block.cols;
+        const int64_t block_rows = (rows + block.rows - 1) / block.rows;
         std::vector<testing::ReferenceBlocks> expected;
         for (int64_t m = 0; m < matrices; ++m) {
           std::vector<float> x(rows * cols);
           for (int64_t i = 0; i < rows * cols; ++i) {
-            float value = WeightAt(t, m * rows * cols + i, block, trial);
+            float value = WeightAt(t, m * rows * cols + i, block.rows, trial);
             if (t.bf16) {
               const uint32_t bits = uint32_t{testing::ReferenceBf16(value)} << 16;
               std::memcpy(&value, &bits, 4);
             }
             x[i] = value;
           }
-          expected.push_back(testing::ReferenceQuantize(x, rows, cols, block));
+          expected.push_back(testing::ReferenceQuantize(x, rows, cols, block.rows, block.cols));
         }
         for (const v1::RankLayout& r : destinations.ranks()) {
           for (int v = 0; v < r.views_size(); ++v) {
@@ -325,13 +341,13 @@ TEST(QuantizedRefitRandomTest, EveryDequantizedValueIsTheReferences) {
   std::mt19937_64 rng(612);
   size_t dequantized_views = 0;
   for (int trial = 0; trial < 30; ++trial) {
-    const int64_t block = int64_t{1} << std::uniform_int_distribution<int>(1, 3)(rng);
+    const TrialBlock block = RandomBlock(rng);
     // bf16: the destinations' dtype.
-    const std::vector<RandomTensor> tensors = RandomTensors(rng, block);
+    const std::vector<RandomTensor> tensors = RandomTensors(rng, std::max(block.rows, block.cols));
     const int source_ranks = std::uniform_int_distribution<int>(1, 4)(rng);
     const int destination_ranks = std::uniform_int_distribution<int>(1, 4)(rng);
     refit::testing::LayoutBuilder src, dst;
-    std::string description = absl::StrCat("block ", block, ":");
+    std::string description = absl::StrCat("block ", block.rows, " x ", block.cols, ":");
     for (const RandomTensor& t : tensors) {
       const size_t dims = t.shape.size();
       const auto grid = BlocksOfBox(std::vector<int64_t>(dims, 0), t.shape, block).second;
@@ -354,7 +370,7 @@ TEST(QuantizedRefitRandomTest, EveryDequantizedValueIsTheReferences) {
     v1::LayoutSpec destinations_spec = dst.spec();
     for (v1::TensorSpec& t : *destinations_spec.mutable_tensors()) {
       for (int d = 0; d < t.shape_size(); ++d) {
-        t.mutable_quantization()->add_block(d + 2 >= t.shape_size() ? block : 1);
+        t.mutable_quantization()->add_block(block.OfDim(d, t.shape_size()));
       }
     }
     SCOPED_TRACE(::testing::Message() << "trial " << trial << ", " << description);
@@ -434,8 +450,8 @@ TEST(QuantizedRefitRandomTest, EveryDequantizedValueIsTheReferences) {
         const RandomTensor& t = tensors[std::stoi(view.tensor().substr(1))];
         const size_t dims = t.shape.size();
         const int64_t rows = t.shape[dims - 2], cols = t.shape[dims - 1];
-        const int64_t block_rows = (rows + block - 1) / block,
-                      block_cols = (cols + block - 1) / block;
+        const int64_t block_rows = (rows + block.rows - 1) / block.rows,
+                      block_cols = (cols + block.cols - 1) / block.cols;
         const Dims offset(view.offset().begin(), view.offset().end());
         const Dims extent(view.extent().begin(), view.extent().end());
         auto memory = map.LocateAsRegistered(v1::ROLE_DESTINATION, r.rank(), v, view.tensor(),
@@ -446,7 +462,7 @@ TEST(QuantizedRefitRandomTest, EveryDequantizedValueIsTheReferences) {
           const int64_t matrix = linear / (rows * cols);
           const int64_t row = linear / cols % rows, col = linear % cols;
           const float scale =
-              ScaleAt(t, (matrix * block_rows + row / block) * block_cols + col / block);
+              ScaleAt(t, (matrix * block_rows + row / block.rows) * block_cols + col / block.cols);
           const float want = testing::ReferenceDequantize(CodeAt(t, linear), scale);
           if (t.bf16) {
             const uint16_t bits = testing::ReferenceBf16(want);

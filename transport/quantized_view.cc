@@ -117,7 +117,7 @@ absl::Status QuantizedView::DequantizeRows(int64_t matrix, int64_t row, int64_t 
   // Where the band starts in the tensor, and so in its first block.
   const int64_t first_row = wide_.offset[dims - 2] + row;
   const int64_t first_col = wide_.offset[dims - 1];
-  const int64_t block_row = first_row / block_ - scales_.offset[dims - 2];
+  const int64_t block_row = first_row / block_.rows - scales_.offset[dims - 2];
   auto at = [&](const MappedView& view, int64_t view_row) {
     return view.base +
            (LeadingElement(view, matrix, dims - 2) + view_row * view.strides[dims - 2]) *
@@ -126,7 +126,7 @@ absl::Status QuantizedView::DequantizeRows(int64_t matrix, int64_t row, int64_t 
   auto last_two = [&](const MappedView& view) {
     return Dims{view.strides[dims - 2], view.strides[dims - 1]};
   };
-  return DequantizeBlocks({rows, cols_}, {first_row % block_, first_col % block_},
+  return DequantizeBlocks({rows, cols_}, {first_row % block_.rows, first_col % block_.cols},
                           ConstStridedRef(at(codes_, row), last_two(codes_), -1),
                           ConstStridedRef(at(scales_, block_row), last_two(scales_), -1), type_,
                           StridedRef{at(wide_, row), last_two(wide_), -1}, block_);
@@ -180,22 +180,26 @@ absl::Status QuantizedView::SetBlocks() {
   const Dims& extent = wide_.extent;
   const Dims block(spec_.block().begin(), spec_.block().end());
   const size_t dims = extent.size();
-  if (dims < 2 || block.size() != dims || block[dims - 1] != block[dims - 2] ||
-      block[dims - 1] <= 0 ||
+  if (dims < 2 || block.size() != dims || block[dims - 1] <= 0 || block[dims - 2] <= 0 ||
       std::any_of(block.begin(), block.end() - 2, [](int64_t b) { return b != 1; })) {
     return absl::InvalidArgumentError(
         absl::StrCat(who_,
-                     ": quantization blocks must be square over the last two of two or "
-                     "more dims, 1 over the others"));
+                     ": quantization blocks must span the last two of two or more dims, 1 "
+                     "over the others"));
   }
-  block_ = block[dims - 1];
+  block_ = BlockShape{block[dims - 2], block[dims - 1]};
+  if (wide_.device >= 0 && block_.rows != block_.cols) {
+    return absl::UnimplementedError(
+        absl::StrCat(who_, " is in GPU memory: the CUDA quantizer takes square blocks, not ",
+                     block_.rows, " x ", block_.cols));
+  }
   rows_ = extent[dims - 2];
   cols_ = extent[dims - 1];
   matrices_ = 1;
   for (size_t d = 0; d + 2 < dims; ++d) matrices_ *= extent[d];
   // On a GPU one launch a matrix: the kernel spreads its blocks.
   band_rows_ = wide_.device >= 0 ? std::max<int64_t>(rows_, 1)
-                                 : BandRows(block_, cols_, wide_.element_bytes);
+                                 : BandRows(block_.rows, cols_, wide_.element_bytes);
   bands_per_matrix_ = (rows_ + band_rows_ - 1) / band_rows_;
   has_scales_ = true;
   return absl::OkStatus();
@@ -336,9 +340,9 @@ absl::Status QuantizedView::QuantizeBand(int64_t band) const {
   const int32_t device = wide_.device;  // codes and scales are kept beside the weights
   const ConstStridedRef weights(first(wide_, row), last_two(wide_), device);
   const StridedRef codes{first(codes_, row), last_two(codes_), device};
-  const StridedRef scales{first(scales_, row / block_), last_two(scales_), device};
+  const StridedRef scales{first(scales_, row / block_.rows), last_two(scales_), device};
   if (wide_.device >= 0) {  // GPU memory: no host fault to guard
-    return gpu::QuantizeBlocksOnGpu({rows, cols_}, type_, weights, codes, scales, block_);
+    return gpu::QuantizeBlocksOnGpu({rows, cols_}, type_, weights, codes, scales, block_.rows);
   }
   absl::Status quantized;
   absl::Status guarded = GuardMemoryAccess(absl::StrCat("quantizing ", who_), [&] {

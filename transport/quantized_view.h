@@ -81,8 +81,8 @@ class QuantizedView {
   // a box the registration does not hold.
   static absl::Status CheckHeld(const v1::QuantizedSource& spec, const MappedView& registered,
                                 const std::string& who, const char* verb);
-  // Checks the spec's block (square over the last two dims, 1 over the others) and sets the
-  // geometry from wide_: block, rows, columns, matrices and bands.
+  // Checks the spec's block (over the last two dims, 1 over the others; square on a GPU) and
+  // sets the geometry from wide_: block, rows, columns, matrices and bands.
   absl::Status SetBlocks();
   // Codes and scales of wide_'s box kept here (on `device`; -1: host memory).
   absl::Status KeepCodesAndScales(int32_t device);
@@ -103,7 +103,7 @@ class QuantizedView {
   WideType type_ = WideType::kBF16;
   bool cast_ = false;
   bool dequantize_ = false;  // codes and scales into wide_, not wide_ into them
-  int64_t block_ = kQuantizationBlock;
+  BlockShape block_;
   int64_t rows_ = 0, cols_ = 0;  // of each matrix: the view's last two dims
   int64_t matrices_ = 0;         // the product of the leading dims (a cast: 1, rows_ all)
   int64_t band_rows_ = 0;

@@ -65,14 +65,20 @@ uint16_t ReferenceBf16(float x) {
 
 ReferenceBlocks ReferenceQuantize(const std::vector<float>& x, int64_t rows, int64_t cols,
                                   int64_t block) {
+  return ReferenceQuantize(x, rows, cols, block, block);
+}
+
+ReferenceBlocks ReferenceQuantize(const std::vector<float>& x, int64_t rows, int64_t cols,
+                                  int64_t block_height, int64_t block_width) {
   ReferenceBlocks out;
   out.codes.assign(rows * cols, 0);
-  const int64_t block_rows = (rows + block - 1) / block, block_cols = (cols + block - 1) / block;
+  const int64_t block_rows = (rows + block_height - 1) / block_height;
+  const int64_t block_cols = (cols + block_width - 1) / block_width;
   for (int64_t br = 0; br < block_rows; ++br) {
     for (int64_t bc = 0; bc < block_cols; ++bc) {
       std::vector<int64_t> members;  // the block's element indices
-      for (int64_t r = br * block; r < std::min(rows, (br + 1) * block); ++r) {
-        for (int64_t c = bc * block; c < std::min(cols, (bc + 1) * block); ++c) {
+      for (int64_t r = br * block_height; r < std::min(rows, (br + 1) * block_height); ++r) {
+        for (int64_t c = bc * block_width; c < std::min(cols, (bc + 1) * block_width); ++c) {
           members.push_back(r * cols + c);
         }
       }

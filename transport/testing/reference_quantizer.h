@@ -30,6 +30,9 @@ struct ReferenceBlocks {
 // Quantizes the dense row-major rows x cols weight `x`.
 ReferenceBlocks ReferenceQuantize(const std::vector<float>& x, int64_t rows, int64_t cols,
                                   int64_t block = 128);
+// In blocks of block_rows x block_cols.
+ReferenceBlocks ReferenceQuantize(const std::vector<float>& x, int64_t rows, int64_t cols,
+                                  int64_t block_rows, int64_t block_cols);
 
 // The reverse (DeepSeek-V3's weight_dequant): the value of finite `code` (not 0x7F or 0xFF)
 // from its fields, times `scale`, as float32 (the product rounded once, from double).
