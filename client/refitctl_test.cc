@@ -207,7 +207,7 @@ TEST(RefitctlTest, Fp8DestinationsWhoseShardsCutBlocksAreRefusedByName) {
             "refitctl plan: destination rank 0: view 10 of \"model.layers.0.mlp.gate_proj.weight\" "
             "holds [0:576, 0:7168], which cuts its 128 x 128 quantization blocks (a view of a "
             "quantized tensor starts at a block corner and ends at a block edge or the tensor's "
-            "end)\n");
+            "end, in the dims its blocks tile)\n");
   const CommandResult mini =
       Refitctl("plan --refit mini --dst-quantization block_fp8 --verify=bytes");
   EXPECT_EQ(mini.exit_code, 0) << mini.err;

@@ -41,12 +41,15 @@ absl::Status Invalid(const std::string& what) { return absl::InvalidArgumentErro
 
 // Whether `box` (of a view whose dims match the tensor's) is whole blocks: it starts at a
 // block corner and ends at a block edge or the tensor's end. A box holding nothing is.
-bool WholeBlocks(const Box& box, const Dims& block, const Dims& shape) {
+// With `tiled_only`, only the dims the blocks tile (a block shorter than the tensor) count:
+// a block spanning a whole dim (per-channel or per-tensor scales) may be cut there.
+bool WholeBlocks(const Box& box, const Dims& block, const Dims& shape, bool tiled_only = false) {
   if (box.offset.size() != shape.size() || box.extent.size() != shape.size()) return true;
   for (int64_t e : box.extent) {
     if (e == 0) return true;
   }
   for (size_t d = 0; d < shape.size(); ++d) {
+    if (tiled_only && block[d] >= shape[d]) continue;
     const int64_t end = box.offset[d] + box.extent[d];
     if (box.offset[d] % block[d] != 0 || (end % block[d] != 0 && end != shape[d])) return false;
   }
@@ -215,11 +218,12 @@ absl::Status CheckDestinations(const v1::LayoutSpec& destinations,
       const std::string what =
           absl::StrCat("destination rank ", rank.rank(), ": view ", v, " of \"",
                        rank.views(v).tensor(), "\" holds ", FormatBox(box));
-      if (!WholeBlocks(box, recipe->second.block, recipe->second.shape)) {
+      if (!WholeBlocks(box, recipe->second.block, recipe->second.shape, /*tiled_only=*/true)) {
         return Invalid(
             absl::StrCat(what, ", which cuts its ", BlockText(recipe->second.block),
                          " quantization blocks (a view of a quantized tensor starts at "
-                         "a block corner and ends at a block edge or the tensor's end)"));
+                         "a block corner and ends at a block edge or the tensor's end, in "
+                         "the dims its blocks tile)"));
       }
       const Box blocks = BlocksOf(box, recipe->second.block);
       bool scaled = false;
@@ -399,6 +403,13 @@ absl::Status ReceiveQuantized(v1::LayoutSpec* sources, v1::LayoutSpec* destinati
                        : "its blocks are cut between source ranks, so they are quantized on "
                          "arrival",
             ", which needs the rank's memory; a bucketed rank has none on its daemon"));
+      }
+      if (!dequantize && !WholeBlocks(box, recipe.block, recipe.shape)) {
+        return Invalid(absl::StrCat(
+            "destination rank ", rank.rank(), ": view ", v, " of \"", view.tensor(), "\" holds ",
+            FormatBox(box), ", which cuts its ", BlockText(recipe.block),
+            " quantization blocks, and source ranks cut them too: no rank holds such a block "
+            "whole to quantize it"));
       }
       const Box blocks = BlocksOf(box, recipe.block);
       int scale_view = -1;

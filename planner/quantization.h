@@ -37,8 +37,9 @@ Dims BlockOf(const v1::Quantization& quantization, const Dims& shape);
 // quantizes (QuantizedSource; a cast has no scale view: scale_view -1). Checks, with errors
 // (INVALID_ARGUMENT) naming the tensor, the rank and the box: the recipe (scheme, block, dtypes,
 // the scale tensor's dtype and shape); every destination view of a quantized tensor starts at a
-// block corner and ends at a block edge or the tensor's end, and its rank holds one view of the
-// scale tensor covering its blocks. A tensor some source view of which cuts blocks (an FSDP2
+// block corner and ends at a block edge or the tensor's end in the dims its blocks tile (a
+// block spanning a whole dim, per-channel or per-tensor, may be cut), and its rank holds one view
+// of the scale tensor covering its blocks. A tensor some source view of which cuts blocks (an FSDP2
 // shard of 112 rows) is left in the sources' dtype, for ReceiveQuantized. A quantized tensor
 // whose sources already hold the destination's dtype is left as it is (its scales come from
 // the sources too). Nothing changes when no destination tensor is quantized.
@@ -56,7 +57,8 @@ absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* s
 // arrive as the sources hold them: the tensor in codes, and each of its views gains a view
 // of the sources' scale tensor (declared by the destinations as received) for its blocks,
 // scale_view in `received`. INVALID_ARGUMENT naming the rank, view and tensor for a
-// bucketed destination rank (its daemon holds none of its memory).
+// bucketed destination rank (its daemon holds none of its memory), and for a destination
+// view that cuts blocks the source ranks cut too (no rank holds them whole).
 absl::Status ReceiveQuantized(v1::LayoutSpec* sources, v1::LayoutSpec* destinations,
                               std::vector<v1::QuantizedSource>* received);
 

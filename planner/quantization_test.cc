@@ -192,7 +192,7 @@ TEST(QuantizationErrorsTest, ADestinationViewThatCutsBlocksIsNamed) {
   EXPECT_EQ(ErrorOf(src, dst),
             "destination rank 0: view 0 of \"w\" holds [0:100, 0:256], which cuts its 128 x 128 "
             "quantization blocks (a view of a quantized tensor starts at a block corner and ends "
-            "at a block edge or the tensor's end)");
+            "at a block edge or the tensor's end, in the dims its blocks tile)");
 }
 
 TEST(QuantizationErrorsTest, ADestinationRankWithoutItsBlocksScalesIsNamed) {
@@ -288,6 +288,69 @@ TEST(QuantizationTest, DequantizedTensorsReceiveCodesAndTheScalesOfTheirBlocks) 
     EXPECT_EQ(scales.extent(1), 2);
   }
   EXPECT_EQ(planned.received.tensors(0).dtype(), "F8_E4M3");
+}
+
+// One scale per output channel (blocks of 1 x 512, vLLM's per-channel weight_scale [512, 1])
+// from FSDP2 trainers (rows) into a row-parallel engine (columns: each rank holds half of
+// every channel and the scales of its rows); one scale per tensor (a block of the whole
+// matrix) from a trainer holding it whole into row halves.
+TEST(QuantizationTest, PerChannelAndPerTensorScalesAreBlocksSpanningWholeDims) {
+  LayoutBuilder src, dst;
+  src.Tensor("o_proj", {512, 512}, "BF16").Tensor("q_proj", {512, 512}, "BF16");
+  src.Rank(0, "trainer", 0).View(0, "o_proj", {0, 0}, {171, 512});
+  src.View(0, "q_proj", {0, 0}, {512, 512});
+  src.Rank(1, "trainer", 1).View(1, "o_proj", {171, 0}, {341, 512});
+  dst.BlockFp8("o_proj", {512, 512}, "o_proj_scale").BlockFp8("q_proj", {512, 512}, "q_scale");
+  for (int r = 0; r < 2; ++r) {
+    dst.Rank(r, "inference", r).View(r, "o_proj", {0, 256 * r}, {512, 256});
+    dst.View(r, "o_proj_scale", {0, 0}, {512, 1});
+    dst.View(r, "q_proj", {256 * r, 0}, {256, 512}).View(r, "q_scale", {0, 0}, {1, 1});
+  }
+  v1::LayoutSpec destinations = dst.spec();
+  // The weight's block and its scale tensor's shape.
+  auto set_block = [&](const std::string& name, const std::string& scale, int64_t rows,
+                       int64_t cols) {
+    for (v1::TensorSpec& t : *destinations.mutable_tensors()) {
+      if (t.name() == name) {
+        t.mutable_quantization()->add_block(rows);
+        t.mutable_quantization()->add_block(cols);
+      } else if (t.name() == scale) {
+        t.clear_shape();
+        t.add_shape(512 / rows);
+        t.add_shape(512 / cols);
+      }
+    }
+  };
+  set_block("o_proj", "o_proj_scale", 1, 512);
+  set_block("q_proj", "q_scale", 512, 512);
+  v1::LayoutSpec sent = src.spec(), received = destinations;
+  std::vector<v1::QuantizedSource> quantized, on_arrival;
+  const absl::Status status = SendQuantized(destinations, &sent, &quantized);
+  ASSERT_TRUE(status.ok()) << status;
+  ASSERT_TRUE(ReceiveQuantized(&sent, &received, &on_arrival).ok());
+  EXPECT_EQ(quantized.size(), 3u);  // two o_proj row bands, the whole q_proj
+  EXPECT_TRUE(on_arrival.empty());
+  absl::StatusOr<Layout> sources = CompileLayout(sent, "source");
+  absl::StatusOr<Layout> compiled = CompileLayout(received, "destination");
+  ASSERT_TRUE(sources.ok() && compiled.ok()) << sources.status() << compiled.status();
+  absl::StatusOr<std::shared_ptr<const Plan>> plan =
+      BuildPlan(*sources, *compiled, DgxH100Topology(), PlanOptions());
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  // Every code once; each rank all 512 channel scales and the tensor's one scale.
+  EXPECT_EQ((*plan)->stats.total_bytes, 2 * 512 * 512 + 2 * (512 + 1) * 4);
+  // A row-parallel trainer cuts the channels too: nobody holds one whole.
+  LayoutBuilder cut_src;
+  cut_src.Tensor("o_proj", {512, 512}, "BF16").Tensor("q_proj", {512, 512}, "BF16");
+  cut_src.Rank(0, "trainer", 0).View(0, "o_proj", {0, 0}, {512, 256});
+  cut_src.View(0, "q_proj", {0, 0}, {512, 512});
+  cut_src.Rank(1, "trainer", 1).View(1, "o_proj", {0, 256}, {512, 256});
+  sent = cut_src.spec();
+  received = destinations;
+  ASSERT_TRUE(SendQuantized(destinations, &sent, &quantized).ok());
+  EXPECT_EQ(ReceiveQuantized(&sent, &received, &on_arrival).message(),
+            "destination rank 0: view 0 of \"o_proj\" holds [0:512, 0:256], which cuts its 1 x "
+            "512 quantization blocks, and source ranks cut them too: no rank holds such a block "
+            "whole to quantize it");
 }
 
 TEST(QuantizationErrorsTest, ADequantizationIsChecked) {
