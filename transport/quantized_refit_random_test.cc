@@ -67,18 +67,26 @@ std::vector<int64_t> Cuts(std::mt19937_64& rng, int64_t n, int64_t block, int pa
 }
 
 // A trial's quantization block: rows x cols over a matrix's last two dims, 1 over the others.
+// Per channel: one scale per row of each matrix (a block of 1 x its columns).
 struct TrialBlock {
   int64_t rows = 1, cols = 1;
+  bool per_channel = false;
   int64_t OfDim(size_t d, size_t dims) const {
     return d + 2 == dims ? rows : d + 1 == dims ? cols : 1;
   }
+  // The block of a tensor of `shape`.
+  TrialBlock For(const std::vector<int64_t>& shape) const {
+    return per_channel ? TrialBlock{1, shape.back(), true} : *this;
+  }
 };
 
-// Rectangular blocks: 1 to 8 rows (1: a scale per row's stretch of columns, as per-channel
-// scales are) by 2 to 8 columns.
+// Rectangular blocks: 1 to 8 rows (1: a scale per row's stretch of columns) by 2 to 8
+// columns, or per channel (1 in 4).
 TrialBlock RandomBlock(std::mt19937_64& rng) {
-  return TrialBlock{int64_t{1} << std::uniform_int_distribution<int>(0, 3)(rng),
-                    int64_t{1} << std::uniform_int_distribution<int>(1, 3)(rng)};
+  TrialBlock block{int64_t{1} << std::uniform_int_distribution<int>(0, 3)(rng),
+                   int64_t{1} << std::uniform_int_distribution<int>(1, 3)(rng)};
+  block.per_channel = rng() % 4 == 0;
+  return block;
 }
 
 // 1 to 3 random tensors of 2 or 3 dims (stacked matrices), each dim up to 6 blocks; bf16
@@ -141,37 +149,44 @@ std::pair<std::vector<int64_t>, std::vector<int64_t>> BlocksOfBox(
 
 TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
   std::mt19937_64 rng(1606);
-  size_t arrived_views = 0;
+  size_t arrived_views = 0, channels_cut = 0;
   for (int trial = 0; trial < 40; ++trial) {
     const TrialBlock block = RandomBlock(rng);
     const std::vector<RandomTensor> tensors = RandomTensors(rng, std::max(block.rows, block.cols));
     const int source_ranks = std::uniform_int_distribution<int>(1, 4)(rng);
     const int destination_ranks = std::uniform_int_distribution<int>(1, 4)(rng);
     refit::testing::LayoutBuilder src, dst;
-    std::string description = absl::StrCat("block ", block.rows, " x ", block.cols, ":");
+    std::string description = block.per_channel
+                                  ? std::string("per channel:")
+                                  : absl::StrCat("block ", block.rows, " x ", block.cols, ":");
     for (const RandomTensor& t : tensors) {
       const size_t dims = t.shape.size();
+      const TrialBlock tensor_block = block.For(t.shape);
       src.Tensor(t.name, t.shape, t.bf16 ? "BF16" : "F32");
       dst.BlockFp8(t.name, t.shape, t.name + "_scale");
       // Each side splits one random dim at block edges (1 for leading dims), or replicates.
+      bool cut_blocks = false;
       for (bool source : {true, false}) {
         const int ranks = source ? source_ranks : destination_ranks;
-        bool cut_blocks = false;
         const std::vector<RankBox> boxes = RandomSplit(
             rng, t.shape, ranks,
             [&](size_t dim) {
-              // A trainer may cut blocks (FSDP2's even rows): those arrive wide.
-              cut_blocks = source && rng() % 3 == 0;
-              return cut_blocks ? 1 : block.OfDim(dim, dims);
+              // A trainer may cut blocks (FSDP2's even rows): those arrive wide. An inference
+              // rank may cut a block spanning a whole dim (per channel) unless they do.
+              if (source) cut_blocks = rng() % 3 == 0;
+              const int64_t unit = tensor_block.OfDim(dim, dims);
+              const bool anywhere = source ? cut_blocks : !cut_blocks && unit >= t.shape[dim];
+              return anywhere ? 1 : unit;
             },
             &description);
         absl::StrAppend(&description, " (", t.name, source ? " src" : " dst",
-                        cut_blocks ? ", anywhere)" : ")");
+                        source && cut_blocks ? ", anywhere)" : ")");
         for (const auto& [r, offset, extent] : boxes) {
           refit::testing::LayoutBuilder& side = source ? src : dst;
           side.Rank(r, source ? "train" : "infer", r).View(r, t.name, offset, extent);
           if (source) continue;
-          const auto [block_offset, block_extent] = BlocksOfBox(offset, extent, block);
+          channels_cut += block.per_channel && extent.back() < t.shape.back();
+          const auto [block_offset, block_extent] = BlocksOfBox(offset, extent, tensor_block);
           dst.View(r, t.name + "_scale", block_offset, block_extent);
         }
       }
@@ -180,13 +195,14 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
     v1::LayoutSpec destinations_spec = dst.spec();
     for (v1::TensorSpec& t : *destinations_spec.mutable_tensors()) {
       if (!t.has_quantization()) continue;
+      const TrialBlock tensor_block = block.For({t.shape().begin(), t.shape().end()});
       for (int d = 0; d < t.shape_size(); ++d) {
-        t.mutable_quantization()->add_block(block.OfDim(d, t.shape_size()));
+        t.mutable_quantization()->add_block(tensor_block.OfDim(d, t.shape_size()));
       }
       for (v1::TensorSpec& s : *destinations_spec.mutable_tensors()) {
         if (s.name() != t.quantization().scale_tensor()) continue;
         for (int d = 0; d < s.shape_size(); ++d) {
-          const int64_t b = block.OfDim(d, s.shape_size());
+          const int64_t b = tensor_block.OfDim(d, s.shape_size());
           s.set_shape(d, (t.shape(d) + b - 1) / b);
         }
       }
@@ -232,7 +248,7 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
               linear = linear * t.shape[d] + offset[d] + index[d];
               local += index[d] * memory->strides[d];
             }
-            const float x = WeightAt(t, linear, block.rows, trial);
+            const float x = WeightAt(t, linear, block.For(t.shape).rows, trial);
             if (t.bf16) {
               const uint16_t bits = testing::ReferenceBf16(x);
               std::memcpy(memory->base + local * 2, &bits, 2);
@@ -261,20 +277,22 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
         const size_t dims = t.shape.size();
         const int64_t rows = t.shape[dims - 2], cols = t.shape[dims - 1];
         const int64_t matrices = dims == 3 ? t.shape[0] : 1;
-        const int64_t block_cols = (cols + block.cols - 1) / block.cols;
-        const int64_t block_rows = (rows + block.rows - 1) / block.rows;
+        const TrialBlock tensor_block = block.For(t.shape);
+        const int64_t block_cols = (cols + tensor_block.cols - 1) / tensor_block.cols;
+        const int64_t block_rows = (rows + tensor_block.rows - 1) / tensor_block.rows;
         std::vector<testing::ReferenceBlocks> expected;
         for (int64_t m = 0; m < matrices; ++m) {
           std::vector<float> x(rows * cols);
           for (int64_t i = 0; i < rows * cols; ++i) {
-            float value = WeightAt(t, m * rows * cols + i, block.rows, trial);
+            float value = WeightAt(t, m * rows * cols + i, tensor_block.rows, trial);
             if (t.bf16) {
               const uint32_t bits = uint32_t{testing::ReferenceBf16(value)} << 16;
               std::memcpy(&value, &bits, 4);
             }
             x[i] = value;
           }
-          expected.push_back(testing::ReferenceQuantize(x, rows, cols, block.rows, block.cols));
+          expected.push_back(
+              testing::ReferenceQuantize(x, rows, cols, tensor_block.rows, tensor_block.cols));
         }
         for (const v1::RankLayout& r : destinations.ranks()) {
           for (int v = 0; v < r.views_size(); ++v) {
@@ -314,6 +332,7 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
     }
   }
   EXPECT_GT(arrived_views, 10u);  // the trials did quantize on arrival
+  EXPECT_GT(channels_cut, 2u);    // and inference ranks held parts of channels
 }
 
 // The code of a tensor's element and the scale of its block, as the trainers hold them:
@@ -341,7 +360,8 @@ TEST(QuantizedRefitRandomTest, EveryDequantizedValueIsTheReferences) {
   std::mt19937_64 rng(612);
   size_t dequantized_views = 0;
   for (int trial = 0; trial < 30; ++trial) {
-    const TrialBlock block = RandomBlock(rng);
+    TrialBlock block = RandomBlock(rng);
+    block.per_channel = false;  // (any boxes either way)
     // bf16: the destinations' dtype.
     const std::vector<RandomTensor> tensors = RandomTensors(rng, std::max(block.rows, block.cols));
     const int source_ranks = std::uniform_int_distribution<int>(1, 4)(rng);
