@@ -17,6 +17,7 @@ namespace {
 struct Recipe {
   std::string scale_tensor;
   std::string scheme;
+  std::string rule;  // Quantization.recipe: how a block's scale and codes are made
   std::string source_dtype;
   Dims shape;
   Dims block;
@@ -148,6 +149,13 @@ absl::StatusOr<std::map<std::string, Recipe>> RecipesOf(const v1::LayoutSpec& de
                                   "more dims; the tensor has ",
                                   recipe.block.size()));
     }
+    if (!q.recipe().empty() && (dequantize || (q.recipe() != "deepgemm" && q.recipe() != "divide" &&
+                                               q.recipe() != "pow2"))) {
+      return Invalid(absl::StrCat(what, ": quantization recipe \"", q.recipe(), "\" is not ",
+                                  dequantize ? "taken by dequantize (code * scale)"
+                                             : "known (expected deepgemm, divide or pow2)"));
+    }
+    recipe.rule = q.recipe();
     recipe.scale_tensor = q.scale_tensor();
     if (recipe.scale_tensor.empty()) {
       return Invalid(absl::StrCat(what, ": its quantization names no scale_tensor"));
@@ -343,6 +351,7 @@ absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* s
       entry.set_scale_tensor(recipe.scale_tensor);
       entry.set_source_dtype(recipe.source_dtype);
       entry.set_scheme(recipe.scheme);
+      entry.set_recipe(recipe.rule);
       for (int64_t b : recipe.block) entry.add_block(b);
       *entry.mutable_offset() = view.offset();
       *entry.mutable_extent() = view.extent();
@@ -436,6 +445,7 @@ absl::Status ReceiveQuantized(v1::LayoutSpec* sources, v1::LayoutSpec* destinati
       entry.set_scale_tensor(recipe.scale_tensor);
       entry.set_source_dtype(recipe.source_dtype);
       entry.set_scheme(recipe.scheme);
+      entry.set_recipe(recipe.rule);
       for (int64_t b : recipe.block) entry.add_block(b);
       *entry.mutable_offset() = view.offset();
       *entry.mutable_extent() = view.extent();

@@ -3,6 +3,7 @@
 #include <emmintrin.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -94,8 +95,16 @@ void QuantizeBands(const Dims& extent, WideType type, const ConstStridedRef& wei
       float amax;
       std::memcpy(&amax, &largest[b], sizeof(amax));
       amax = std::max(amax, kMinBlockAmax);
-      multipliers[b] = kE4M3Max / amax;
-      const float scale = amax / kE4M3Max;
+      float scale = amax / kE4M3Max;
+      if (block.rule == ScaleRule::kPowerOfTwo) {
+        int exponent;
+        const float mantissa = std::frexp(scale, &exponent);  // scale = mantissa * 2^exponent
+        scale = std::ldexp(1.0f, mantissa == 0.5f ? exponent - 1 : exponent);
+      }
+      // kDivide divides by the scale below; a power of two's inverse is exact.
+      multipliers[b] = block.rule == ScaleRule::kDeepGemm     ? kE4M3Max / amax
+                       : block.rule == ScaleRule::kPowerOfTwo ? 1.0f / scale
+                                                              : scale;
       std::memcpy(
           scales.base + ((band / block.rows) * scales.strides[0] + b * scales.strides[1]) * 4,
           &scale, sizeof(scale));
@@ -104,7 +113,11 @@ void QuantizeBands(const Dims& extent, WideType type, const ConstStridedRef& wei
       WidenRow(type, weights, r, cols, wide.data());
       for (int64_t b = 0; b < block_cols; ++b) {
         const int64_t begin = b * block.cols, end = std::min(cols, begin + block.cols);
-        for (int64_t c = begin; c < end; ++c) wide[c] *= multipliers[b];
+        if (block.rule == ScaleRule::kDivide) {
+          for (int64_t c = begin; c < end; ++c) wide[c] /= multipliers[b];
+        } else {
+          for (int64_t c = begin; c < end; ++c) wide[c] *= multipliers[b];
+        }
       }
       uint8_t* row = codes.base + r * codes.strides[0];
       if (narrow.empty()) {
@@ -119,9 +132,23 @@ void QuantizeBands(const Dims& extent, WideType type, const ConstStridedRef& wei
 
 }  // namespace
 
+bool ScaleRuleOf(const std::string& recipe, ScaleRule* rule) {
+  if (recipe.empty() || recipe == "deepgemm") {
+    *rule = ScaleRule::kDeepGemm;
+  } else if (recipe == "divide") {
+    *rule = ScaleRule::kDivide;
+  } else if (recipe == "pow2") {
+    *rule = ScaleRule::kPowerOfTwo;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 absl::Status QuantizeBlocks(const Dims& extent, WideType type, const ConstStridedRef& weights,
                             const StridedRef& codes, const StridedRef& scales, int64_t block) {
-  return QuantizeBlocks(extent, type, weights, codes, scales, BlockShape{block, block});
+  return QuantizeBlocks(extent, type, weights, codes, scales,
+                        BlockShape{block, block, ScaleRule::kDeepGemm});
 }
 
 absl::Status QuantizeBlocks(const Dims& extent, WideType type, const ConstStridedRef& weights,

@@ -12,6 +12,7 @@
 #define REFIT_TRANSPORT_BLOCK_QUANTIZE_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "transport/strided_copy.h"
@@ -24,12 +25,23 @@ inline constexpr float kMinBlockAmax = 1e-4f;
 // What the weights to quantize are held in.
 enum class WideType { kF32, kBF16 };
 
+// How a block's scale and codes follow from its amax (at least kMinBlockAmax):
+//   kDeepGemm:   scale = amax / 448, code = E4M3(x * (448 / amax));
+//   kDivide:     scale = amax / 448, code = E4M3(x / scale);
+//   kPowerOfTwo: scale = 2^ceil(log2(amax / 448)) exactly, code = E4M3(x / scale).
+enum class ScaleRule { kDeepGemm, kDivide, kPowerOfTwo };
+
 // A quantization block over a matrix's last two dims, rows x cols elements: 128 x 128
 // (DeepSeek-V3), 1 x cols (one scale per output channel), rows x cols (one per tensor).
 struct BlockShape {
   int64_t rows = kQuantizationBlock;
   int64_t cols = kQuantizationBlock;
+  ScaleRule rule = ScaleRule::kDeepGemm;
 };
+
+// The rule Quantization.recipe names ("" and "deepgemm", "divide", "pow2"); false for
+// another name.
+bool ScaleRuleOf(const std::string& recipe, ScaleRule* rule);
 
 // Quantizes the 2-D box `extent` ([rows, cols]) of a weight, read through `weights` (of
 // `type`; strides in elements), into one E4M3 code per element written through `codes`
@@ -42,7 +54,7 @@ absl::Status QuantizeBlocks(const Dims& extent, WideType type, const ConstStride
                             const StridedRef& codes, const StridedRef& scales,
                             int64_t block = kQuantizationBlock);
 // The same in blocks of `block.rows` x `block.cols` ([ceil(rows / block.rows),
-// ceil(cols / block.cols)] scales).
+// ceil(cols / block.cols)] scales), by `block.rule`.
 absl::Status QuantizeBlocks(const Dims& extent, WideType type, const ConstStridedRef& weights,
                             const StridedRef& codes, const StridedRef& scales, BlockShape block);
 

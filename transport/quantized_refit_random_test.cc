@@ -71,12 +71,13 @@ std::vector<int64_t> Cuts(std::mt19937_64& rng, int64_t n, int64_t block, int pa
 struct TrialBlock {
   int64_t rows = 1, cols = 1;
   bool per_channel = false;
+  std::string recipe;  // Quantization.recipe
   int64_t OfDim(size_t d, size_t dims) const {
     return d + 2 == dims ? rows : d + 1 == dims ? cols : 1;
   }
   // The block of a tensor of `shape`.
   TrialBlock For(const std::vector<int64_t>& shape) const {
-    return per_channel ? TrialBlock{1, shape.back(), true} : *this;
+    return per_channel ? TrialBlock{1, shape.back(), true, recipe} : *this;
   }
 };
 
@@ -86,6 +87,7 @@ TrialBlock RandomBlock(std::mt19937_64& rng) {
   TrialBlock block{int64_t{1} << std::uniform_int_distribution<int>(0, 3)(rng),
                    int64_t{1} << std::uniform_int_distribution<int>(1, 3)(rng)};
   block.per_channel = rng() % 4 == 0;
+  block.recipe = std::vector<std::string>{"", "deepgemm", "divide", "pow2"}[rng() % 4];
   return block;
 }
 
@@ -156,9 +158,10 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
     const int source_ranks = std::uniform_int_distribution<int>(1, 4)(rng);
     const int destination_ranks = std::uniform_int_distribution<int>(1, 4)(rng);
     refit::testing::LayoutBuilder src, dst;
-    std::string description = block.per_channel
-                                  ? std::string("per channel:")
-                                  : absl::StrCat("block ", block.rows, " x ", block.cols, ":");
+    std::string description =
+        absl::StrCat(block.per_channel ? std::string("per channel")
+                                       : absl::StrCat("block ", block.rows, " x ", block.cols),
+                     " by \"", block.recipe, "\":");
     for (const RandomTensor& t : tensors) {
       const size_t dims = t.shape.size();
       const TrialBlock tensor_block = block.For(t.shape);
@@ -199,6 +202,7 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
       for (int d = 0; d < t.shape_size(); ++d) {
         t.mutable_quantization()->add_block(tensor_block.OfDim(d, t.shape_size()));
       }
+      t.mutable_quantization()->set_recipe(block.recipe);
       for (v1::TensorSpec& s : *destinations_spec.mutable_tensors()) {
         if (s.name() != t.quantization().scale_tensor()) continue;
         for (int d = 0; d < s.shape_size(); ++d) {
@@ -291,8 +295,8 @@ TEST(QuantizedRefitRandomTest, EveryCodeAndScaleIsTheReferenceQuantizers) {
             }
             x[i] = value;
           }
-          expected.push_back(
-              testing::ReferenceQuantize(x, rows, cols, tensor_block.rows, tensor_block.cols));
+          expected.push_back(testing::ReferenceQuantize(x, rows, cols, tensor_block.rows,
+                                                        tensor_block.cols, block.recipe));
         }
         for (const v1::RankLayout& r : destinations.ranks()) {
           for (int v = 0; v < r.views_size(); ++v) {

@@ -188,10 +188,16 @@ absl::Status QuantizedView::SetBlocks() {
                      "over the others"));
   }
   block_ = BlockShape{block[dims - 2], block[dims - 1]};
-  if (wide_.device >= 0 && block_.rows != block_.cols) {
-    return absl::UnimplementedError(
-        absl::StrCat(who_, " is in GPU memory: the CUDA quantizer takes square blocks, not ",
-                     block_.rows, " x ", block_.cols));
+  if (!ScaleRuleOf(spec_.recipe(), &block_.rule)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who_, ": quantization recipe \"", spec_.recipe(), "\" is not known"));
+  }
+  if (wide_.device >= 0 && (block_.rows != block_.cols || block_.rule != ScaleRule::kDeepGemm)) {
+    return absl::UnimplementedError(absl::StrCat(
+        who_,
+        " is in GPU memory: the CUDA quantizer takes square blocks and DeepGEMM's recipe, "
+        "not ",
+        block_.rows, " x ", block_.cols, " blocks by \"", spec_.recipe(), "\""));
   }
   rows_ = extent[dims - 2];
   cols_ = extent[dims - 1];

@@ -65,11 +65,12 @@ uint16_t ReferenceBf16(float x) {
 
 ReferenceBlocks ReferenceQuantize(const std::vector<float>& x, int64_t rows, int64_t cols,
                                   int64_t block) {
-  return ReferenceQuantize(x, rows, cols, block, block);
+  return ReferenceQuantize(x, rows, cols, block, block, "");
 }
 
 ReferenceBlocks ReferenceQuantize(const std::vector<float>& x, int64_t rows, int64_t cols,
-                                  int64_t block_height, int64_t block_width) {
+                                  int64_t block_height, int64_t block_width,
+                                  const std::string& recipe) {
   ReferenceBlocks out;
   out.codes.assign(rows * cols, 0);
   const int64_t block_rows = (rows + block_height - 1) / block_height;
@@ -86,9 +87,19 @@ ReferenceBlocks ReferenceQuantize(const std::vector<float>& x, int64_t rows, int
       for (int64_t i : members) {
         if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]);
       }
+      float scale = amax / 448.0f;
+      if (recipe == "pow2") {  // the smallest power of two not below the quotient
+        double power = 1.0;
+        while (power < scale) power *= 2.0;
+        while (power / 2.0 >= scale) power /= 2.0;
+        scale = static_cast<float>(power);
+      }
       const float multiplier = 448.0f / amax;
-      for (int64_t i : members) out.codes[i] = ReferenceE4M3(x[i] * multiplier);
-      out.scales.push_back(amax / 448.0f);
+      for (int64_t i : members) {
+        out.codes[i] = ReferenceE4M3(recipe.empty() || recipe == "deepgemm" ? x[i] * multiplier
+                                                                            : x[i] / scale);
+      }
+      out.scales.push_back(scale);
     }
   }
   return out;

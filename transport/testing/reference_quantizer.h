@@ -12,6 +12,7 @@
 #define REFIT_TRANSPORT_TESTING_REFERENCE_QUANTIZER_H_
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace refit::transport::testing {
@@ -30,9 +31,12 @@ struct ReferenceBlocks {
 // Quantizes the dense row-major rows x cols weight `x`.
 ReferenceBlocks ReferenceQuantize(const std::vector<float>& x, int64_t rows, int64_t cols,
                                   int64_t block = 128);
-// In blocks of block_rows x block_cols.
+// In blocks of block_rows x block_cols, by Quantization.recipe `recipe` ("" or "deepgemm":
+// the above; "divide": code = E4M3(x / scale); "pow2": scale = the smallest power of two
+// not below amax / 448 (the float32 quotient), code = E4M3(x / scale)).
 ReferenceBlocks ReferenceQuantize(const std::vector<float>& x, int64_t rows, int64_t cols,
-                                  int64_t block_rows, int64_t block_cols);
+                                  int64_t block_rows, int64_t block_cols,
+                                  const std::string& recipe = "");
 
 // The reverse (DeepSeek-V3's weight_dequant): the value of finite `code` (not 0x7F or 0xFF)
 // from its fields, times `scale`, as float32 (the product rounded once, from double).

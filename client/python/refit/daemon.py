@@ -289,7 +289,8 @@ def _tensor_specs(rank, memory, quantized):
             name=name, dtype="F8_E4M3", shape=box.global_shape,
             quantization=refit_pb2.Quantization(
                 scheme=SCHEME_BLOCK_FP8, scale_tensor=recipe.scale_tensor,
-                block=[1] * (len(box.global_shape) - 2) + list(recipe.block))))
+                block=[1] * (len(box.global_shape) - 2) + list(recipe.block),
+                recipe=recipe.recipe)))
     return specs
 
 

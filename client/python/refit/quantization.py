@@ -28,9 +28,13 @@ SCHEME_DEQUANTIZE = "dequantize"
 @dataclass(frozen=True)
 class BlockFp8:
     """A weight in FP8 E4M3 with one float32 scale per block (of `block`, over the last two
-    dims; default 128 x 128) in the destination tensor `scale_tensor`."""
+    dims; default 128 x 128; (1, columns) for one scale per output channel) in the
+    destination tensor `scale_tensor`. `recipe`: "deepgemm" (the default: code =
+    E4M3(x * (448 / amax))), "divide" (code = E4M3(x / scale), as vLLM and torch quantize)
+    or "pow2" (power-of-two scales, 2^ceil(log2(amax / 448)))."""
     scale_tensor: str
     block: Tuple[int, int] = (128, 128)
+    recipe: str = ""
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,12 @@ class QuantizationTest(unittest.TestCase):
         self.assertEqual(specs["w"].quantization.scheme, "block_fp8")
         self.assertEqual(specs["w"].quantization.scale_tensor, "w_scale_inv")
         self.assertEqual(list(specs["w"].quantization.block), [128, 128])
+        self.assertEqual(specs["w"].quantization.recipe, "")
+        per_channel = _tensor_specs(
+            0, memory(w=torch.uint8, w_scale_inv=torch.float32),
+            {"w": refit.BlockFp8("w_scale_inv", (1, 128), recipe="divide")})[0]
+        self.assertEqual(list(per_channel.quantization.block), [1, 128])
+        self.assertEqual(per_channel.quantization.recipe, "divide")
         self.assertEqual(specs["w_scale_inv"].dtype, "F32")
         self.assertFalse(specs["norm"].HasField("quantization"))
         self.assertEqual(specs["norm"].dtype, "BF16")
