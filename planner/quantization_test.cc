@@ -423,6 +423,9 @@ TEST(QuantizationErrorsTest, TheRecipeIsChecked) {
       {[](v1::LayoutSpec* s) { s->mutable_tensors(0)->mutable_quantization()->set_scheme("mx"); },
        "destination tensor \"w\": quantization scheme \"mx\" is not known (expected "
        "\"block_fp8\", \"cast\" or \"dequantize\")"},
+      {[](v1::LayoutSpec* s) { s->mutable_tensors(0)->mutable_quantization()->set_recipe("e8m0"); },
+       "destination tensor \"w\": quantization recipe \"e8m0\" is not known (expected deepgemm, "
+       "divide or pow2)"},
       {[](v1::LayoutSpec* s) { s->mutable_tensors(0)->set_dtype("F8_E5M2"); },
        "destination tensor \"w\": block_fp8 holds F8_E4M3 codes, not F8_E5M2"},
       {[](v1::LayoutSpec* s) { s->mutable_tensors(1)->set_shape(0, 3); },
