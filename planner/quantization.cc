@@ -250,6 +250,33 @@ absl::Status CheckDestinations(const v1::LayoutSpec& destinations,
   return absl::OkStatus();
 }
 
+// The entry of view `v` of `rank` that `recipe` quantizes (or casts, or dequantizes), its
+// scales in view `scale_view` of the rank (-1: none).
+v1::QuantizedSource EntryOf(int64_t rank, int v, const v1::ShardView& view, const Recipe& recipe,
+                            int scale_view) {
+  v1::QuantizedSource entry;
+  entry.set_rank(rank);
+  entry.set_view(v);
+  entry.set_scale_view(scale_view);
+  entry.set_tensor(view.tensor());
+  entry.set_scale_tensor(recipe.scale_tensor);
+  entry.set_source_dtype(recipe.source_dtype);
+  entry.set_scheme(recipe.scheme);
+  entry.set_recipe(recipe.rule);
+  for (int64_t b : recipe.block) entry.add_block(b);
+  *entry.mutable_offset() = view.offset();
+  *entry.mutable_extent() = view.extent();
+  return entry;
+}
+
+// Declares `recipe`'s scale tensor (F32, one scale per block) in `layout`.
+void AddScaleTensor(const Recipe& recipe, v1::LayoutSpec* layout) {
+  v1::TensorSpec* scale = layout->add_tensors();
+  scale->set_name(recipe.scale_tensor);
+  scale->set_dtype("F32");
+  for (int64_t e : BlockGrid(recipe.shape, recipe.block)) scale->add_shape(e);
+}
+
 // The block-quantized tensors some source view of which cuts blocks: quantized on arrival.
 std::set<std::string> CutBetweenSources(const v1::LayoutSpec& sources,
                                         const std::map<std::string, Recipe>& recipes) {
@@ -316,10 +343,7 @@ absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* s
       continue;
     }
     t->set_dtype("F8_E4M3");
-    v1::TensorSpec* scale = sources->add_tensors();
-    scale->set_name(recipe->second->scale_tensor);
-    scale->set_dtype("F32");
-    for (int64_t e : BlockGrid(recipe->second->shape, recipe->second->block)) scale->add_shape(e);
+    AddScaleTensor(*recipe->second, sources);
   }
   for (v1::RankLayout& rank : *sources->mutable_ranks()) {
     const int views = rank.views_size();
@@ -331,30 +355,11 @@ absl::Status SendQuantized(const v1::LayoutSpec& destinations, v1::LayoutSpec* s
       const Box box = BoxOfView(view);
       if (box.rank() != recipe.shape.size()) continue;  // CompileLayout says why
       if (recipe.scheme == kCast) {
-        v1::QuantizedSource& entry = quantized->emplace_back();
-        entry.set_rank(rank.rank());
-        entry.set_view(v);
-        entry.set_scale_view(-1);
-        entry.set_tensor(view.tensor());
-        entry.set_source_dtype(recipe.source_dtype);
-        entry.set_scheme(kCast);
-        *entry.mutable_offset() = view.offset();
-        *entry.mutable_extent() = view.extent();
+        quantized->push_back(EntryOf(rank.rank(), v, view, recipe, /*scale_view=*/-1));
         continue;
       }
       const Box blocks = BlocksOf(box, recipe.block);
-      v1::QuantizedSource& entry = quantized->emplace_back();
-      entry.set_rank(rank.rank());
-      entry.set_view(v);
-      entry.set_scale_view(rank.views_size());
-      entry.set_tensor(view.tensor());
-      entry.set_scale_tensor(recipe.scale_tensor);
-      entry.set_source_dtype(recipe.source_dtype);
-      entry.set_scheme(recipe.scheme);
-      entry.set_recipe(recipe.rule);
-      for (int64_t b : recipe.block) entry.add_block(b);
-      *entry.mutable_offset() = view.offset();
-      *entry.mutable_extent() = view.extent();
+      quantized->push_back(EntryOf(rank.rank(), v, view, recipe, rank.views_size()));
       v1::ShardView* scales = rank.add_views();  // `view` may move: read above
       scales->set_tensor(recipe.scale_tensor);
       for (int64_t o : blocks.offset) scales->add_offset(o);
@@ -390,10 +395,7 @@ absl::Status ReceiveQuantized(v1::LayoutSpec* sources, v1::LayoutSpec* destinati
     t.clear_quantization();
     // Quantized on arrival: the sources declare the scale tensor with no views, as the
     // destinations receive none of it. Dequantized: the destinations receive the sources'.
-    v1::TensorSpec* scale = (recipe.scheme == kDequantize ? destinations : sources)->add_tensors();
-    scale->set_name(recipe.scale_tensor);
-    scale->set_dtype("F32");
-    for (int64_t e : BlockGrid(recipe.shape, recipe.block)) scale->add_shape(e);
+    AddScaleTensor(recipe, recipe.scheme == kDequantize ? destinations : sources);
   }
   for (v1::RankLayout& rank : *destinations->mutable_ranks()) {
     const int views = rank.views_size();
@@ -437,18 +439,7 @@ absl::Status ReceiveQuantized(v1::LayoutSpec* sources, v1::LayoutSpec* destinati
           scale_view = s;
         }
       }
-      v1::QuantizedSource& entry = received->emplace_back();
-      entry.set_rank(rank.rank());
-      entry.set_view(v);
-      entry.set_scale_view(scale_view);
-      entry.set_tensor(view.tensor());
-      entry.set_scale_tensor(recipe.scale_tensor);
-      entry.set_source_dtype(recipe.source_dtype);
-      entry.set_scheme(recipe.scheme);
-      entry.set_recipe(recipe.rule);
-      for (int64_t b : recipe.block) entry.add_block(b);
-      *entry.mutable_offset() = view.offset();
-      *entry.mutable_extent() = view.extent();
+      received->push_back(EntryOf(rank.rank(), v, view, recipe, scale_view));
       // Another dtype now: the daemon keeps it as its own dense buffer.
       v1::ShardView* moved = rank.mutable_views(v);
       moved->clear_buffer();
