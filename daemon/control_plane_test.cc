@@ -288,15 +288,25 @@ TEST_F(ControlPlaneTest, RefitMovesEveryByteAndCommitsTheVersion) {
   EXPECT_EQ(metrics_.committed.Value(), 1);
   EXPECT_EQ(metrics_.current_version.Value(), 1);
   EXPECT_EQ(metrics_.ranks.Add({{"role", "destination"}}).Value(), 2);
-  // The inference daemon's gauges say which version each of its destination ranks holds,
-  // and forget a rank that leaves.
+  // When it was committed, and no refit was refused.
+  const double now = absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch());
+  EXPECT_GT(metrics_.last_commit_time.Value(), now - 60);
+  EXPECT_LE(metrics_.last_commit_time.Value(), now);
+  for (const char* reason : kRefusalReasons) {
+    EXPECT_EQ(metrics_.refused.Add({{"reason", reason}}).Value(), 0) << reason;
+  }
+  // The inference daemon's gauges say which version each of its destination ranks holds
+  // and since when, and forget a rank that leaves.
   for (const v1::RankLayout& r : destinations_.ranks()) {
     const prometheus::Labels rank{{"rank", std::to_string(r.rank())}};
     ASSERT_TRUE(inference_metrics_.destination_version.Has(rank));
     EXPECT_EQ(inference_metrics_.destination_version.Add(rank).Value(), 1);
+    ASSERT_TRUE(inference_metrics_.destination_commit_time.Has(rank));
+    EXPECT_GT(inference_metrics_.destination_commit_time.Add(rank).Value(), now - 60);
   }
   ASSERT_TRUE(inference_.Deregister(v1::ROLE_DESTINATION, 0).ok());
   EXPECT_FALSE(inference_metrics_.destination_version.Has({{"rank", "0"}}));
+  EXPECT_FALSE(inference_metrics_.destination_commit_time.Has({{"rank", "0"}}));
 }
 
 // Once the group is complete the coordinator sends the plan slices ahead of the first
@@ -349,6 +359,9 @@ TEST_F(ControlPlaneTest, AnUnpublishedVersionFailsAtTheDeadlineNamingTheRanks) {
   EXPECT_EQ(status.error_message(),
             "version 4 was not published by source ranks 1 before the deadline");
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  // Counted, by reason: no epoch started.
+  EXPECT_EQ(metrics_.refused.Add({{"reason", "not_published"}}).Value(), 1);
+  EXPECT_EQ(metrics_.aborted.Value(), 0);
 }
 
 TEST_F(ControlPlaneTest, ARankThatLeftMakesTheNextRefitFailNamingTheGap) {
@@ -369,6 +382,7 @@ TEST_F(ControlPlaneTest, ARankThatLeftMakesTheNextRefitFailNamingTheGap) {
       << status.error_message();
   EXPECT_LT(absl::Now() - start, absl::Seconds(1));
   EXPECT_EQ(metrics_.ranks.Add({{"role", "source"}}).Value(), 1);
+  EXPECT_EQ(metrics_.refused.Add({{"reason", "incomplete_group"}}).Value(), 1);
   EXPECT_EQ(inference_.WaitForVersion(0, 2, absl::Now() + absl::Milliseconds(50)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
 }

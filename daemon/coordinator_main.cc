@@ -13,6 +13,7 @@
 #include "daemon/metrics.h"
 #include "daemon/mutex_mode.h"
 #include "daemon/open_file_limit.h"
+#include "daemon/program_usage.h"
 #include "daemon/shutdown_signal.h"
 #include "planner/reference_refits.h"
 #include "security/grpc_security.h"
@@ -38,6 +39,11 @@ ABSL_FLAG(int, metrics_port, -1,
 
 int main(int argc, char** argv) {
   refit::daemon::SkipMutexDeadlockDetection();
+  refit::daemon::SetProgramUsage(
+      "refit-coordinator --job=JOB.json [--listen=HOST:PORT] [--metrics_port=PORT] [TLS and "
+      "token flags]\n\nThe refit coordinator: registers every rank's layout through the refitd "
+      "daemons, plans each refit epoch and runs it (gRPC service refit.v1.Coordinator).",
+      "daemon/coordinator_main.cc");
   absl::ParseCommandLine(argc, argv);
   const sigset_t signals = refit::daemon::BlockShutdownSignals();
   const int64_t open_files = refit::daemon::RaiseOpenFileLimit();

@@ -287,11 +287,13 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
     absl::MutexLock lock(&mu_);
     const std::string holder = absl::StrCat("a refit of version ", group_version_);
     if (cancelled && cancelled()) {
-      return absl::CancelledError(absl::StrCat("the refit of version ", version,
-                                               " was cancelled while waiting for ", holder));
+      return Refused("cancelled", absl::CancelledError(
+                                      absl::StrCat("the refit of version ", version,
+                                                   " was cancelled while waiting for ", holder)));
     }
-    return absl::DeadlineExceededError(absl::StrCat(
-        "the refit of version ", version, " waited for ", holder, " until its own deadline"));
+    return Refused("waited_for_another", absl::DeadlineExceededError(absl::StrCat(
+                                             "the refit of version ", version, " waited for ",
+                                             holder, " until its own deadline")));
   }
   {
     absl::MutexLock lock(&mu_);
@@ -314,22 +316,33 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
     // A restarted coordinator learns the committed version from the daemons.
     current_version_ = std::max(current_version_, cluster_->CommittedVersion());
     if (version < current_version_) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "version ", version, " is older than the committed version ", current_version_));
+      return Refused(
+          "stale_version",
+          absl::FailedPreconditionError(absl::StrCat(
+              "version ", version, " is older than the committed version ", current_version_)));
     }
   }
   absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot();
-  if (!snapshot.ok()) return snapshot.status();
+  if (!snapshot.ok()) return Refused("group_disagrees", snapshot.status());
   if (std::optional<absl::StatusOr<v1::RefitReport>> repeat = AnswerRepeat(version, *snapshot)) {
+    // A version committed before that the sources no longer hold is as stale as an older one.
+    if (!repeat->ok()) return Refused("stale_version", repeat->status());
     return *std::move(repeat);
   }
   absl::StatusOr<PlannedEpoch> planned = PlanEpoch(version, &*snapshot);
-  if (!planned.ok()) return planned.status();
+  if (!planned.ok()) {
+    const absl::StatusCode code = planned.status().code();
+    return Refused(code == absl::StatusCode::kFailedPrecondition ? "incomplete_group"
+                   : code == absl::StatusCode::kInvalidArgument  ? "invalid_layout"
+                                                                 : "other",
+                   planned.status());
+  }
   // Planned while the trainers may still be finishing the step; now wait (within the
   // deadline) for every source rank to publish this version, so no half-updated weights
   // are sent.
   if (absl::Status published = AwaitPublishes(version, deadline, cancelled); !published.ok()) {
-    return published;
+    return Refused(published.code() == absl::StatusCode::kCancelled ? "cancelled" : "not_published",
+                   published);
   }
   // The epoch writes the buffers of daemons still in doubt about an older one: that one
   // is over for them.
@@ -367,6 +380,11 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
     metrics_->plan_build_seconds.Set(planned->plan->plan_seconds);
   }
   return report;
+}
+
+absl::Status EpochRunner::Refused(const char* reason, const absl::Status& status) {
+  if (metrics_ != nullptr) metrics_->RefitRefused(reason);
+  return status;
 }
 
 std::optional<absl::StatusOr<v1::RefitReport>> EpochRunner::AnswerRepeat(

@@ -134,6 +134,8 @@ class EpochRunner {
   };
   // A repeat of the committed version: its report, a refusal, or nothing when the version
   // must be moved again (destination ranks registered since, sources still holding it).
+  // `status`, counted as a refit refused before any epoch, by `reason` (kRefusalReasons).
+  absl::Status Refused(const char* reason, const absl::Status& status);
   std::optional<absl::StatusOr<v1::RefitReport>> AnswerRepeat(int64_t version,
                                                               const ClusterSnapshot& snapshot)
       ABSL_LOCKS_EXCLUDED(mu_);

@@ -1,8 +1,7 @@
 #include "daemon/http_endpoints.h"
 
-#include <httplib.h>
-
 #include <arpa/inet.h>
+#include <httplib.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -12,12 +11,34 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-
 #include "daemon/metrics.h"
 #include "gtest/gtest.h"
 
 namespace refit::daemon {
 namespace {
+
+// Every series an alert might ask for is exported before anything happened, at zero.
+TEST(HttpEndpointsTest, EverySeriesIsExportedFromStart) {
+  auto registry = std::make_shared<prometheus::Registry>();
+  CoordinatorMetrics coordinator(registry);
+  DaemonMetrics daemon(registry, "node-0");
+  auto endpoints = HttpEndpoints::Start("127.0.0.1", 0, registry, [] { return true; });
+  ASSERT_TRUE(endpoints.ok()) << endpoints.status();
+  httplib::Client client("127.0.0.1", (*endpoints)->port());
+  auto response = client.Get("/metrics");
+  ASSERT_TRUE(response);
+  for (const std::string series :
+       {"refit_epochs_total{result=\"aborted\"} 0", "refit_bytes_total{route=\"network\"} 0",
+        "refit_registered_ranks{role=\"destination\"} 0",
+        "refit_refits_refused_total{reason=\"incomplete_group\"} 0",
+        "refit_refits_refused_total{reason=\"invalid_layout\"} 0",
+        "refit_last_commit_timestamp_seconds 0",
+        "refitd_epochs_total{node=\"node-0\",result=\"failed\"} 0",
+        "refitd_bytes_total{node=\"node-0\",route=\"network\"} 0",
+        "refitd_registered_ranks{node=\"node-0\",role=\"source\"} 0"}) {
+    EXPECT_NE(response->body.find(series), std::string::npos) << series << "\n" << response->body;
+  }
+}
 
 TEST(HttpEndpointsTest, MetricsHealthAndReadiness) {
   auto registry = std::make_shared<prometheus::Registry>();

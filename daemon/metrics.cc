@@ -1,5 +1,8 @@
 #include "daemon/metrics.h"
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
 namespace refit::daemon {
 namespace {
 
@@ -57,7 +60,26 @@ CoordinatorMetrics::CoordinatorMetrics(std::shared_ptr<prometheus::Registry> r)
                              .Name("refit_plan_build_seconds")
                              .Help("Time the current plan took to build")
                              .Register(*r)
-                             .Add({})) {}
+                             .Add({})),
+      last_commit_time(prometheus::BuildGauge()
+                           .Name("refit_last_commit_timestamp_seconds")
+                           .Help("When the last version was committed (Unix seconds; 0: never "
+                                 "since this coordinator started)")
+                           .Register(*r)
+                           .Add({})),
+      refused(prometheus::BuildCounter()
+                  .Name("refit_refits_refused_total")
+                  .Help("Refits that ended before any epoch started, by reason")
+                  .Register(*r)) {
+  // Every series from start, at zero: alert queries find them before the first event.
+  for (const char* route : {"local", "nvlink", "network"}) bytes.Add({{"route", route}});
+  for (const char* role : {"source", "destination"}) ranks.Add({{"role", role}});
+  for (const char* reason : kRefusalReasons) refused.Add({{"reason", reason}});
+}
+
+void CoordinatorMetrics::RefitRefused(const std::string& reason) {
+  refused.Add({{"reason", reason}}).Increment();
+}
 
 void CoordinatorMetrics::EpochCommitted(double seconds, int64_t network_bytes, int64_t nvlink_bytes,
                                         int64_t local_bytes, int64_t version) {
@@ -67,6 +89,7 @@ void CoordinatorMetrics::EpochCommitted(double seconds, int64_t network_bytes, i
   bytes.Add({{"route", "nvlink"}}).Increment(nvlink_bytes);
   bytes.Add({{"route", "local"}}).Increment(local_bytes);
   current_version.Set(version);
+  last_commit_time.Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
 }
 
 void CoordinatorMetrics::EpochAborted(double seconds) {
@@ -101,6 +124,12 @@ DaemonMetrics::DaemonMetrics(std::shared_ptr<prometheus::Registry> r, const std:
                               .Help("The version committed into each destination rank here")
                               .Labels(NodeLabel(node))
                               .Register(*r)),
+      destination_commit_time(
+          prometheus::BuildGauge()
+              .Name("refitd_destination_commit_timestamp_seconds")
+              .Help("When each destination rank here last took a new version (Unix seconds)")
+              .Labels(NodeLabel(node))
+              .Register(*r)),
       relay_buffer_peak_bytes(
           prometheus::BuildGauge()
               .Name("refitd_relay_buffer_peak_bytes")
@@ -138,6 +167,9 @@ DaemonMetrics::DaemonMetrics(std::shared_ptr<prometheus::Registry> r, const std:
                            .Labels(NodeLabel(node))
                            .Register(*r)
                            .Add({})) {
+  for (const char* result : {"ok", "failed"}) epochs.Add({{"result", result}});
+  for (const char* route : {"local", "nvlink", "network"}) bytes.Add({{"route", route}});
+  for (const char* role : {"source", "destination"}) ranks.Add({{"role", role}});
   for (const char* kind :
        {"host_staging", "shared_memory_outbox", "quantized_sources", "quantized_on_arrival"}) {
     KeptMemory(kind, 0, 0);
@@ -161,13 +193,19 @@ void DaemonMetrics::RelayBufferPeak(int64_t bytes) {
 }
 
 void DaemonMetrics::DestinationVersion(int64_t rank, int64_t version) {
-  destination_version.Add({{"rank", std::to_string(rank)}}).Set(version);
+  const prometheus::Labels labels{{"rank", std::to_string(rank)}};
+  prometheus::Gauge& held = destination_version.Add(labels);
+  if (held.Value() != static_cast<double>(version)) {
+    destination_commit_time.Add(labels).Set(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()));
+  }
+  held.Set(version);
 }
 
 void DaemonMetrics::ForgetDestination(int64_t rank) {
   const prometheus::Labels labels{{"rank", std::to_string(rank)}};
-  if (destination_version.Has(labels)) {
-    destination_version.Remove(&destination_version.Add(labels));
+  for (prometheus::Family<prometheus::Gauge>* family :
+       {&destination_version, &destination_commit_time}) {
+    if (family->Has(labels)) family->Remove(&family->Add(labels));
   }
 }
 

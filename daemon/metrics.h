@@ -1,7 +1,9 @@
-// The Prometheus metrics refit exports. The coordinator counts epochs by result, epoch
-// durations, bytes by route, registered ranks, the current version and plan build time;
-// refitd counts its epochs and the bytes its data plane moved by route and by peer, and
-// the version each of its destination ranks holds.
+// The Prometheus metrics refit exports, every labelled series that can be known ahead
+// exported from start at zero (alert queries find them before the first event). The
+// coordinator counts epochs by result, refits refused before an epoch by reason, epoch
+// durations, bytes by route, registered ranks, the current version, when it was committed
+// and plan build time; refitd counts its epochs and the bytes its data plane moved by route
+// and by peer, and the version each of its destination ranks holds and since when.
 #ifndef REFIT_DAEMON_METRICS_H_
 #define REFIT_DAEMON_METRICS_H_
 
@@ -17,12 +19,27 @@
 
 namespace refit::daemon {
 
+// Why a refit ended before any epoch started (refit_refits_refused_total's reason label):
+// exported from start, each at zero.
+inline constexpr const char* kRefusalReasons[] = {
+    "waited_for_another",  // another refit held the group until this one's deadline
+    "cancelled",           // the caller went away while it waited
+    "stale_version",       // older than the committed version
+    "group_disagrees",     // ranks of a side declared a tensor differently
+    "incomplete_group",    // ranks missing, or the present ones do not hold everything
+    "invalid_layout",      // the layouts cannot be planned (a named tensor, rank and box)
+    "not_published",       // the source ranks did not publish the version in time
+    "other",
+};
+
 struct CoordinatorMetrics {
   explicit CoordinatorMetrics(std::shared_ptr<prometheus::Registry> registry);
 
   void EpochCommitted(double seconds, int64_t network_bytes, int64_t nvlink_bytes,
                       int64_t local_bytes, int64_t version);
   void EpochAborted(double seconds);
+  // A refit that ended before any epoch started, by reason (kRefusalReasons).
+  void RefitRefused(const std::string& reason);
 
   std::shared_ptr<prometheus::Registry> registry;
   prometheus::Family<prometheus::Counter>& epochs;
@@ -33,6 +50,8 @@ struct CoordinatorMetrics {
   prometheus::Family<prometheus::Gauge>& ranks;
   prometheus::Gauge& current_version;
   prometheus::Gauge& plan_build_seconds;
+  prometheus::Gauge& last_commit_time;
+  prometheus::Family<prometheus::Counter>& refused;
 };
 
 // Every series carries the daemon's node as the label `node`.
@@ -61,6 +80,7 @@ struct DaemonMetrics {
   prometheus::Family<prometheus::Counter>& peer_bytes;
   prometheus::Family<prometheus::Gauge>& ranks;
   prometheus::Family<prometheus::Gauge>& destination_version;
+  prometheus::Family<prometheus::Gauge>& destination_commit_time;
   prometheus::Gauge& relay_buffer_peak_bytes;
   prometheus::Family<prometheus::Gauge>& kept_memory_bytes;
   prometheus::Family<prometheus::Counter>& kept_memory_allocations;

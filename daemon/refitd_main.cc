@@ -16,6 +16,7 @@
 #include "daemon/metrics.h"
 #include "daemon/mutex_mode.h"
 #include "daemon/open_file_limit.h"
+#include "daemon/program_usage.h"
 #include "daemon/rank_registry.h"
 #include "daemon/shutdown_signal.h"
 #include "security/grpc_security.h"
@@ -40,6 +41,11 @@ ABSL_FLAG(int, copy_threads, 0,
 
 int main(int argc, char** argv) {
   refit::daemon::SkipMutexDeadlockDetection();
+  refit::daemon::SetProgramUsage(
+      "refitd --coordinator=HOST:PORT --node=NAME [--socket=PATH] [--metrics_port=PORT] "
+      "[flags]\n\nThe per-node refit daemon: ranks of this node register through its socket; "
+      "it runs its part of each refit epoch's plan.",
+      "daemon/refitd_main.cc");
   absl::ParseCommandLine(argc, argv);
   const sigset_t signals = refit::daemon::BlockShutdownSignals();
   const int64_t open_files = refit::daemon::RaiseOpenFileLimit();

@@ -20,6 +20,13 @@ quantization=${5:-}
 source "$(dirname "$0")/cluster.sh"
 open_work live
 
+# --help says what each program is and lists the flags of its main file (absl exits 1).
+help=$("$bin/refit-coordinator" --help 2>&1 || true)
+grep -q "^refit-coordinator: refit-coordinator --job=JOB.json" <<< "$help"
+grep -q -- "--job (the refit group" <<< "$help" || { echo "$help" >&2; exit 1; }
+help=$("$bin/refitd" --help 2>&1 || true)
+grep -q -- "--coordinator (coordinator address" <<< "$help" || { echo "$help" >&2; exit 1; }
+
 model=dsv3-mini src=pp=2,ep=2 dst=tp=2,dp=2 destinations=4
 case $refit in
   mini) gpus=8 trainers=(train-node-0) inferences=(infer-node-0) ;;
