@@ -26,6 +26,11 @@ int64_t BandRows(int64_t block, int64_t cols, int element_bytes) {
   return block * std::max<int64_t>(1, rows / block);
 }
 
+// Bytes an element of the weights to quantize takes: BF16 2, F32 4; 0 for anything else.
+int WideBytesOf(const std::string& source_dtype) {
+  return source_dtype == "BF16" ? 2 : source_dtype == "F32" ? 4 : 0;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::Make(const v1::QuantizedSource& spec,
@@ -51,7 +56,7 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeOnArrival(
         absl::StrCat(who, ": its codes and the view of its scales are not on one device (",
                      codes.device, " and ", scales.device, "; -1 is host memory)"));
   }
-  const int wide_bytes = spec.source_dtype() == "BF16" ? 2 : spec.source_dtype() == "F32" ? 4 : 0;
+  const int wide_bytes = WideBytesOf(spec.source_dtype());
   if (wide_bytes == 0) {
     return absl::InvalidArgumentError(absl::StrCat(who, ": quantized on arrival from ",
                                                    spec.source_dtype(), ", not BF16 or F32"));
@@ -141,7 +146,7 @@ absl::StatusOr<std::unique_ptr<QuantizedView>> QuantizedView::MakeBlocks(
     const v1::QuantizedSource& spec, const MappedView& registered, const std::string& who) {
   if (absl::Status held = CheckHeld(spec, registered, who, "quantizes"); !held.ok()) return held;
   if (spec.scheme() == "cast") return MakeCast(spec, registered, who);
-  const int wide_bytes = spec.source_dtype() == "BF16" ? 2 : spec.source_dtype() == "F32" ? 4 : 0;
+  const int wide_bytes = WideBytesOf(spec.source_dtype());
   if (wide_bytes == 0 || registered.element_bytes != wide_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(who, " holds ", registered.element_bytes,
                                                    "-byte elements; the plan quantizes it from ",
