@@ -94,6 +94,22 @@ int RunStatusCommand(const std::vector<std::string>& args, std::ostream& out, st
     }
     out << FitTerminal(daemon) << "\n";
   }
+  if (status->replicas_size() > 0) {
+    std::map<std::string, int> by_state;
+    for (const v1::ReplicaStatus& replica : status->replicas()) ++by_state[replica.state()];
+    std::vector<std::string> counts;
+    for (const auto& [state, count] : by_state) counts.push_back(absl::StrCat(count, " ", state));
+    out << "replicas         " << absl::StrJoin(counts, ", ") << "\n";
+    for (const v1::ReplicaStatus& replica : status->replicas()) {
+      std::string row = absl::StrFormat("  %-6d %-12s", replica.replica(), replica.state());
+      if (replica.missing_ranks_size() > 0) {
+        absl::StrAppend(&row, " missing ranks ", absl::StrJoin(replica.missing_ranks(), ", "));
+      }
+      if (replica.nodes_size() > 0)
+        absl::StrAppend(&row, "  on ", absl::StrJoin(replica.nodes(), ", "));
+      out << FitTerminal(row) << "\n";
+    }
+  }
   out << "last epochs\n";
   for (const v1::RefitReport& report : status->last_epochs())
     out << "  " << ReportLine(report) << "\n";
@@ -153,6 +169,15 @@ int RunRefitCommand(const std::vector<std::string>& args, std::ostream& out, std
         "pieces checksummed\n",
         report->slowest_node(), report->slowest_node_seconds(), report->slowest_rank(),
         report->slowest_rank_seconds(), report->views_checksummed(), report->pieces_checksummed());
+  }
+  if (!line->Has("json") && report->replicas_size() > 0) {
+    out << "  " << (report->catch_up() ? "caught up" : "to") << " replicas "
+        << absl::StrJoin(report->replicas(), ", ");
+    if (report->dropped_replicas_size() > 0) {
+      out << "; dropped replicas " << absl::StrJoin(report->dropped_replicas(), ", ")
+          << " (lost during the epoch)";
+    }
+    out << "\n";
   }
   if (!line->Has("json") && report->missing_source_ranks_size() > 0) {
     out << "  source ranks " << absl::StrJoin(report->missing_source_ranks(), ", ")

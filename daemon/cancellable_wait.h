@@ -21,8 +21,8 @@ inline constexpr absl::Duration kCancelPollInterval = absl::Milliseconds(100);
 // `cancelled` (may be empty) says so (false). The deadline is measured on the monotonic clock
 // from the call on: a step of the wall clock during the wait does not move it. (abseil's own
 // waits sleep until a wall-clock time, so one poll interval may still stretch by a step back.)
-inline bool AwaitCancellable(absl::Mutex& mu, const absl::Condition& condition,
-                             absl::Time deadline, const std::function<bool()>& cancelled)
+inline bool AwaitCancellable(absl::Mutex& mu, const absl::Condition& condition, absl::Time deadline,
+                             const std::function<bool()>& cancelled)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
   const absl::Duration end = MonotonicNow() + (deadline - absl::Now());
   while (!condition.Eval()) {

@@ -30,8 +30,7 @@ TEST(AwaitCancellableTest, GivesUpAtTheDeadline) {
   bool never = false;
   absl::MutexLock lock(&mu);
   const absl::Time start = absl::Now();
-  EXPECT_FALSE(
-      AwaitCancellable(mu, absl::Condition(&never), start + absl::Milliseconds(150), {}));
+  EXPECT_FALSE(AwaitCancellable(mu, absl::Condition(&never), start + absl::Milliseconds(150), {}));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(150));
 }
 
@@ -56,8 +55,8 @@ TEST(AwaitCancellableTest, AConditionThatAlreadyHoldsNeedsNoTime) {
   absl::Mutex mu;
   bool ready = true;
   absl::MutexLock lock(&mu);
-  EXPECT_TRUE(AwaitCancellable(mu, absl::Condition(&ready), absl::InfinitePast(),
-                               [] { return true; }));
+  EXPECT_TRUE(
+      AwaitCancellable(mu, absl::Condition(&ready), absl::InfinitePast(), [] { return true; }));
 }
 
 }  // namespace

@@ -259,6 +259,19 @@ std::vector<int64_t> Cluster::AwaitPublished(int64_t version, absl::Time deadlin
   return missing;
 }
 
+std::pair<int64_t, int64_t> Cluster::PublishedRange() const {
+  absl::MutexLock lock(&mu_);
+  std::pair<int64_t, int64_t> range{-1, -1};
+  bool first = true;
+  for (const auto& [key, record] : ranks_) {
+    if (key.role != v1::ROLE_SOURCE) continue;
+    range.first = first ? record.published : std::min(range.first, record.published);
+    range.second = std::max(range.second, record.published);
+    first = false;
+  }
+  return range;
+}
+
 absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
   // Under the lock only the registrations' pointers and the small per-rank facts are taken;
   // the layouts (tens of MB for a large model) are built from them after it is released.
@@ -397,6 +410,33 @@ std::string Cluster::IncarnationOf(const std::string& node) const {
   if (index == index_of_node_.end()) return "";
   const DaemonRecord& record = daemons_.at(index->second);
   return record.connected ? record.incarnation : "";
+}
+
+std::map<int64_t, Cluster::DestinationRank> Cluster::DestinationRanks() const {
+  absl::MutexLock lock(&mu_);
+  std::map<int64_t, DestinationRank> ranks;
+  for (const auto& [key, record] : ranks_) {
+    if (key.role != v1::ROLE_DESTINATION) continue;
+    auto daemon = daemons_.find(record.daemon);
+    ranks[key.rank] = {daemon == daemons_.end() ? "" : daemon->second.peer.node(),
+                       record.registration_id};
+  }
+  return ranks;
+}
+
+void Cluster::AwaitHeardSince(const std::set<int32_t>& daemons, absl::Duration since,
+                              absl::Time deadline) const {
+  absl::MutexLock lock(&mu_);
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (int32_t index : daemons) {
+      auto it = daemons_.find(index);
+      if (it != daemons_.end() && it->second.connected && it->second.last_heard <= since) {
+        return false;
+      }
+    }
+    return true;
+  };
+  mu_.AwaitWithDeadline(absl::Condition(&settled), deadline);
 }
 
 int64_t Cluster::RankCount(v1::Role role) const {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -116,6 +117,8 @@ class Cluster {
   // Waits until every registered source rank has published `version` (or a later one);
   // returns the ranks still missing at the deadline (empty: all published).
   std::vector<int64_t> AwaitPublished(int64_t version, absl::Time deadline) const;
+  // The oldest and newest versions the source ranks published ({-1, -1}: no source rank).
+  std::pair<int64_t, int64_t> PublishedRange() const;
 
   // The registrations as layouts; errors when two daemons disagree about a tensor.
   absl::StatusOr<ClusterSnapshot> Snapshot() const;
@@ -133,6 +136,18 @@ class Cluster {
   // The node of daemon `daemon` ("daemon N" if unknown), for messages.
   std::string NodeOf(int32_t daemon) const;
   int64_t RankCount(v1::Role role) const;
+  // Each registered destination rank: the node of its daemon and its registration (new at
+  // every registration), without copying layouts.
+  struct DestinationRank {
+    std::string node;
+    uint64_t registration = 0;
+  };
+  std::map<int64_t, DestinationRank> DestinationRanks() const;
+  // Waits until each daemon of `daemons` has been heard from after `since` (MonotonicNow())
+  // or is no longer connected, or until `deadline`: after a failure, what the group lost is
+  // known once every daemon either spoke again or is gone.
+  void AwaitHeardSince(const std::set<int32_t>& daemons, absl::Duration since,
+                       absl::Time deadline) const;
   // The incarnation of the node's current session ("" if none is connected).
   std::string IncarnationOf(const std::string& node) const;
 

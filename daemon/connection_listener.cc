@@ -39,7 +39,8 @@ absl::Status Failed(const std::string& address, const std::string& step) {
 absl::StatusOr<int> ListenUnix(const std::string& address, const std::string& path) {
   sockaddr_un name{};
   if (path.empty() || path.size() >= sizeof(name.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("cannot listen on ", address, ": the path must have 1 to ",
+    return absl::InvalidArgumentError(absl::StrCat("cannot listen on ", address,
+                                                   ": the path must have 1 to ",
                                                    sizeof(name.sun_path) - 1, " characters"));
   }
   name.sun_family = AF_UNIX;
@@ -61,8 +62,8 @@ absl::StatusOr<std::vector<int>> ListenTcp(const std::string& address, int* port
   int wanted = -1;
   if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &wanted) ||
       wanted < 0 || wanted > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot listen on ", address, ": expected HOST:PORT with a port of 0 to 65535"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot listen on ", address, ": expected HOST:PORT with a port of 0 to 65535"));
   }
   absl::string_view host_view = absl::string_view(address).substr(0, colon);
   if (absl::ConsumePrefix(&host_view, "[")) absl::ConsumeSuffix(&host_view, "]");
@@ -73,7 +74,8 @@ absl::StatusOr<std::vector<int>> ListenTcp(const std::string& address, int* port
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
   const std::string service = std::to_string(wanted);
-  if (const int error = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
+  if (const int error =
+          getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
       error != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("cannot listen on ", address, ": ", gai_strerror(error)));
@@ -252,8 +254,8 @@ void ConnectionListener::AcceptUntilStopped() {
   std::vector<pollfd> watched;
   for (int socket : sockets_) watched.push_back({socket, POLLIN, 0});
   watched.push_back({wake_, POLLIN, 0});
-  bool paused = false;         // since the backlog was last drained
-  bool pause_logged = false;   // that pause was logged (then so is its end)
+  bool paused = false;        // since the backlog was last drained
+  bool pause_logged = false;  // that pause was logged (then so is its end)
   absl::Duration last_logged = -absl::InfiniteDuration();
   int64_t unlogged_pauses = 0;
   while (!stopping_) {
@@ -278,12 +280,13 @@ void ConnectionListener::AcceptUntilStopped() {
         paused = true;
         pause_logged = MonotonicNow() - last_logged >= kPauseLogInterval;
         if (pause_logged) {
-          spdlog::error("listener on {}: cannot accept a connection ({}); it waits and is tried "
-                        "again every {} ms{}",
-                        address_, why, kPauseMs,
-                        unlogged_pauses > 0
-                            ? absl::StrCat(" (", unlogged_pauses, " more pauses since the last one logged)")
-                            : "");
+          spdlog::error(
+              "listener on {}: cannot accept a connection ({}); it waits and is tried "
+              "again every {} ms{}",
+              address_, why, kPauseMs,
+              unlogged_pauses > 0
+                  ? absl::StrCat(" (", unlogged_pauses, " more pauses since the last one logged)")
+                  : "");
           last_logged = MonotonicNow();
           unlogged_pauses = 0;
         } else {

@@ -80,6 +80,7 @@ void ControlService::UpdateRankGauges() {
   if (metrics_ == nullptr) return;
   metrics_->ranks.Add({{"role", "source"}}).Set(cluster_->RankCount(v1::ROLE_SOURCE));
   metrics_->ranks.Add({{"role", "destination"}}).Set(cluster_->RankCount(v1::ROLE_DESTINATION));
+  runner_->UpdateReplicaGauges();
 }
 
 grpc::Status ControlService::Control(

@@ -50,21 +50,20 @@ absl::Status CheckInDoubt(const v1::InDoubtEpoch& epoch, const std::string& who)
 
 absl::Status CheckVersion(int64_t version, const std::string& what) {
   if (version >= 1 && version <= kMaxVersion) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(what, " ", version,
-                                                 " is not a version: versions are 1 to 2^53"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " ", version, " is not a version: versions are 1 to 2^53"));
 }
 
 absl::Status CheckNodeName(const std::string& name, const std::string& what) {
   if (name.empty() || name.size() > kMaxNameBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " of ", name.size(),
-                                                   " bytes: a name has 1 to ", kMaxNameBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " of ", name.size(), " bytes: a name has 1 to ", kMaxNameBytes));
   }
   for (char c : name) {
     if (!NameCharacter(c)) {
       return absl::InvalidArgumentError(absl::StrCat(
           what, " \"", absl::CHexEscape(name.substr(0, 64)), "\" holds the character 0x",
-          absl::Hex(static_cast<unsigned char>(c)),
-          ": names are letters, digits and . _ - : @"));
+          absl::Hex(static_cast<unsigned char>(c)), ": names are letters, digits and . _ - : @"));
     }
   }
   return absl::OkStatus();
@@ -105,8 +104,7 @@ absl::Status CheckHello(const v1::DaemonHello& hello) {
   if (absl::Status in_doubt = CheckInDoubt(hello.in_doubt(), who); !in_doubt.ok()) {
     return in_doubt;
   }
-  absl::StatusOr<std::string> address =
-      transport::OpenDataPlaneAddress(hello.data_plane_address());
+  absl::StatusOr<std::string> address = transport::OpenDataPlaneAddress(hello.data_plane_address());
   if (!address.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(who, ": ", address.status().message()));
   }

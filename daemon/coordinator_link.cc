@@ -330,7 +330,7 @@ void CoordinatorLink::OnAbort(const v1::AbortEpoch& abort) {
   }
   if (executed) {
     epochs_->Finish();  // no write into the buffers after they are marked
-    registry_->Abort(abort.version(), abort.epoch_id(), abort.reason());
+    registry_->Abort(abort.version(), abort.epoch_id(), abort.reason(), abort.retried());
   }
 }
 

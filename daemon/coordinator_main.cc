@@ -1,6 +1,7 @@
 // refit-coordinator: one per refit group. Registry of daemons and ranks, the planner, and
 // the epoch state machine behind the Coordinator gRPC API.
 
+#include <algorithm>
 #include <string>
 
 #include "absl/flags/flag.h"
@@ -8,6 +9,7 @@
 #include "config/json_files.h"
 #include "config/model_files.h"
 #include "daemon/coordinator_server.h"
+#include "daemon/destination_replicas.h"
 #include "daemon/http_endpoints.h"
 #include "daemon/job_validation.h"
 #include "daemon/metrics.h"
@@ -15,6 +17,7 @@
 #include "daemon/open_file_limit.h"
 #include "daemon/program_usage.h"
 #include "daemon/shutdown_signal.h"
+#include "planner/model_spec.h"
 #include "planner/reference_refits.h"
 #include "security/grpc_security.h"
 #include "spdlog/spdlog.h"
@@ -77,6 +80,15 @@ int main(int argc, char** argv) {
     }
     job.set_source_ranks(scenario->sources.ranks_size());
     job.set_destination_ranks(scenario->destinations.ranks_size());
+    if (job.has_destination_replicas() && job.destination_replicas().ranks_per_replica() == 0) {
+      // A replica is one data-parallel group of the engine: its tp ranks.
+      absl::StatusOr<refit::v1::ParallelConfig> parallel =
+          refit::planner::ParseParallel(job.destination_parallel());
+      if (parallel.ok()) {
+        job.mutable_destination_replicas()->set_ranks_per_replica(
+            static_cast<int32_t>(std::max<int64_t>(1, parallel->tp())));
+      }
+    }
   }
   if (absl::Status valid = refit::daemon::CheckJob(job); !valid.ok()) {
     spdlog::error("refit-coordinator: {}", std::string(valid.message()));
@@ -146,7 +158,9 @@ int main(int argc, char** argv) {
     auto started = refit::daemon::HttpEndpoints::Start(
         host, absl::GetFlag(FLAGS_metrics_port), registry, [&cluster, &job]() {
           return cluster.RankCount(refit::v1::ROLE_SOURCE) >= job.source_ranks() &&
-                 cluster.RankCount(refit::v1::ROLE_DESTINATION) >= job.destination_ranks();
+                 (job.has_destination_replicas()
+                      ? refit::daemon::EnoughReplicas(job, cluster)
+                      : cluster.RankCount(refit::v1::ROLE_DESTINATION) >= job.destination_ranks());
         });
     if (!started.ok()) {
       spdlog::error("refit-coordinator: {}", std::string(started.status().message()));

@@ -1,11 +1,15 @@
 #include "daemon/epoch_runner.h"
 
+#include <algorithm>
+
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "daemon/cancellable_wait.h"
+#include "daemon/monotonic_clock.h"
 #include "daemon/piece_checksums.h"
 #include "daemon/shared_destinations.h"
 #include "daemon/view_checksums.h"
@@ -227,42 +231,56 @@ void EpochRunner::PrepareGroup() {
   // Not while an epoch holds the group (its Launch sends the slices), and only for a group
   // as complete as an epoch needs it (a partial one plans around missing sources).
   if (cluster_->RankCount(v1::ROLE_SOURCE) < job_.source_ranks() ||
-      cluster_->RankCount(v1::ROLE_DESTINATION) < job_.destination_ranks() ||
+      (!replicas_.has_value() &&
+       cluster_->RankCount(v1::ROLE_DESTINATION) < job_.destination_ranks()) ||
       !TakeGroup(absl::Now(), nullptr)) {
     return;
   }
   {
     absl::MutexLock run_lock(&run_mu_);  // never contended: the group is ours
-    int64_t version;
-    {
-      absl::MutexLock lock(&mu_);
-      version = current_version_;
-    }
-    std::string sent_ahead;  // the plan's digest once sent
-    absl::StatusOr<int> sent = absl::UnknownError("not planned");
-    absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot();
-    if (!snapshot.ok()) {
-      sent = snapshot.status();
-    } else if (absl::StatusOr<PlannedEpoch> planned = PlanEpoch(version, &*snapshot);
-               !planned.ok()) {
-      sent = planned.status();
-    } else {
-      sent = SendSlices(*snapshot, planned->wire);
-      sent_ahead = planned->wire.digest();
-    }
-    if (!sent.ok()) {
-      spdlog::info(
-          "the refit group is complete, but its plan was not sent ahead (the next epoch tries "
-          "again): {}",
-          std::string(sent.status().message()));
-    } else if (*sent > 0) {
-      spdlog::info(
-          "the refit group is complete: plan {} sent ahead of the next epoch to {} of its {} "
-          "daemons (the others hold it)",
-          sent_ahead, *sent, snapshot->channels.size());
-    }
+    if (!replicas_.has_value() || !CatchUp()) SendPlanAhead();
   }
   ReleaseGroup();
+}
+
+void EpochRunner::SendPlanAhead() {
+  int64_t version;
+  {
+    absl::MutexLock lock(&mu_);
+    version = current_version_;
+  }
+  std::string sent_ahead;  // the plan's digest once sent
+  absl::StatusOr<int> sent = absl::UnknownError("not planned");
+  absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot();
+  if (snapshot.ok() && replicas_.has_value()) {
+    // The replicas complete now, if enough are.
+    std::set<int64_t> registered;
+    for (const auto& [rank, registration] : snapshot->destination_registrations) {
+      registered.insert(rank);
+    }
+    const ReplicaCensus census = replicas_->Census(registered);
+    if (!replicas_->CheckEnough(census).ok()) return;
+    NarrowDestinations(replicas_->RanksOf(census.complete), &*snapshot);
+  }
+  if (!snapshot.ok()) {
+    sent = snapshot.status();
+  } else if (absl::StatusOr<PlannedEpoch> planned = PlanEpoch(version, &*snapshot); !planned.ok()) {
+    sent = planned.status();
+  } else {
+    sent = SendSlices(*snapshot, planned->wire);
+    sent_ahead = planned->wire.digest();
+  }
+  if (!sent.ok()) {
+    spdlog::info(
+        "the refit group is complete, but its plan was not sent ahead (the next epoch tries "
+        "again): {}",
+        std::string(sent.status().message()));
+  } else if (*sent > 0) {
+    spdlog::info(
+        "the refit group is complete: plan {} sent ahead of the next epoch to {} of its {} "
+        "daemons (the others hold it)",
+        sent_ahead, *sent, snapshot->channels.size());
+  }
 }
 
 bool EpochRunner::TakeGroup(absl::Time deadline, const Cancelled& cancelled) {
@@ -324,62 +342,338 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
   }
   absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot();
   if (!snapshot.ok()) return Refused("group_disagrees", snapshot.status());
-  if (std::optional<absl::StatusOr<v1::RefitReport>> repeat = AnswerRepeat(version, *snapshot)) {
+  Members members;
+  if (replicas_.has_value()) {
+    std::optional<v1::RefitReport> held;
+    absl::StatusOr<Members> chosen = ChooseReplicas(version, &*snapshot, &held);
+    if (held.has_value()) return *std::move(held);
+    if (!chosen.ok()) return chosen.status();  // counted as refused there
+    members = *std::move(chosen);
+  } else if (std::optional<absl::StatusOr<v1::RefitReport>> repeat =
+                 AnswerRepeat(version, *snapshot)) {
     // A version committed before that the sources no longer hold is as stale as an older one.
     if (!repeat->ok()) return Refused("stale_version", repeat->status());
     return *std::move(repeat);
   }
-  absl::StatusOr<PlannedEpoch> planned = PlanEpoch(version, &*snapshot);
-  if (!planned.ok()) {
-    const absl::StatusCode code = planned.status().code();
-    return Refused(code == absl::StatusCode::kFailedPrecondition ? "incomplete_group"
-                   : code == absl::StatusCode::kInvalidArgument  ? "invalid_layout"
-                                                                 : "other",
-                   planned.status());
+  if (members.catch_up) {
+    absl::MutexLock lock(&mu_);
+    catching_up_.insert(members.replicas.begin(), members.replicas.end());
   }
-  // Planned while the trainers may still be finishing the step; now wait (within the
-  // deadline) for every source rank to publish this version, so no half-updated weights
-  // are sent.
-  if (absl::Status published = AwaitPublishes(version, deadline, cancelled); !published.ok()) {
-    return Refused(published.code() == absl::StatusCode::kCancelled ? "cancelled" : "not_published",
-                   published);
+  absl::StatusOr<v1::RefitReport> report =
+      RunEpochs(version, start, deadline, cancelled, &*snapshot, &members);
+  {
+    absl::MutexLock lock(&mu_);
+    catching_up_.clear();
   }
-  // The epoch writes the buffers of daemons still in doubt about an older one: that one
-  // is over for them.
-  SettleDaemonsInDoubt(/*superseded=*/true);
-  const absl::Time epoch_start = absl::Now();
-  const auto [epoch_id, number] = StartEpoch(version, planned->wire, *snapshot);
-  const absl::Status launched =
-      Launch(*snapshot, planned->wire, epoch_id, number, version, deadline).status();
-  std::pair<int64_t, int64_t> checksummed{0, 0};
-  const absl::Status outcome =
-      Decide(launched, deadline, cancelled, *snapshot, planned->wire, &checksummed);
-  TellDaemons(epoch_id, version, outcome, *snapshot);
-  const absl::Time end = absl::Now();
-  const double seconds = absl::ToDoubleSeconds(end - start);
-  if (!outcome.ok()) {
-    spdlog::warn("epoch {} version {} aborted after {:.3f} s: {}", epoch_id, version, seconds,
-                 std::string(outcome.message()));
-    if (metrics_ != nullptr) metrics_->EpochAborted(seconds);
-    return outcome;
-  }
-  const planner::PlanStats& stats = planned->plan->stats;
-  const v1::RefitReport report =
-      Report(*planned, *snapshot, checksummed, seconds, absl::ToDoubleSeconds(end - epoch_start));
-  spdlog::info(
-      "epoch {} version {} committed: {} bytes in {:.3f} s ({:.2f} GB/s; {:.3f} s after the "
-      "last publish), {} daemons, slowest {} ({:.3f} s), {} views and {} pieces checksummed, "
-      "plan {}",
-      epoch_id, version, stats.total_bytes, seconds,
-      stats.total_bytes / std::max(seconds, 1e-9) / 1e9, report.epoch_seconds(),
-      snapshot->channels.size(), report.slowest_node().empty() ? "-" : report.slowest_node(),
-      report.slowest_node_seconds(), checksummed.first, checksummed.second, planned->wire.digest());
-  if (metrics_ != nullptr) {
-    metrics_->EpochCommitted(seconds, stats.network_bytes, stats.nvlink_bytes, stats.local_bytes,
-                             version);
-    metrics_->plan_build_seconds.Set(planned->plan->plan_seconds);
+  UpdateReplicaGauges();
+  if (members.catch_up && metrics_ != nullptr) {
+    metrics_->catch_ups.Add({{"result", report.ok() ? "committed" : "aborted"}}).Increment();
   }
   return report;
+}
+
+absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Time start,
+                                                       absl::Time deadline,
+                                                       const Cancelled& cancelled,
+                                                       ClusterSnapshot* snapshot,
+                                                       Members* members) {
+  std::vector<int64_t> dropped;  // replicas lost by earlier attempts
+  while (true) {
+    absl::StatusOr<PlannedEpoch> planned = PlanEpoch(version, snapshot);
+    if (!planned.ok()) {
+      const absl::StatusCode code = planned.status().code();
+      return Refused(code == absl::StatusCode::kFailedPrecondition ? "incomplete_group"
+                     : code == absl::StatusCode::kInvalidArgument  ? "invalid_layout"
+                                                                   : "other",
+                     planned.status());
+    }
+    // Planned while the trainers may still be finishing the step; now wait (within the
+    // deadline) for every source rank to publish this version, so no half-updated weights
+    // are sent.
+    if (absl::Status published = AwaitPublishes(version, deadline, cancelled); !published.ok()) {
+      return Refused(
+          published.code() == absl::StatusCode::kCancelled ? "cancelled" : "not_published",
+          published);
+    }
+    // The epoch writes the buffers of daemons still in doubt about an older one: that one
+    // is over for them.
+    SettleDaemonsInDoubt(/*superseded=*/true);
+    const absl::Time epoch_start = absl::Now();
+    const auto [epoch_id, number] = StartEpoch(version, planned->wire, *snapshot);
+    const absl::Status launched =
+        Launch(*snapshot, planned->wire, epoch_id, number, version, deadline).status();
+    std::pair<int64_t, int64_t> checksummed{0, 0};
+    const absl::Status outcome =
+        Decide(launched, deadline, cancelled, *snapshot, planned->wire, &checksummed);
+    // A replica lost during the epoch is dropped and the others take the version in an
+    // epoch of their own, if enough of them are left and time is.
+    std::vector<int64_t> lost;
+    if (!outcome.ok() && replicas_.has_value() && !(cancelled && cancelled())) {
+      lost = LostReplicas(*snapshot, members->replicas, deadline);
+    }
+    std::vector<int64_t> left;
+    for (int64_t replica : members->replicas) {
+      if (std::find(lost.begin(), lost.end(), replica) == lost.end()) left.push_back(replica);
+    }
+    const size_t needed =
+        members->catch_up || !replicas_.has_value() ? 1 : replicas_->min_replicas();
+    const bool retried = !lost.empty() && left.size() >= needed && absl::Now() < deadline;
+    TellDaemons(epoch_id, version, outcome, *snapshot, retried);
+    const absl::Time end = absl::Now();
+    const double seconds = absl::ToDoubleSeconds(end - start);
+    if (!outcome.ok()) {
+      spdlog::warn("epoch {} version {} aborted after {:.3f} s: {}", epoch_id, version, seconds,
+                   std::string(outcome.message()));
+      if (metrics_ != nullptr) metrics_->EpochAborted(seconds);
+      if (!retried) {
+        if (lost.empty()) return outcome;
+        return absl::Status(
+            outcome.code(),
+            absl::StrCat(outcome.message(), "; lost ", DescribeReplicas(lost), ", and ",
+                         left.size(), " left of the ", needed, " needed"));
+      }
+      spdlog::warn("epoch {} version {}: lost {}; moving the version again to {}", epoch_id,
+                   version, DescribeReplicas(lost), DescribeReplicas(left));
+      if (metrics_ != nullptr) metrics_->replicas_dropped.Increment(lost.size());
+      dropped.insert(dropped.end(), lost.begin(), lost.end());
+      members->replicas = left;
+      absl::StatusOr<ClusterSnapshot> now = cluster_->Snapshot();
+      if (!now.ok()) return now.status();
+      *snapshot = *std::move(now);
+      NarrowDestinations(replicas_->RanksOf(left), snapshot);
+      continue;
+    }
+    const planner::PlanStats& stats = planned->plan->stats;
+    const v1::RefitReport report = Report(*planned, *members, dropped, *snapshot, checksummed,
+                                          seconds, absl::ToDoubleSeconds(end - epoch_start));
+    spdlog::info(
+        "epoch {} version {} committed{}: {} bytes in {:.3f} s ({:.2f} GB/s; {:.3f} s after the "
+        "last publish), {} daemons, slowest {} ({:.3f} s), {} views and {} pieces checksummed, "
+        "plan {}",
+        epoch_id, version,
+        replicas_.has_value()
+            ? absl::StrCat(
+                  members->catch_up ? " (a catch-up)" : "", " to ",
+                  DescribeReplicas(members->replicas),
+                  dropped.empty() ? "" : absl::StrCat(", dropped ", DescribeReplicas(dropped)))
+            : "",
+        stats.total_bytes, seconds, stats.total_bytes / std::max(seconds, 1e-9) / 1e9,
+        report.epoch_seconds(), snapshot->channels.size(),
+        report.slowest_node().empty() ? "-" : report.slowest_node(), report.slowest_node_seconds(),
+        checksummed.first, checksummed.second, planned->wire.digest());
+    if (metrics_ != nullptr) {
+      metrics_->EpochCommitted(seconds, stats.network_bytes, stats.nvlink_bytes, stats.local_bytes,
+                               version);
+      metrics_->plan_build_seconds.Set(planned->plan->plan_seconds);
+    }
+    return report;
+  }
+}
+
+EpochRunner::EpochRunner(Cluster* cluster, v1::JobSpec job, CoordinatorMetrics* metrics)
+    : cluster_(cluster),
+      job_(std::move(job)),
+      metrics_(metrics),
+      replicas_(job_.has_destination_replicas()
+                    ? std::optional<DestinationReplicas>(std::in_place, job_.destination_replicas(),
+                                                         job_.destination_ranks())
+                    : std::nullopt) {}
+
+absl::StatusOr<EpochRunner::Members> EpochRunner::ChooseReplicas(
+    int64_t version, ClusterSnapshot* snapshot, std::optional<v1::RefitReport>* held) {
+  std::set<int64_t> registered;
+  for (const auto& [rank, registration] : snapshot->destination_registrations) {
+    registered.insert(rank);
+  }
+  const ReplicaCensus census = replicas_->Census(registered);
+  Members members;
+  bool repeat = false;
+  {
+    absl::MutexLock lock(&mu_);
+    repeat = version == current_version_;
+    if (repeat) {
+      // A repeat of the committed version moves it to the complete replicas lacking it.
+      const std::map<int64_t, uint64_t> holders = HoldersLocked();
+      for (int64_t replica : census.complete) {
+        for (int64_t rank : replicas_->RanksOf({replica})) {
+          auto held_by = holders.find(rank);
+          if (held_by == holders.end() ||
+              held_by->second != snapshot->destination_registrations.at(rank)) {
+            members.replicas.push_back(replica);
+            break;
+          }
+        }
+      }
+      auto done = reports_.find(version);
+      if (members.replicas.empty() && done != reports_.end()) {
+        *held = done->second.report;
+        return members;
+      }
+      members.catch_up = members.replicas.size() < census.complete.size();
+    }
+  }
+  if (!members.catch_up) {
+    if (absl::Status enough = replicas_->CheckEnough(census); !enough.ok()) {
+      return Refused("incomplete_group", enough);
+    }
+  }
+  if (!repeat) members.replicas = census.complete;
+  if (repeat && (snapshot->published_oldest != version || snapshot->published_newest != version)) {
+    return Refused(
+        "stale_version",
+        absl::FailedPreconditionError(absl::StrCat(
+            "version ", version, " is committed, but ", DescribeReplicas(members.replicas),
+            " lack it, and the source ranks no longer all hold it (they published "
+            "versions ",
+            snapshot->published_oldest, " to ", snapshot->published_newest,
+            "): refit a newer version")));
+  }
+  NarrowDestinations(replicas_->RanksOf(members.replicas), snapshot);
+  if (absl::Status whole = replicas_->CheckWhole(snapshot->destinations, members.replicas);
+      !whole.ok()) {
+    return Refused("invalid_layout", whole);
+  }
+  return members;
+}
+
+std::vector<int64_t> EpochRunner::LostReplicas(const ClusterSnapshot& snapshot,
+                                               const std::vector<int64_t>& replicas,
+                                               absl::Time deadline) {
+  std::set<int32_t> daemons;
+  for (const auto& [index, channel] : snapshot.channels) daemons.insert(index);
+  // A daemon that died is cut within its lease (checked every quarter of it); a live one
+  // heartbeats within a quarter of it.
+  const absl::Duration lease = absl::Milliseconds(job_.lease_ms() > 0 ? job_.lease_ms() : 5000);
+  cluster_->AwaitHeardSince(daemons, MonotonicNow(), std::min(deadline, absl::Now() + lease * 1.5));
+  const std::map<int64_t, Cluster::DestinationRank> now = cluster_->DestinationRanks();
+  std::vector<int64_t> lost;
+  for (int64_t replica : replicas) {
+    for (int64_t rank : replicas_->RanksOf({replica})) {
+      auto it = now.find(rank);
+      if (it == now.end() ||
+          it->second.registration != snapshot.destination_registrations.at(rank)) {
+        lost.push_back(replica);
+        break;
+      }
+    }
+  }
+  return lost;
+}
+
+std::map<int64_t, uint64_t> EpochRunner::HoldersLocked() const {
+  auto done = reports_.find(current_version_);
+  return done == reports_.end() ? std::map<int64_t, uint64_t>{} : done->second.destinations;
+}
+
+bool EpochRunner::CatchUp() {
+  int64_t version;
+  std::map<int64_t, uint64_t> holders;
+  {
+    absl::MutexLock lock(&mu_);
+    version = current_version_;
+    holders = HoldersLocked();
+  }
+  if (holders.empty()) return false;  // nothing committed (since this coordinator started)
+  const std::map<int64_t, Cluster::DestinationRank> ranks = cluster_->DestinationRanks();
+  std::set<int64_t> registered;
+  for (const auto& [rank, holder] : ranks) registered.insert(rank);
+  std::vector<int64_t> lacking;
+  for (int64_t replica : replicas_->Census(registered).complete) {
+    for (int64_t rank : replicas_->RanksOf({replica})) {
+      auto held = holders.find(rank);
+      if (held == holders.end() || held->second != ranks.at(rank).registration) {
+        lacking.push_back(replica);
+        break;
+      }
+    }
+  }
+  if (lacking.empty()) return false;
+  const auto [oldest, newest] = cluster_->PublishedRange();
+  if (oldest != version || newest != version) {
+    spdlog::info(
+        "{} lack version {}, which the source ranks no longer all hold (they published {} to "
+        "{}): the next refit brings them",
+        DescribeReplicas(lacking), version, oldest, newest);
+    return false;
+  }
+  spdlog::info("{} lack the committed version {}: catching up", DescribeReplicas(lacking), version);
+  const absl::Time start = absl::Now();
+  const absl::Duration timeout =
+      absl::Milliseconds(job_.epoch_deadline_ms() > 0 ? job_.epoch_deadline_ms() : 60000);
+  {
+    absl::MutexLock lock(&mu_);
+    group_version_ = version;
+  }
+  absl::StatusOr<v1::RefitReport> report =
+      RefitHoldingGroup(version, start, start + timeout, nullptr);
+  if (!report.ok()) {
+    spdlog::warn("catching up {} to version {} failed: {}", DescribeReplicas(lacking), version,
+                 std::string(report.status().message()));
+  }
+  return true;
+}
+
+std::vector<v1::ReplicaStatus> EpochRunner::Replicas() const {
+  if (!replicas_.has_value()) return {};
+  const std::map<int64_t, Cluster::DestinationRank> ranks = cluster_->DestinationRanks();
+  std::set<int64_t> registered;
+  for (const auto& [rank, holder] : ranks) registered.insert(rank);
+  const ReplicaCensus census = replicas_->Census(registered);
+  std::map<int64_t, v1::ReplicaStatus> replicas;
+  auto add = [&](int64_t replica, const char* state) -> v1::ReplicaStatus& {
+    v1::ReplicaStatus& status = replicas[replica];
+    status.set_replica(replica);
+    status.set_state(state);
+    std::set<std::string> nodes;
+    for (int64_t rank : replicas_->RanksOf({replica})) {
+      if (auto it = ranks.find(rank); it != ranks.end()) nodes.insert(it->second.node);
+    }
+    for (const std::string& node : nodes) status.add_nodes(node);
+    return status;
+  };
+  absl::MutexLock lock(&mu_);
+  const std::map<int64_t, uint64_t> holders = HoldersLocked();
+  for (int64_t replica : census.complete) {
+    bool current = true;
+    for (int64_t rank : replicas_->RanksOf({replica})) {
+      auto held = holders.find(rank);
+      current = current && held != holders.end() && held->second == ranks.at(rank).registration;
+    }
+    add(replica, catching_up_.count(replica) ? "catching_up" : current ? "current" : "behind");
+  }
+  for (const auto& [replica, missing] : census.incomplete) {
+    for (int64_t rank : missing) add(replica, "incomplete").add_missing_ranks(rank);
+  }
+  for (int64_t replica : census.absent) {
+    for (int64_t rank : replicas_->RanksOf({replica}))
+      add(replica, "absent").add_missing_ranks(rank);
+  }
+  std::vector<v1::ReplicaStatus> listed;
+  for (auto& [replica, status] : replicas) listed.push_back(std::move(status));
+  return listed;
+}
+
+void EpochRunner::UpdateReplicaGauges() {
+  if (metrics_ == nullptr || !replicas_.has_value()) return;
+  const std::vector<v1::ReplicaStatus> replicas = Replicas();
+  std::map<std::string, int64_t> by_state;
+  for (const char* state : kReplicaStates) by_state[state] = 0;
+  std::set<int64_t> present;
+  absl::MutexLock lock(&mu_);  // one update of the per-replica series at a time
+  for (const v1::ReplicaStatus& replica : replicas) {
+    ++by_state[replica.state()];
+    if (replica.state() == "absent") continue;
+    present.insert(replica.replica());
+    metrics_->replica_current.Add({{"replica", absl::StrCat(replica.replica())}})
+        .Set(replica.state() == "current" ? 1 : 0);
+  }
+  for (const auto& [state, count] : by_state) metrics_->replicas.Add({{"state", state}}).Set(count);
+  for (int64_t gone : replicas_exported_) {
+    if (present.count(gone)) continue;
+    metrics_->replica_current.Remove(
+        &metrics_->replica_current.Add({{"replica", absl::StrCat(gone)}}));
+  }
+  replicas_exported_ = std::move(present);
 }
 
 absl::Status EpochRunner::Refused(const char* reason, const absl::Status& status) {
@@ -416,16 +710,24 @@ absl::StatusOr<EpochRunner::PlannedEpoch> EpochRunner::PlanEpoch(int64_t version
   const ClusterSnapshot& snapshot = *sent;
   const int sources = snapshot.sources.ranks_size();
   const int destinations = snapshot.destinations.ranks_size();
-  const std::string incomplete = absl::StrCat(
-      "the refit group is incomplete: ", sources, " of ", job_.source_ranks(), " source ranks and ",
-      destinations, " of ", job_.destination_ranks(), " destination ranks registered",
-      MissingRanks(snapshot.sources, job_.source_ranks(), "source"),
-      MissingRanks(snapshot.destinations, job_.destination_ranks(), "destination"));
-  // Every destination must be there. Missing sources are planned around when the others
-  // hold their data (data-parallel replicas, replicated tensors); the planner says which
-  // boxes nobody holds otherwise.
+  // With destination replicas, ChooseReplicas chose the destinations (complete replicas).
+  const std::string incomplete =
+      replicas_.has_value()
+          ? absl::StrCat("the refit group is incomplete: ", sources, " of ", job_.source_ranks(),
+                         " source ranks registered",
+                         MissingRanks(snapshot.sources, job_.source_ranks(), "source"))
+          : absl::StrCat(
+                "the refit group is incomplete: ", sources, " of ", job_.source_ranks(),
+                " source ranks and ", destinations, " of ", job_.destination_ranks(),
+                " destination ranks registered",
+                MissingRanks(snapshot.sources, job_.source_ranks(), "source"),
+                MissingRanks(snapshot.destinations, job_.destination_ranks(), "destination"));
+  // Every destination must be there (every rank of the replicas chosen). Missing sources
+  // are planned around when the others hold their data (data-parallel replicas, replicated
+  // tensors); the planner says which boxes nobody holds otherwise.
   const bool sources_missing = sources < job_.source_ranks();
-  if (destinations < job_.destination_ranks() || sources == 0) {
+  if ((!replicas_.has_value() && destinations < job_.destination_ranks()) || sources == 0 ||
+      destinations == 0) {
     return absl::FailedPreconditionError(incomplete);
   }
   if (absl::Status quantized =
@@ -568,15 +870,19 @@ absl::StatusOr<std::pair<int64_t, int64_t>> EpochRunner::VerifyLocked(
 }
 
 void EpochRunner::TellDaemons(const std::string& epoch_id, int64_t version,
-                              const absl::Status& outcome, const ClusterSnapshot& snapshot) {
-  const v1::CoordinatorMessage message =
+                              const absl::Status& outcome, const ClusterSnapshot& snapshot,
+                              bool retried) {
+  v1::CoordinatorMessage message =
       OutcomeMessage(epoch_id, version, outcome.ok(), outcome.message());
+  if (retried) message.mutable_abort()->set_retried(true);
   for (const auto& [index, channel] : snapshot.channels) channel->Send(message);
   // A daemon whose stream broke after its report said hello again in doubt: tell it too.
   SettleDaemonsInDoubt();
 }
 
-v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const ClusterSnapshot& snapshot,
+v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const Members& members,
+                                    const std::vector<int64_t>& dropped,
+                                    const ClusterSnapshot& snapshot,
                                     std::pair<int64_t, int64_t> checksummed, double seconds,
                                     double epoch_seconds) {
   const planner::PlanStats& stats = planned.plan->stats;
@@ -590,6 +896,9 @@ v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const ClusterSn
   report.set_views_checksummed(checksummed.first);
   report.set_pieces_checksummed(checksummed.second);
   for (int64_t r : planned.planned_around) report.add_missing_source_ranks(r);
+  for (int64_t replica : members.replicas) report.add_replicas(replica);
+  for (int64_t replica : dropped) report.add_dropped_replicas(replica);
+  report.set_catch_up(members.catch_up);
   const auto [slowest_rank, slowest_rank_seconds] = epoch_->SlowestRank();
   report.set_slowest_rank(slowest_rank);
   report.set_slowest_rank_seconds(slowest_rank_seconds);
@@ -602,6 +911,20 @@ v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const ClusterSn
     v1::RouteBytes* entry = report.add_route_bytes();
     entry->set_route(route);
     entry->set_bytes(bytes);
+  }
+  auto caught_up = reports_.find(epoch_->version());
+  if (members.catch_up && caught_up != reports_.end()) {
+    // The version's report now names these replicas too, and they hold it.
+    Committed& committed = caught_up->second;
+    for (const auto& [rank, registration] : snapshot.destination_registrations) {
+      committed.destinations[rank] = registration;
+    }
+    std::set<int64_t> replicas(committed.report.replicas().begin(),
+                               committed.report.replicas().end());
+    replicas.insert(members.replicas.begin(), members.replicas.end());
+    committed.report.clear_replicas();
+    for (int64_t replica : replicas) committed.report.add_replicas(replica);
+    return report;
   }
   current_version_ = epoch_->version();
   plan_digest_ = planned.wire.digest();
@@ -724,6 +1047,7 @@ v1::StatusResponse EpochRunner::Status() const {
   for (const std::string& name : cluster_->DaemonNames()) status.add_daemons(name);
   for (const std::string& gpu : cluster_->DaemonGpus()) status.add_daemon_gpus(gpu);
   const int64_t recovered = cluster_->CommittedVersion();
+  for (v1::ReplicaStatus& replica : Replicas()) *status.add_replicas() = std::move(replica);
   absl::MutexLock lock(&mu_);
   status.set_current_version(std::max(current_version_, recovered));
   status.set_plan_digest(plan_digest_);

@@ -5,6 +5,10 @@
 // daemon its plan slice and the execute command (Launch), waits for every report until the
 // deadline, compares checksums and decides, under one lock (Decide), then commits the
 // version everywhere or aborts it everywhere (TellDaemons). One epoch at a time.
+// With destination replicas (JobSpec.destination_replicas) an epoch moves the version to the
+// replicas complete when it starts (ChooseReplicas); a replica lost during it is dropped
+// and the epoch runs again for the others (LostReplicas); a replica that completes later
+// catches up to the committed version with an epoch of its own (CatchUp).
 #ifndef REFIT_DAEMON_EPOCH_RUNNER_H_
 #define REFIT_DAEMON_EPOCH_RUNNER_H_
 
@@ -23,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/cluster.h"
+#include "daemon/destination_replicas.h"
 #include "daemon/epoch_record.h"
 #include "daemon/metrics.h"
 #include "planner/planner.h"
@@ -33,8 +38,7 @@ namespace refit::daemon {
 class EpochRunner {
  public:
   // `metrics` may be null.
-  EpochRunner(Cluster* cluster, v1::JobSpec job, CoordinatorMetrics* metrics = nullptr)
-      : cluster_(cluster), job_(std::move(job)), metrics_(metrics) {}
+  EpochRunner(Cluster* cluster, v1::JobSpec job, CoordinatorMetrics* metrics = nullptr);
   // Waits for a preparation under way (PrepareSoon).
   ~EpochRunner();
   EpochRunner(const EpochRunner&) = delete;
@@ -45,7 +49,9 @@ class EpochRunner {
   // staging, shared-memory outbox: EpochExecutor::Prepare) and the first epoch costs what
   // a later one does. On a thread of the runner's own; calls made before it gets to them
   // count as one, and nothing is sent while an epoch holds the group (its Launch sends the
-  // slices). The control streams call it when a rank registers.
+  // slices). The control streams call it when a rank registers. With destination
+  // replicas, a replica complete but lacking the committed version catches up there
+  // instead, while the sources still hold that version.
   void PrepareSoon() ABSL_LOCKS_EXCLUDED(prepare_mu_);
 
   // Says whether the caller gave up (a cancelled RPC); checked every 100 ms while waiting.
@@ -77,6 +83,11 @@ class EpochRunner {
   void OnDaemonLost(int32_t daemon, const std::string& how);
 
   v1::StatusResponse Status() const;
+  // With destination replicas: each replica with a rank registered or expected, and its
+  // state (v1::ReplicaStatus); empty without.
+  std::vector<v1::ReplicaStatus> Replicas() const ABSL_LOCKS_EXCLUDED(mu_);
+  // Sets the replica gauges from the registrations now (ranks came or went).
+  void UpdateReplicaGauges() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Settles the daemons in doubt about an epoch (daemon/in_doubt_resolution.h): sends each
   // the commit or abort, once it is known. Called after each hello, and when an epoch
@@ -93,6 +104,8 @@ class EpochRunner {
   // PrepareSoon's thread, and what it does each time it is woken.
   void PrepareLoop() ABSL_LOCKS_EXCLUDED(prepare_mu_);
   void PrepareGroup();
+  // Plans the group as registered now and sends each daemon its slice (PrepareSoon).
+  void SendPlanAhead() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   absl::StatusOr<std::set<int32_t>> Launch(const ClusterSnapshot& snapshot, const v1::Plan& plan,
                                            const std::string& epoch_id, uint32_t number,
                                            int64_t version, absl::Time deadline)
@@ -125,6 +138,14 @@ class EpochRunner {
   absl::StatusOr<v1::RefitReport> RefitHoldingGroup(int64_t version, absl::Time start,
                                                     absl::Time deadline, const Cancelled& cancelled)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // Plans, launches and decides the epoch of `members` (snapshot: narrowed to them); with
+  // destination replicas, again without those lost by a failed attempt while enough are
+  // left (members shrinks).
+  struct Members;
+  absl::StatusOr<v1::RefitReport> RunEpochs(int64_t version, absl::Time start, absl::Time deadline,
+                                            const Cancelled& cancelled, ClusterSnapshot* snapshot,
+                                            Members* members)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
 
   // A plan for the group as registered now.
   struct PlannedEpoch {
@@ -132,6 +153,28 @@ class EpochRunner {
     v1::Plan wire;
     std::vector<int64_t> planned_around;  // missing source ranks whose data others hold
   };
+  // With destination replicas: those an epoch writes, and whether it is a catch-up (only
+  // replicas lacking the committed version).
+  struct Members {
+    std::vector<int64_t> replicas;
+    bool catch_up = false;
+  };
+  // The replicas an epoch moving `version` writes: every complete one, or for a repeat of
+  // the committed version those lacking it (the sources must still hold it); `snapshot`
+  // narrowed to them. `*held`: the committed report, when every complete replica holds it.
+  absl::StatusOr<Members> ChooseReplicas(int64_t version, ClusterSnapshot* snapshot,
+                                         std::optional<v1::RefitReport>* held)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // After a failed epoch: the replicas of `replicas` it lost (a rank gone or registered
+  // anew since `snapshot`), known once every daemon of the epoch spoke since the failure or
+  // left (bounded by the lease and `deadline`).
+  std::vector<int64_t> LostReplicas(const ClusterSnapshot& snapshot,
+                                    const std::vector<int64_t>& replicas, absl::Time deadline);
+  // Catches up complete replicas lacking the committed version, if any and the sources
+  // still hold it; true if it ran an epoch. Holding the group.
+  bool CatchUp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // Registrations of the destination ranks that hold the committed version.
+  std::map<int64_t, uint64_t> HoldersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A repeat of the committed version: its report, a refusal, or nothing when the version
   // must be moved again (destination ranks registered since, sources still holding it).
   // `status`, counted as a refit refused before any epoch, by `reason` (kRefusalReasons).
@@ -163,16 +206,20 @@ class EpochRunner {
                                                            const v1::Plan& wire)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends the decided outcome to every daemon of the epoch, then settles those in doubt.
+  // `retried`: an abort after which the version is moved again at once.
   void TellDaemons(const std::string& epoch_id, int64_t version, const absl::Status& outcome,
-                   const ClusterSnapshot& snapshot) ABSL_LOCKS_EXCLUDED(mu_);
-  // The report of a committed epoch, remembered for repeats and Status.
-  v1::RefitReport Report(const PlannedEpoch& planned, const ClusterSnapshot& snapshot,
+                   const ClusterSnapshot& snapshot, bool retried = false) ABSL_LOCKS_EXCLUDED(mu_);
+  // The report of a committed epoch, remembered for repeats and Status (a catch-up adds
+  // its replicas to the report of the version it caught up to).
+  v1::RefitReport Report(const PlannedEpoch& planned, const Members& members,
+                         const std::vector<int64_t>& dropped, const ClusterSnapshot& snapshot,
                          std::pair<int64_t, int64_t> checksummed, double seconds,
                          double epoch_seconds) ABSL_LOCKS_EXCLUDED(mu_);
 
   Cluster* cluster_;
   const v1::JobSpec job_;
   CoordinatorMetrics* metrics_;
+  const std::optional<DestinationReplicas> replicas_;  // with job_.destination_replicas
   planner::PlanCache plans_;
   absl::Mutex run_mu_;  // taken only by the holder of the group (group_busy_)
   // The NCCL members last set up and their unique id.
@@ -207,7 +254,9 @@ class EpochRunner {
   bool preparer_exit_ ABSL_GUARDED_BY(prepare_mu_) = false;
   std::thread preparer_;  // started by the first PrepareSoon
   bool group_busy_ ABSL_GUARDED_BY(mu_) = false;
-  int64_t group_version_ ABSL_GUARDED_BY(mu_) = -1;  // what the group's holder refits
+  int64_t group_version_ ABSL_GUARDED_BY(mu_) = -1;           // what the group's holder refits
+  std::set<int64_t> catching_up_ ABSL_GUARDED_BY(mu_);        // replicas a catch-up moves now
+  std::set<int64_t> replicas_exported_ ABSL_GUARDED_BY(mu_);  // in the per-replica gauge
 };
 
 }  // namespace refit::daemon

@@ -28,16 +28,16 @@ TEST(InDoubtResolutionTest, OneNodeThatCommittedCommitsItForAll) {
 }
 
 TEST(InDoubtResolutionTest, ItStaysUndecidedWhileADestinationNodeIsUnheard) {
-  const InDoubtResolution resolution = ResolveInDoubt(
-      Epoch("job-7", {"a", "b", "c"}), std::nullopt, {{"a", ""}, {"trainer", "job-6"}});
+  const InDoubtResolution resolution = ResolveInDoubt(Epoch("job-7", {"a", "b", "c"}), std::nullopt,
+                                                      {{"a", ""}, {"trainer", "job-6"}});
   EXPECT_EQ(resolution.outcome, InDoubtResolution::kUndecided);
   EXPECT_EQ(resolution.why, "waiting for refitd on b, c to say whether it committed it");
 }
 
 TEST(InDoubtResolutionTest, ItIsAbortedOnceEveryDestinationNodeSaysItDidNotCommit) {
   // An older commit is not this epoch's.
-  const InDoubtResolution resolution = ResolveInDoubt(
-      Epoch("job-7", {"a", "b"}), std::nullopt, {{"a", "job-6"}, {"b", ""}, {"c", "job-5"}});
+  const InDoubtResolution resolution = ResolveInDoubt(Epoch("job-7", {"a", "b"}), std::nullopt,
+                                                      {{"a", "job-6"}, {"b", ""}, {"c", "job-5"}});
   EXPECT_EQ(resolution.outcome, InDoubtResolution::kAbort);
   EXPECT_NE(resolution.why.find("none of its destination nodes (a, b) committed it"),
             std::string::npos)

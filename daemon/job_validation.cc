@@ -28,6 +28,28 @@ absl::Status CheckRate(const std::string& field, double value) {
   return Bad(field, absl::StrCat(value, " is not a rate: it is at least 0 (0: the default)"));
 }
 
+absl::Status CheckReplicas(const v1::JobSpec& job) {
+  const v1::ReplicaPolicy& replicas = job.destination_replicas();
+  const int64_t per_replica = replicas.ranks_per_replica();
+  if (per_replica < 1 || per_replica > job.destination_ranks()) {
+    return Bad("destinationReplicas.ranksPerReplica",
+               absl::StrCat(per_replica, " is not 1 to destinationRanks (", job.destination_ranks(),
+                            "); 0 or absent takes the tp of destinationParallel"));
+  }
+  if (job.destination_ranks() % per_replica != 0) {
+    return Bad("destinationReplicas.ranksPerReplica",
+               absl::StrCat(per_replica, " does not divide destinationRanks (",
+                            job.destination_ranks(), "), the replicas expected"));
+  }
+  const int64_t expected = job.destination_ranks() / per_replica;
+  if (replicas.min_replicas() < 0 || replicas.min_replicas() > expected) {
+    return Bad("destinationReplicas.minReplicas",
+               absl::StrCat(replicas.min_replicas(), " is outside 0 to ", expected,
+                            " (the replicas expected; 0 or absent: 1)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status CheckJob(const v1::JobSpec& job) {
@@ -71,6 +93,7 @@ absl::Status CheckJob(const v1::JobSpec& job) {
     status = Bad("strategy", absl::StrCat("\"", absl::CHexEscape(job.strategy()),
                                           "\" is not reshard, gather_broadcast or auto"));
   }
+  if (status.ok() && job.has_destination_replicas()) status = CheckReplicas(job);
   const v1::Topology& topology = job.topology();
   for (const auto& [field, rate] :
        {std::pair<const char*, double>{"topology.nvlinkGbytesPerS", topology.nvlink_gbytes_per_s()},

@@ -51,6 +51,20 @@ TEST(JobValidationTest, EveryFieldOutOfRangeIsRefusedByName) {
                 "job: name \"mini\\n[info] forged\" holds a character");
   ExpectRefused([](v1::JobSpec* j) { j->set_name(std::string(64, 'n')); },
                 "job: name of 64 characters");
+  ExpectRefused([](v1::JobSpec* j) { j->mutable_destination_replicas(); },
+                "job: destinationReplicas.ranksPerReplica 0 is not 1 to destinationRanks (4)");
+  ExpectRefused([](v1::JobSpec* j) { j->mutable_destination_replicas()->set_ranks_per_replica(3); },
+                "job: destinationReplicas.ranksPerReplica 3 does not divide destinationRanks");
+  ExpectRefused(
+      [](v1::JobSpec* j) {
+        j->mutable_destination_replicas()->set_ranks_per_replica(2);
+        j->mutable_destination_replicas()->set_min_replicas(3);
+      },
+      "job: destinationReplicas.minReplicas 3 is outside 0 to 2");
+  v1::JobSpec replicas = GoodJob();
+  replicas.mutable_destination_replicas()->set_ranks_per_replica(2);
+  replicas.mutable_destination_replicas()->set_min_replicas(1);
+  EXPECT_TRUE(CheckJob(replicas).ok());
 }
 
 TEST(JobValidationTest, RankCountsThatConflictWithTheModelAreRefused) {

@@ -70,11 +70,33 @@ CoordinatorMetrics::CoordinatorMetrics(std::shared_ptr<prometheus::Registry> r)
       refused(prometheus::BuildCounter()
                   .Name("refit_refits_refused_total")
                   .Help("Refits that ended before any epoch started, by reason")
-                  .Register(*r)) {
+                  .Register(*r)),
+      replicas(prometheus::BuildGauge()
+                   .Name("refit_destination_replicas")
+                   .Help("Destination replicas by state (current, behind, catching_up, "
+                         "incomplete, absent)")
+                   .Register(*r)),
+      replica_current(prometheus::BuildGauge()
+                          .Name("refit_replica_current")
+                          .Help("Whether the destination replica holds the committed version")
+                          .Register(*r)),
+      replicas_dropped(prometheus::BuildCounter()
+                           .Name("refit_replicas_dropped_total")
+                           .Help("Destination replicas lost during an epoch, which then ran "
+                                 "again for the others")
+                           .Register(*r)
+                           .Add({})),
+      catch_ups(prometheus::BuildCounter()
+                    .Name("refit_catch_ups_total")
+                    .Help("Epochs that brought replicas lacking the committed version up to it, "
+                          "by result")
+                    .Register(*r)) {
   // Every series from start, at zero: alert queries find them before the first event.
   for (const char* route : {"local", "nvlink", "network"}) bytes.Add({{"route", route}});
   for (const char* role : {"source", "destination"}) ranks.Add({{"role", role}});
   for (const char* reason : kRefusalReasons) refused.Add({{"reason", reason}});
+  for (const char* state : kReplicaStates) replicas.Add({{"state", state}});
+  for (const char* result : {"committed", "aborted"}) catch_ups.Add({{"result", result}});
 }
 
 void CoordinatorMetrics::RefitRefused(const std::string& reason) {

@@ -32,6 +32,10 @@ inline constexpr const char* kRefusalReasons[] = {
     "other",
 };
 
+// The states of a destination replica (v1::ReplicaStatus, refit_destination_replicas).
+inline constexpr const char* kReplicaStates[] = {"current", "behind", "catching_up", "incomplete",
+                                                 "absent"};
+
 struct CoordinatorMetrics {
   explicit CoordinatorMetrics(std::shared_ptr<prometheus::Registry> registry);
 
@@ -52,6 +56,13 @@ struct CoordinatorMetrics {
   prometheus::Gauge& plan_build_seconds;
   prometheus::Gauge& last_commit_time;
   prometheus::Family<prometheus::Counter>& refused;
+  // With destination replicas: how many are in each state (kReplicaStates), per replica
+  // whether it holds the committed version (1) or not (0), replicas dropped from an epoch
+  // when lost during it, and catch-up epochs by result.
+  prometheus::Family<prometheus::Gauge>& replicas;
+  prometheus::Family<prometheus::Gauge>& replica_current;
+  prometheus::Counter& replicas_dropped;
+  prometheus::Family<prometheus::Counter>& catch_ups;
 };
 
 // Every series carries the daemon's node as the label `node`.

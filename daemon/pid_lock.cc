@@ -31,9 +31,9 @@ absl::StatusOr<std::unique_ptr<PidLock>> PidLock::Acquire(const std::string& pat
     }
     const std::string pid(
         absl::StripAsciiWhitespace(std::string(holder, read_bytes > 0 ? read_bytes : 0)));
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, " is served by another refitd (pid ", pid.empty() ? "unknown" : pid,
-        ", holding ", lock_path, "); stop it or pick another --socket"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is served by another refitd (pid ", pid.empty() ? "unknown" : pid,
+                     ", holding ", lock_path, "); stop it or pick another --socket"));
   }
   const std::string pid = absl::StrCat(getpid(), "\n");
   if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {

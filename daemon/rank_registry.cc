@@ -375,7 +375,8 @@ std::vector<int64_t> RankRegistry::Commit(int64_t version,
   return destinations;
 }
 
-void RankRegistry::Abort(int64_t version, const std::string& epoch_id, const std::string& reason) {
+void RankRegistry::Abort(int64_t version, const std::string& epoch_id, const std::string& reason,
+                         bool retried) {
   absl::MutexLock lock(&mu_);
   buffers_.DiscardStaged();     // staged ranks' buffers were never written
   epoch_destinations_.clear();  // no later commit may mark what this epoch wrote
@@ -385,6 +386,7 @@ void RankRegistry::Abort(int64_t version, const std::string& epoch_id, const std
       entry.partial = std::max(entry.partial, version);
     }
   }
+  if (retried) return;
   ++aborts_;
   last_abort_ = {version, epoch_id, reason};
 }

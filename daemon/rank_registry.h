@@ -82,7 +82,10 @@ class RankRegistry {
   // The epoch `epoch_id` moving `version` was aborted after it started writing: every
   // destination rank here still holding an older version may hold parts of this one,
   // except staged ranks, whose buffers were not written (their shadows are dropped).
-  void Abort(int64_t version, const std::string& epoch_id, const std::string& reason);
+  // `retried`: the coordinator moves the version again at once (it dropped a lost replica),
+  // so those waiting for it keep waiting instead of hearing of the abort.
+  void Abort(int64_t version, const std::string& epoch_id, const std::string& reason,
+             bool retried = false);
   // The newest version committed into a destination rank here (-1: none).
   int64_t CommittedVersion() const;
   // The newest version an aborted epoch may have partly written into the destination

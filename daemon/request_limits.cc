@@ -26,8 +26,9 @@ absl::Status CheckRegistrationLimits(
     const google::protobuf::RepeatedPtrField<v1::TensorSpec>& tensors,
     const RegistrationLimits& limits) {
   if (role != v1::ROLE_SOURCE && role != v1::ROLE_DESTINATION) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "rank ", layout.rank(), ": role ", static_cast<int>(role), " is not source or destination"));
+    return absl::InvalidArgumentError(absl::StrCat("rank ", layout.rank(), ": role ",
+                                                   static_cast<int>(role),
+                                                   " is not source or destination"));
   }
   const std::string who =
       absl::StrCat(role == v1::ROLE_SOURCE ? "source" : "destination", " rank ", layout.rank());

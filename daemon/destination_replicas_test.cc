@@ -1,0 +1,91 @@
+// Destination replicas: the census of a registration (complete, incomplete with the ranks
+// missing, expected but absent), the minimum refused by name, a replica that does not hold
+// a tensor whole refused by name, and an epoch's snapshot narrowed to its replicas.
+#include "daemon/destination_replicas.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner/testing/layout_builder.h"
+
+namespace refit::daemon {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Pair;
+
+v1::ReplicaPolicy Policy(int32_t ranks_per_replica, int32_t min_replicas) {
+  v1::ReplicaPolicy policy;
+  policy.set_ranks_per_replica(ranks_per_replica);
+  policy.set_min_replicas(min_replicas);
+  return policy;
+}
+
+TEST(DestinationReplicasTest, TheCensusNamesCompleteIncompleteAndAbsentReplicas) {
+  // Four replicas of two ranks expected; replica 4 is beyond the job's count and welcome.
+  const DestinationReplicas replicas(Policy(2, 2), 8);
+  const ReplicaCensus census = replicas.Census({0, 1, 3, 8, 9});
+  EXPECT_THAT(census.complete, ElementsAre(0, 4));
+  EXPECT_THAT(census.incomplete, ElementsAre(Pair(1, ElementsAre(2))));
+  EXPECT_THAT(census.absent, ElementsAre(2, 3));
+  EXPECT_TRUE(replicas.CheckEnough(census).ok());
+  EXPECT_EQ(replicas.Describe(1), "replica 1 (destination ranks 2-3)");
+  EXPECT_THAT(replicas.RanksOf({1, 4}), ElementsAre(2, 3, 8, 9));
+}
+
+TEST(DestinationReplicasTest, FewerCompleteReplicasThanTheMinimumAreRefusedSayingWhatIsMissing) {
+  const DestinationReplicas replicas(Policy(2, 3), 8);
+  const absl::Status status = replicas.CheckEnough(replicas.Census({0, 1, 3, 4, 5}));
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(),
+              HasSubstr("2 complete destination replicas of the 3 it needs (2 ranks each); "
+                        "complete: 0, 2; replica 1 (destination ranks 2-3) misses ranks 2; "
+                        "absent: 3"));
+}
+
+TEST(DestinationReplicasTest, AReplicaMustHoldEveryTensorWhole) {
+  // Two replicas of TP2 hold w by rows; with ranksPerReplica 1 a "replica" is half of one.
+  testing::LayoutBuilder layout;
+  layout.Tensor("w", {8, 4}).Tensor("norm", {4});
+  layout.Chunked("w", 0, {0, 1}).Chunked("w", 0, {2, 3}).Replicated("norm", {0, 1, 2, 3});
+  const DestinationReplicas whole(Policy(2, 1), 4);
+  EXPECT_TRUE(whole.CheckWhole(layout.spec(), {0, 1}).ok());
+  const DestinationReplicas halves(Policy(1, 1), 4);
+  const absl::Status status = halves.CheckWhole(layout.spec(), {2});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("replica 2 (destination rank 2) holds 16 of the 32 "
+                                          "elements of tensor w"));
+}
+
+TEST(DestinationReplicasTest, AnEpochSnapshotKeepsOnlyItsReplicasAndTheirDaemons) {
+  testing::LayoutBuilder layout;
+  layout.Tensor("w", {4}).Replicated("w", {0, 1, 2});
+  ClusterSnapshot snapshot;
+  snapshot.destinations = layout.spec();
+  for (int64_t rank : {0, 1, 2}) {
+    v1::RankPlacement& p = snapshot.placement.emplace_back();
+    p.set_role(v1::ROLE_DESTINATION);
+    p.set_rank(rank);
+    p.set_daemon(static_cast<int32_t>(rank + 1));
+    snapshot.destination_registrations[rank] = 100 + rank;
+    snapshot.shared_destinations[rank] = layout.spec().ranks(rank);
+    snapshot.channels[static_cast<int32_t>(rank + 1)] = nullptr;
+  }
+  v1::RankPlacement& source = snapshot.placement.emplace_back();
+  source.set_role(v1::ROLE_SOURCE);
+  source.set_rank(0);
+  source.set_daemon(0);
+  snapshot.channels[0] = nullptr;
+  NarrowDestinations({0, 2}, &snapshot);
+  ASSERT_EQ(snapshot.destinations.ranks_size(), 2);
+  EXPECT_EQ(snapshot.destinations.ranks(1).rank(), 2);
+  EXPECT_THAT(snapshot.destination_registrations, ElementsAre(Pair(0, 100), Pair(2, 102)));
+  EXPECT_EQ(snapshot.shared_destinations.size(), 2u);
+  EXPECT_EQ(snapshot.placement.size(), 3u);
+  std::vector<int32_t> daemons;
+  for (const auto& [index, channel] : snapshot.channels) daemons.push_back(index);
+  EXPECT_THAT(daemons, ElementsAre(0, 1, 3));  // daemon 2 held only rank 1
+}
+
+}  // namespace
+}  // namespace refit::daemon
