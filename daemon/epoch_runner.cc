@@ -523,7 +523,8 @@ absl::StatusOr<EpochRunner::Members> EpochRunner::ChooseReplicas(
         "stale_version",
         absl::FailedPreconditionError(absl::StrCat(
             "version ", version, " is committed, but ", DescribeReplicas(members.replicas),
-            " lack it, and the source ranks no longer all hold it (they published "
+            members.replicas.size() == 1 ? " lacks" : " lack",
+            " it, and the source ranks no longer all hold it (they published "
             "versions ",
             snapshot->published_oldest, " to ", snapshot->published_newest,
             "): refit a newer version")));
@@ -591,12 +592,14 @@ bool EpochRunner::CatchUp() {
   const auto [oldest, newest] = cluster_->PublishedRange();
   if (oldest != version || newest != version) {
     spdlog::info(
-        "{} lack version {}, which the source ranks no longer all hold (they published {} to "
-        "{}): the next refit brings them",
-        DescribeReplicas(lacking), version, oldest, newest);
+        "{} {} version {}, which the source ranks no longer all hold (they published {} to "
+        "{}): the next refit brings {}",
+        DescribeReplicas(lacking), lacking.size() == 1 ? "lacks" : "lack", version, oldest, newest,
+        lacking.size() == 1 ? "it" : "them");
     return false;
   }
-  spdlog::info("{} lack the committed version {}: catching up", DescribeReplicas(lacking), version);
+  spdlog::info("{} {} the committed version {}: catching up", DescribeReplicas(lacking),
+               lacking.size() == 1 ? "lacks" : "lack", version);
   const absl::Time start = absl::Now();
   const absl::Duration timeout =
       absl::Milliseconds(job_.epoch_deadline_ms() > 0 ? job_.epoch_deadline_ms() : 60000);

@@ -1,0 +1,222 @@
+// Destination replicas as members, against a real coordinator over gRPC and three refitd
+// halves (registry + coordinator link, a UCX worker each) with ranks in real shared memory:
+// a trainer node and one node per inference replica (TP2 each). A refit goes to the
+// replicas complete when it starts; a replica that completes later catches up by itself
+// (every byte checked) while the sources hold the version, and waits for the next refit
+// once they moved on; fewer complete replicas than the job's minimum are refused, naming
+// what is missing. (A replica lost during an epoch: tests/e2e/replicas.sh, with kill -9.)
+#include <grpcpp/grpcpp.h>
+
+#include <memory>
+#include <string>
+
+#include "daemon/coordinator_link.h"
+#include "daemon/coordinator_server.h"
+#include "daemon/testing/registration.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "planner/testing/layout_builder.h"
+#include "transport/testing/backed_layouts.h"
+
+namespace refit::daemon {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class ReplicaMembershipTest : public ::testing::Test {
+ protected:
+  // Trainers hold rows of w, inference replica r holds its columns on ranks 2r and 2r + 1;
+  // everybody holds the norm.
+  void Start(int32_t min_replicas) {
+    v1::JobSpec job;
+    job.set_name("members");
+    job.set_source_ranks(2);
+    job.set_destination_ranks(4);
+    job.mutable_destination_replicas()->set_ranks_per_replica(2);
+    job.mutable_destination_replicas()->set_min_replicas(min_replicas);
+    auto server = CoordinatorServer::Start("127.0.0.1:0", job, absl::Seconds(30), &metrics_);
+    ASSERT_TRUE(server.ok()) << server.status();
+    coordinator_ = std::move(*server);
+    stub_ = v1::Coordinator::NewStub(
+        grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials()));
+    refit::testing::LayoutBuilder sources, destinations;
+    sources.Tensor("w", {8, 12}).Tensor("norm", {12});
+    sources.Chunked("w", 0, {0, 1}).Replicated("norm", {0, 1});
+    destinations.Tensor("w", {8, 12}).Tensor("norm", {12});
+    destinations.Chunked("w", 1, {0, 1}).Chunked("w", 1, {2, 3});
+    destinations.Replicated("norm", {0, 1, 2, 3});
+    sources_ = backed_.Back(sources.spec(), "source");
+    destinations_ = backed_.Back(destinations.spec(), "destination");
+    links_.push_back(
+        std::make_unique<CoordinatorLink>(coordinator_->address(), "trainer", &trainer_));
+    for (int replica = 0; replica < 2; ++replica) {
+      links_.push_back(std::make_unique<CoordinatorLink>(
+          coordinator_->address(), "inference-" + std::to_string(replica), &replicas_[replica]));
+    }
+    for (auto& link : links_) link->Start();
+    for (const v1::RankLayout& r : sources_.ranks()) {
+      ASSERT_TRUE(trainer_.Register(testing::RegistrationOf(v1::ROLE_SOURCE, r, sources_)).ok());
+      transport::testing::FillViews(&trainer_.HoldBuffers().mutable_buffers(), v1::ROLE_SOURCE, r);
+    }
+  }
+
+  void TearDown() override {
+    links_.clear();
+    coordinator_.reset();
+  }
+
+  // Registers destination rank `rank` on its replica's node.
+  void RegisterDestination(int64_t rank) {
+    ASSERT_TRUE(replicas_[rank / 2]
+                    .Register(testing::RegistrationOf(v1::ROLE_DESTINATION,
+                                                      destinations_.ranks(rank), destinations_))
+                    .ok());
+  }
+  void Publish(int64_t version) {
+    for (const v1::RankLayout& r : sources_.ranks()) {
+      ASSERT_TRUE(trainer_.Publish(r.rank(), version).ok());
+    }
+  }
+  // Waits (bounded) until the coordinator knows `destinations` destination ranks and both
+  // source ranks.
+  bool GroupSeen(int64_t destinations) {
+    for (int i = 0; i < 250; ++i) {
+      if (coordinator_->cluster().RankCount(v1::ROLE_SOURCE) == 2 &&
+          coordinator_->cluster().RankCount(v1::ROLE_DESTINATION) == destinations) {
+        return true;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return false;
+  }
+  grpc::Status Refit(int64_t version, v1::RefitReport* report) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::RefitRequest request;
+    request.set_version(version);
+    request.set_deadline_ms(10000);
+    return stub_->Refit(&context, request, report);
+  }
+  // Each replica's state as the coordinator's Status says it ("0 current", "1 absent").
+  std::vector<std::string> ReplicaStates() {
+    grpc::ClientContext context;
+    v1::StatusResponse status;
+    EXPECT_TRUE(stub_->Status(&context, v1::StatusRequest(), &status).ok());
+    std::vector<std::string> states;
+    for (const v1::ReplicaStatus& replica : status.replicas()) {
+      states.push_back(absl::StrCat(replica.replica(), " ", replica.state()));
+    }
+    return states;
+  }
+  // Waits for `version` on destination rank `rank`, then counts its wrong bytes (-1: the
+  // version did not arrive).
+  int64_t WrongBytesAfter(int64_t rank, int64_t version) {
+    RankRegistry& node = replicas_[rank / 2];
+    if (!node.WaitForVersion(rank, version, absl::Now() + absl::Seconds(10)).ok()) return -1;
+    return transport::testing::WrongBytes(node.HoldBuffers().buffers(), v1::ROLE_DESTINATION,
+                                          destinations_.ranks(rank));
+  }
+
+  CoordinatorMetrics metrics_{std::make_shared<prometheus::Registry>()};
+  std::unique_ptr<CoordinatorServer> coordinator_;
+  std::unique_ptr<v1::Coordinator::Stub> stub_;
+  transport::testing::BackedLayouts backed_;
+  v1::LayoutSpec sources_, destinations_;
+  RankRegistry trainer_{"trainer"};
+  RankRegistry replicas_[2] = {RankRegistry{"inference-0"}, RankRegistry{"inference-1"}};
+  std::vector<std::unique_ptr<CoordinatorLink>> links_;
+};
+
+TEST_F(ReplicaMembershipTest, AReplicaThatCompletesLaterCatchesUpByItself) {
+  Start(/*min_replicas=*/1);
+  RegisterDestination(0);
+  RegisterDestination(1);
+  ASSERT_TRUE(GroupSeen(2));
+  Publish(1);
+  v1::RefitReport first;
+  ASSERT_TRUE(Refit(1, &first).ok());
+  EXPECT_THAT(first.replicas(), ElementsAre(0));
+  EXPECT_FALSE(first.catch_up());
+  EXPECT_EQ(WrongBytesAfter(0, 1), 0);
+  EXPECT_THAT(ReplicaStates(), ElementsAre("0 current", "1 absent"));
+  EXPECT_EQ(metrics_.replicas.Add({{"state", "absent"}}).Value(), 1);
+
+  // Replica 1 comes while the trainers still hold version 1: it catches up, nobody asked.
+  RegisterDestination(2);
+  RegisterDestination(3);
+  EXPECT_EQ(WrongBytesAfter(2, 1), 0);
+  EXPECT_EQ(WrongBytesAfter(3, 1), 0);
+  EXPECT_THAT(ReplicaStates(), ElementsAre("0 current", "1 current"));
+  EXPECT_EQ(metrics_.catch_ups.Add({{"result", "committed"}}).Value(), 1);
+  EXPECT_EQ(metrics_.replica_current.Add({{"replica", "1"}}).Value(), 1);
+  // A repeat finds every replica holding it: the committed report, now naming both.
+  v1::RefitReport again;
+  ASSERT_TRUE(Refit(1, &again).ok());
+  EXPECT_EQ(again.epoch_id(), first.epoch_id());
+  EXPECT_THAT(again.replicas(), ElementsAre(0, 1));
+  EXPECT_EQ(metrics_.committed.Value(), 2);  // version 1, then the catch-up
+
+  // Replica 1 loses a rank: the next version goes to replica 0 alone.
+  ASSERT_TRUE(replicas_[1].Deregister(v1::ROLE_DESTINATION, 3).ok());
+  ASSERT_TRUE(GroupSeen(3));
+  Publish(2);
+  v1::RefitReport second;
+  ASSERT_TRUE(Refit(2, &second).ok());
+  EXPECT_THAT(second.replicas(), ElementsAre(0));
+  EXPECT_THAT(ReplicaStates(), ElementsAre("0 current", "1 incomplete"));
+}
+
+TEST_F(ReplicaMembershipTest, AReplicaCompletedAfterTheSourcesMovedOnWaitsForTheNextRefit) {
+  Start(/*min_replicas=*/1);
+  RegisterDestination(0);
+  RegisterDestination(1);
+  ASSERT_TRUE(GroupSeen(2));
+  Publish(1);
+  v1::RefitReport report;
+  ASSERT_TRUE(Refit(1, &report).ok());
+  Publish(2);  // the trainers' buffers hold version 2 now
+  // The coordinator hears of it before replica 1 completes (another stream).
+  for (int i = 0; i < 250 && coordinator_->cluster().PublishedRange().first != 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_EQ(coordinator_->cluster().PublishedRange(), (std::pair<int64_t, int64_t>{2, 2}));
+  RegisterDestination(2);
+  RegisterDestination(3);
+  ASSERT_TRUE(GroupSeen(4));
+  // No catch-up of a version nobody holds any more; a repeat of it is refused saying why.
+  const grpc::Status repeat = Refit(1, &report);
+  EXPECT_EQ(repeat.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(repeat.error_message(),
+              HasSubstr("version 1 is committed, but replica 1 lacks it, and the source ranks "
+                        "no longer all hold it"));
+  EXPECT_THAT(ReplicaStates(), ElementsAre("0 current", "1 behind"));
+  EXPECT_EQ(metrics_.catch_ups.Add({{"result", "committed"}}).Value(), 0);
+  ASSERT_TRUE(Refit(2, &report).ok());
+  EXPECT_THAT(report.replicas(), ElementsAre(0, 1));
+  for (int64_t rank = 0; rank < 4; ++rank) EXPECT_EQ(WrongBytesAfter(rank, 2), 0) << rank;
+}
+
+TEST_F(ReplicaMembershipTest, FewerCompleteReplicasThanTheMinimumAreRefusedNamingTheGap) {
+  Start(/*min_replicas=*/2);
+  RegisterDestination(0);
+  RegisterDestination(1);
+  RegisterDestination(2);
+  ASSERT_TRUE(GroupSeen(3));
+  Publish(1);
+  v1::RefitReport report;
+  const grpc::Status refused = Refit(1, &report);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("1 complete destination replica of the 2 it needs (2 ranks each); "
+                        "complete: 0; replica 1 (destination ranks 2-3) misses ranks 3"));
+  EXPECT_EQ(metrics_.refused.Add({{"reason", "incomplete_group"}}).Value(), 1);
+  EXPECT_EQ(metrics_.epochs.Add({{"result", "aborted"}}).Value(), 0);
+  RegisterDestination(3);
+  ASSERT_TRUE(GroupSeen(4));
+  ASSERT_TRUE(Refit(1, &report).ok());
+  EXPECT_THAT(report.replicas(), ElementsAre(0, 1));
+}
+
+}  // namespace
+}  // namespace refit::daemon
