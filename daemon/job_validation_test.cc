@@ -86,8 +86,11 @@ TEST(JobValidationTest, TheShippedJobsPass) {
     SCOPED_TRACE(entry.path().string());
     v1::JobSpec job;
     ASSERT_TRUE(config::ReadJsonFile(entry.path().string(), &job).ok());
-    job.set_source_ranks(1);  // counts come from the model; the rest is checked as written
-    job.set_destination_ranks(1);
+    // Counts come from the model (enough ranks for the replicas a job asks for); the rest
+    // is checked as written.
+    job.set_source_ranks(1);
+    job.set_destination_ranks(
+        job.has_destination_replicas() ? job.destination_replicas().ranks_per_replica() * 8 : 1);
     EXPECT_TRUE(CheckJob(job).ok()) << CheckJob(job);
     ++checked;
   }

@@ -32,3 +32,18 @@ if ((${#missing[@]} > 0)); then
   "${sudo_cmd[@]}" apt-get update -qq
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
+
+# promtool checks and unit-tests the alert rules. Debian ships it only inside its prometheus
+# package, whose installation would start a Prometheus server where systemd runs: the binary
+# alone is unpacked from that package into /usr/local/bin.
+if ! command -v promtool > /dev/null; then
+  echo "installing: promtool (from Debian's prometheus package)"
+  sudo_cmd=()
+  if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+  unpacked=$(mktemp -d)
+  (cd "$unpacked" && { apt-get download -qq prometheus 2> /dev/null ||
+                       { "${sudo_cmd[@]}" apt-get update -qq && apt-get download -qq prometheus; }; })
+  dpkg-deb -x "$unpacked"/prometheus_*.deb "$unpacked/root"
+  "${sudo_cmd[@]}" install -m 755 "$unpacked/root/usr/bin/promtool" /usr/local/bin/promtool
+  rm -rf "$unpacked"
+fi
