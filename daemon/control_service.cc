@@ -185,6 +185,9 @@ grpc::Status ControlService::Control(
       case v1::DaemonMessage::kDone:
         runner_->OnDone(session.index, message.done());
         break;
+      case v1::DaemonMessage::kPaused:
+        runner_->OnPaused(session.index, message.paused());
+        break;
       default:  // heartbeats only renew the lease
         break;
     }

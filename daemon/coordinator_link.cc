@@ -140,6 +140,9 @@ void CoordinatorLink::Stop() {
   }
   thread_.join();
   heartbeat_thread_.join();
+  registry_->engine_pauses().ResumeUpTo(v1::WriteNotice::ABORTED, EnginePauses::kAll,
+                                        "refitd is stopping");
+  if (pauser_.joinable()) pauser_.join();
   epochs_.reset();  // runs what is queued, then joins the epoch thread
   executor_.reset();
   registry_->SetListener(nullptr);
@@ -228,6 +231,14 @@ void CoordinatorLink::Session() {
         break;
       case v1::CoordinatorMessage::kCommit:
         OnCommit(message.commit());
+        break;
+      case v1::CoordinatorMessage::kPause:
+        OnPause(message.pause());
+        break;
+      case v1::CoordinatorMessage::kResume:
+        registry_->engine_pauses().Resume(
+            {message.resume().ranks().begin(), message.resume().ranks().end()},
+            v1::WriteNotice::SKIPPED, -1, message.resume().reason());
         break;
       default:
         break;
@@ -332,6 +343,11 @@ void CoordinatorLink::OnAbort(const v1::AbortEpoch& abort) {
     epochs_->Finish();  // no write into the buffers after they are marked
     registry_->Abort(abort.version(), abort.epoch_id(), abort.reason(), abort.retried());
   }
+  // The engines resume, unless the version is moved again at once (they stay paused).
+  if (!abort.retried()) {
+    registry_->engine_pauses().ResumeUpTo(v1::WriteNotice::ABORTED, abort.version(),
+                                          abort.reason());
+  }
 }
 
 void CoordinatorLink::OnCommit(const v1::CommitEpoch& commit) {
@@ -350,6 +366,20 @@ void CoordinatorLink::OnCommit(const v1::CommitEpoch& commit) {
   }
   registry_->Commit(version, [this, version](int64_t rank) {
     if (metrics_ != nullptr) metrics_->DestinationVersion(rank, version);
+  });
+  // The engines paused for this epoch resume (a skipped one was resumed then).
+  registry_->engine_pauses().ResumeUpTo(v1::WriteNotice::COMMITTED, version, "");
+}
+
+void CoordinatorLink::OnPause(const v1::PauseRanks& pause) {
+  if (pauser_.joinable()) pauser_.join();  // it ended by its own deadline
+  pauser_ = std::thread([this, pause]() {
+    const std::vector<int64_t> paused = registry_->engine_pauses().Pause(
+        pause, absl::Now() + absl::Milliseconds(pause.deadline_ms()));
+    v1::DaemonMessage message;
+    message.mutable_paused()->set_pause_id(pause.pause_id());
+    for (int64_t rank : paused) message.mutable_paused()->add_ranks(rank);
+    Write(message);
   });
 }
 
@@ -382,6 +412,8 @@ void CoordinatorLink::EndSession() {
                  unsettled);
     registry_->Abort(unsettled_version, unsettled, "the coordinator went away during the epoch");
   }
+  registry_->engine_pauses().ResumeUpTo(v1::WriteNotice::ABORTED, EnginePauses::kAll,
+                                        "the coordinator went away");
 }
 
 void CoordinatorLink::WarnOnce(const std::string& problem) {

@@ -73,6 +73,9 @@ class CoordinatorLink {
   void OnExecute(const v1::ExecuteEpoch& execute);
   void OnAbort(const v1::AbortEpoch& abort);
   void OnCommit(const v1::CommitEpoch& commit);
+  // Tells the engines of the ranks asked to pause (on a thread of its own: the wait lasts
+  // up to the request's deadline) and answers RanksPaused.
+  void OnPause(const v1::PauseRanks& pause);
   // The stream ended: the epoch ends with it; one never reported done is aborted here, one
   // reported done stays in doubt until a coordinator settles it.
   void EndSession();
@@ -95,6 +98,7 @@ class CoordinatorLink {
   const std::string incarnation_;
   std::thread thread_;
   std::thread heartbeat_thread_;
+  std::thread pauser_;  // the last OnPause's wait (run by the stream's reader thread only)
   absl::Mutex heartbeat_mu_;
   bool heartbeat_stopped_ ABSL_GUARDED_BY(heartbeat_mu_) = false;  // Stop wakes the heartbeat
   std::atomic<bool> stopping_{false};

@@ -323,6 +323,12 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
     report = RefitHoldingGroup(version, start, deadline, cancelled);
   }
   ReleaseGroup();
+  bool catch_up = false;
+  {
+    absl::MutexLock lock(&mu_);
+    std::swap(catch_up, catch_up_wanted_);
+  }
+  if (catch_up) PrepareSoon();  // replicas skipped or dropped catch up if they can
   return report;
 }
 
@@ -377,23 +383,70 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Ti
                                                        const Cancelled& cancelled,
                                                        ClusterSnapshot* snapshot,
                                                        Members* members) {
-  std::vector<int64_t> dropped;  // replicas lost by earlier attempts
+  std::vector<int64_t>& dropped = members->dropped;  // replicas lost by earlier attempts
+  std::vector<int64_t> paused;  // ranks whose engines wait for this refit's epoch
+  // A refit that ends before its epoch lets the engines it paused resume.
+  auto end_before_epoch = [&](const char* reason, const absl::Status& status) {
+    if (!paused.empty()) ResumeEngines(*snapshot, paused, std::string(status.message()));
+    return Refused(reason, status);
+  };
+  const size_t needed = members->catch_up || !replicas_.has_value() ? 1 : replicas_->min_replicas();
   while (true) {
     absl::StatusOr<PlannedEpoch> planned = PlanEpoch(version, snapshot);
     if (!planned.ok()) {
       const absl::StatusCode code = planned.status().code();
-      return Refused(code == absl::StatusCode::kFailedPrecondition ? "incomplete_group"
-                     : code == absl::StatusCode::kInvalidArgument  ? "invalid_layout"
-                                                                   : "other",
-                     planned.status());
+      return end_before_epoch(code == absl::StatusCode::kFailedPrecondition ? "incomplete_group"
+                              : code == absl::StatusCode::kInvalidArgument  ? "invalid_layout"
+                                                                            : "other",
+                              planned.status());
     }
     // Planned while the trainers may still be finishing the step; now wait (within the
     // deadline) for every source rank to publish this version, so no half-updated weights
     // are sent.
     if (absl::Status published = AwaitPublishes(version, deadline, cancelled); !published.ok()) {
-      return Refused(
+      return end_before_epoch(
           published.code() == absl::StatusCode::kCancelled ? "cancelled" : "not_published",
           published);
+    }
+    // Engines that pause for writes are told now; a replica whose engines did not pause in
+    // time is left out of this epoch (it catches up afterwards).
+    std::vector<int64_t> asked;
+    const std::vector<int64_t> late = PauseEngines(version, *snapshot, deadline, &asked);
+    paused = asked;
+    if (!late.empty()) {
+      std::set<int64_t> late_replicas;
+      for (int64_t rank : late) {
+        late_replicas.insert(replicas_.has_value() ? replicas_->ReplicaOf(rank) : 0);
+      }
+      std::vector<int64_t> left;
+      for (int64_t replica : members->replicas) {
+        if (!late_replicas.count(replica)) left.push_back(replica);
+      }
+      const std::string what =
+          absl::StrCat("the engines of destination ranks ", absl::StrJoin(late, ", "),
+                       " did not pause for version ", version, " within ",
+                       job_.pause_deadline_ms() > 0 ? job_.pause_deadline_ms() : 10000, " ms");
+      if (!replicas_.has_value() || left.size() < needed) {
+        return end_before_epoch(
+            "engines_not_paused",
+            absl::DeadlineExceededError(absl::StrCat(
+                what,
+                replicas_.has_value()
+                    ? absl::StrCat("; ", left.size(), " replicas left of the ", needed, " needed")
+                    : "")));
+      }
+      std::vector<int64_t> skipped(late_replicas.begin(), late_replicas.end());
+      spdlog::warn("version {}: {}; skipping {}", version, what, DescribeReplicas(skipped));
+      std::vector<int64_t> resumed;  // the skipped replicas' ranks that were asked
+      const std::set<int64_t> skipped_ranks = replicas_->RanksOf(skipped);
+      for (int64_t rank : asked) {
+        if (skipped_ranks.count(rank)) resumed.push_back(rank);
+      }
+      ResumeEngines(*snapshot, resumed, absl::StrCat(what, ": skipped for this epoch"));
+      members->skipped.insert(members->skipped.end(), skipped.begin(), skipped.end());
+      members->replicas = left;
+      NarrowDestinations(replicas_->RanksOf(left), snapshot);
+      continue;  // planned again for the others, whose engines stay paused
     }
     // The epoch writes the buffers of daemons still in doubt about an older one: that one
     // is over for them.
@@ -415,12 +468,23 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Ti
     for (int64_t replica : members->replicas) {
       if (std::find(lost.begin(), lost.end(), replica) == lost.end()) left.push_back(replica);
     }
-    const size_t needed =
-        members->catch_up || !replicas_.has_value() ? 1 : replicas_->min_replicas();
     const bool retried = !lost.empty() && left.size() >= needed && absl::Now() < deadline;
-    TellDaemons(epoch_id, version, outcome, *snapshot, retried);
     const absl::Time end = absl::Now();
     const double seconds = absl::ToDoubleSeconds(end - start);
+    // A commit is recorded (the version, who holds it) before any daemon hears of it, so
+    // whoever sees the new version in a rank finds the coordinator saying so too.
+    std::optional<v1::RefitReport> report;
+    if (outcome.ok()) {
+      report = Report(*planned, *members, *snapshot, checksummed, seconds,
+                      absl::ToDoubleSeconds(end - epoch_start));
+      if (metrics_ != nullptr) {
+        const planner::PlanStats& stats = planned->plan->stats;
+        metrics_->EpochCommitted(seconds, stats.network_bytes, stats.nvlink_bytes,
+                                 stats.local_bytes, version);
+        metrics_->plan_build_seconds.Set(planned->plan->plan_seconds);
+      }
+    }
+    TellDaemons(epoch_id, version, outcome, *snapshot, retried);
     if (!outcome.ok()) {
       spdlog::warn("epoch {} version {} aborted after {:.3f} s: {}", epoch_id, version, seconds,
                    std::string(outcome.message()));
@@ -444,8 +508,6 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Ti
       continue;
     }
     const planner::PlanStats& stats = planned->plan->stats;
-    const v1::RefitReport report = Report(*planned, *members, dropped, *snapshot, checksummed,
-                                          seconds, absl::ToDoubleSeconds(end - epoch_start));
     spdlog::info(
         "epoch {} version {} committed{}: {} bytes in {:.3f} s ({:.2f} GB/s; {:.3f} s after the "
         "last publish), {} daemons, slowest {} ({:.3f} s), {} views and {} pieces checksummed, "
@@ -455,18 +517,21 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Ti
             ? absl::StrCat(
                   members->catch_up ? " (a catch-up)" : "", " to ",
                   DescribeReplicas(members->replicas),
-                  dropped.empty() ? "" : absl::StrCat(", dropped ", DescribeReplicas(dropped)))
+                  dropped.empty() ? "" : absl::StrCat(", dropped ", DescribeReplicas(dropped)),
+                  members->skipped.empty()
+                      ? ""
+                      : absl::StrCat(", skipped ", DescribeReplicas(members->skipped)))
             : "",
         stats.total_bytes, seconds, stats.total_bytes / std::max(seconds, 1e-9) / 1e9,
-        report.epoch_seconds(), snapshot->channels.size(),
-        report.slowest_node().empty() ? "-" : report.slowest_node(), report.slowest_node_seconds(),
-        checksummed.first, checksummed.second, planned->wire.digest());
-    if (metrics_ != nullptr) {
-      metrics_->EpochCommitted(seconds, stats.network_bytes, stats.nvlink_bytes, stats.local_bytes,
-                               version);
-      metrics_->plan_build_seconds.Set(planned->plan->plan_seconds);
+        report->epoch_seconds(), snapshot->channels.size(),
+        report->slowest_node().empty() ? "-" : report->slowest_node(),
+        report->slowest_node_seconds(), checksummed.first, checksummed.second,
+        planned->wire.digest());
+    if (!members->dropped.empty() || !members->skipped.empty()) {
+      absl::MutexLock lock(&mu_);
+      catch_up_wanted_ = true;  // once the group is free (Refit)
     }
-    return report;
+    return *std::move(report);
   }
 }
 
@@ -561,6 +626,81 @@ std::vector<int64_t> EpochRunner::LostReplicas(const ClusterSnapshot& snapshot,
   return lost;
 }
 
+std::vector<int64_t> EpochRunner::PauseEngines(int64_t version, const ClusterSnapshot& snapshot,
+                                               absl::Time deadline, std::vector<int64_t>* asked) {
+  std::map<int64_t, int32_t> daemon_of;
+  for (const v1::RankPlacement& p : snapshot.placement) {
+    if (p.role() == v1::ROLE_DESTINATION) daemon_of[p.rank()] = p.daemon();
+  }
+  std::map<int32_t, std::vector<int64_t>> by_daemon;
+  for (const v1::RankLayout& rank : snapshot.destinations.ranks()) {
+    if (rank.pauses_for_writes()) by_daemon[daemon_of.at(rank.rank())].push_back(rank.rank());
+  }
+  asked->clear();
+  if (by_daemon.empty()) return {};
+  const absl::Duration wait =
+      absl::Milliseconds(job_.pause_deadline_ms() > 0 ? job_.pause_deadline_ms() : 10000);
+  const absl::Time pause_deadline = std::min(deadline, absl::Now() + wait);
+  std::string id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = absl::StrCat(job_.name().empty() ? "refit" : job_.name(), "-pause-", ++pause_rounds_);
+    pause_.emplace();
+    pause_->id = id;
+    for (const auto& [daemon, ranks] : by_daemon) pause_->awaiting.insert(daemon);
+  }
+  for (const auto& [daemon, ranks] : by_daemon) {
+    v1::CoordinatorMessage message;
+    v1::PauseRanks* pause = message.mutable_pause();
+    pause->set_pause_id(id);
+    pause->set_version(version);
+    pause->set_deadline_ms(
+        std::max<int64_t>(1, absl::ToInt64Milliseconds(pause_deadline - absl::Now())));
+    for (int64_t rank : ranks) pause->add_ranks(rank);
+    asked->insert(asked->end(), ranks.begin(), ranks.end());
+    auto channel = snapshot.channels.find(daemon);
+    if (channel != snapshot.channels.end()) channel->second->Send(message);
+  }
+  // The daemons answer by the pause deadline; a lost one never does (its lease ends it).
+  absl::MutexLock lock(&mu_);
+  auto answered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pause_->awaiting.empty(); };
+  mu_.AwaitWithDeadline(absl::Condition(&answered),
+                        std::min(deadline, pause_deadline + absl::Seconds(1)));
+  std::vector<int64_t> late;
+  for (int64_t rank : *asked) {
+    if (!pause_->paused.count(rank)) late.push_back(rank);
+  }
+  pause_.reset();
+  return late;
+}
+
+void EpochRunner::OnPaused(int32_t daemon, const v1::RanksPaused& paused) {
+  absl::MutexLock lock(&mu_);
+  if (!pause_.has_value() || pause_->id != paused.pause_id()) return;  // a late answer
+  pause_->paused.insert(paused.ranks().begin(), paused.ranks().end());
+  pause_->awaiting.erase(daemon);
+}
+
+void EpochRunner::ResumeEngines(const ClusterSnapshot& snapshot, const std::vector<int64_t>& ranks,
+                                const std::string& why) {
+  std::map<int64_t, int32_t> daemon_of;
+  for (const v1::RankPlacement& p : snapshot.placement) {
+    if (p.role() == v1::ROLE_DESTINATION) daemon_of[p.rank()] = p.daemon();
+  }
+  std::map<int32_t, v1::CoordinatorMessage> messages;
+  for (int64_t rank : ranks) {
+    auto daemon = daemon_of.find(rank);
+    if (daemon == daemon_of.end()) continue;
+    v1::ResumeRanks* resume = messages[daemon->second].mutable_resume();
+    resume->add_ranks(rank);
+    resume->set_reason(why);
+  }
+  for (const auto& [daemon, message] : messages) {
+    auto channel = snapshot.channels.find(daemon);
+    if (channel != snapshot.channels.end()) channel->second->Send(message);
+  }
+}
+
 std::map<int64_t, uint64_t> EpochRunner::HoldersLocked() const {
   auto done = reports_.find(current_version_);
   return done == reports_.end() ? std::map<int64_t, uint64_t>{} : done->second.destinations;
@@ -642,7 +782,8 @@ std::vector<v1::ReplicaStatus> EpochRunner::Replicas() const {
       auto held = holders.find(rank);
       current = current && held != holders.end() && held->second == ranks.at(rank).registration;
     }
-    add(replica, catching_up_.count(replica) ? "catching_up" : current ? "current" : "behind");
+    // Current as soon as it holds the version (its catch-up may still be finishing).
+    add(replica, current ? "current" : catching_up_.count(replica) ? "catching_up" : "behind");
   }
   for (const auto& [replica, missing] : census.incomplete) {
     for (int64_t rank : missing) add(replica, "incomplete").add_missing_ranks(rank);
@@ -884,7 +1025,6 @@ void EpochRunner::TellDaemons(const std::string& epoch_id, int64_t version,
 }
 
 v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const Members& members,
-                                    const std::vector<int64_t>& dropped,
                                     const ClusterSnapshot& snapshot,
                                     std::pair<int64_t, int64_t> checksummed, double seconds,
                                     double epoch_seconds) {
@@ -900,7 +1040,8 @@ v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const Members& 
   report.set_pieces_checksummed(checksummed.second);
   for (int64_t r : planned.planned_around) report.add_missing_source_ranks(r);
   for (int64_t replica : members.replicas) report.add_replicas(replica);
-  for (int64_t replica : dropped) report.add_dropped_replicas(replica);
+  for (int64_t replica : members.dropped) report.add_dropped_replicas(replica);
+  for (int64_t replica : members.skipped) report.add_skipped_replicas(replica);
   report.set_catch_up(members.catch_up);
   const auto [slowest_rank, slowest_rank_seconds] = epoch_->SlowestRank();
   report.set_slowest_rank(slowest_rank);

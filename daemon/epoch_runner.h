@@ -69,6 +69,7 @@ class EpochRunner {
   // From the control streams.
   void OnDone(int32_t daemon, const v1::EpochDone& done);
   void OnProgress(int32_t daemon, const v1::EpochProgress& progress);
+  void OnPaused(int32_t daemon, const v1::RanksPaused& paused) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Calls `emit` with the progress of `epoch_id` (empty: the running or next epoch; with
   // `version` > 0, the epoch moving that version: the running one, the next to start, or
@@ -158,6 +159,8 @@ class EpochRunner {
   struct Members {
     std::vector<int64_t> replicas;
     bool catch_up = false;
+    std::vector<int64_t> dropped;  // lost during an attempt of this refit
+    std::vector<int64_t> skipped;  // their engines did not pause in time
   };
   // The replicas an epoch moving `version` writes: every complete one, or for a repeat of
   // the committed version those lacking it (the sources must still hold it); `snapshot`
@@ -173,6 +176,16 @@ class EpochRunner {
   // Catches up complete replicas lacking the committed version, if any and the sources
   // still hold it; true if it ran an epoch. Holding the group.
   bool CatchUp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // Tells the engines of the destination ranks of `snapshot` registered with
+  // pauses_for_writes that `version` is about to be written and waits for their daemons'
+  // answers (up to the job's pause deadline, within `deadline`); returns the ranks whose
+  // engines did not pause in time. `*asked`: the ranks asked.
+  std::vector<int64_t> PauseEngines(int64_t version, const ClusterSnapshot& snapshot,
+                                    absl::Time deadline, std::vector<int64_t>* asked)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Lets the engines of `ranks` resume without an epoch (SKIPPED, saying `why`).
+  void ResumeEngines(const ClusterSnapshot& snapshot, const std::vector<int64_t>& ranks,
+                     const std::string& why);
   // Registrations of the destination ranks that hold the committed version.
   std::map<int64_t, uint64_t> HoldersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A repeat of the committed version: its report, a refusal, or nothing when the version
@@ -212,9 +225,8 @@ class EpochRunner {
   // The report of a committed epoch, remembered for repeats and Status (a catch-up adds
   // its replicas to the report of the version it caught up to).
   v1::RefitReport Report(const PlannedEpoch& planned, const Members& members,
-                         const std::vector<int64_t>& dropped, const ClusterSnapshot& snapshot,
-                         std::pair<int64_t, int64_t> checksummed, double seconds,
-                         double epoch_seconds) ABSL_LOCKS_EXCLUDED(mu_);
+                         const ClusterSnapshot& snapshot, std::pair<int64_t, int64_t> checksummed,
+                         double seconds, double epoch_seconds) ABSL_LOCKS_EXCLUDED(mu_);
 
   Cluster* cluster_;
   const v1::JobSpec job_;
@@ -257,6 +269,16 @@ class EpochRunner {
   int64_t group_version_ ABSL_GUARDED_BY(mu_) = -1;           // what the group's holder refits
   std::set<int64_t> catching_up_ ABSL_GUARDED_BY(mu_);        // replicas a catch-up moves now
   std::set<int64_t> replicas_exported_ ABSL_GUARDED_BY(mu_);  // in the per-replica gauge
+  // The pause round under way: its id, the daemons yet to answer, the ranks paused.
+  struct PauseRound {
+    std::string id;
+    std::set<int32_t> awaiting;
+    std::set<int64_t> paused;
+  };
+  std::optional<PauseRound> pause_ ABSL_GUARDED_BY(mu_);
+  int64_t pause_rounds_ ABSL_GUARDED_BY(mu_) = 0;
+  // Replicas an epoch skipped or dropped: they catch up once the group is free.
+  bool catch_up_wanted_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace refit::daemon

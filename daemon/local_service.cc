@@ -82,6 +82,31 @@ grpc::Status LocalService::BucketDone(grpc::ServerContext*, const v1::BucketDone
                                                  request->sequence(), request->error()));
 }
 
+grpc::Status LocalService::WatchWrites(grpc::ServerContext* context,
+                                       const v1::WatchWritesRequest* request,
+                                       grpc::ServerWriter<v1::WriteNotice>* writer) {
+  absl::StatusOr<int64_t> rank = registry_->PausingRankOf(request->session());
+  if (!rank.ok()) return ToGrpc(rank.status());
+  registry_->engine_pauses().Serve(
+      *rank, request->session(),
+      [writer](const v1::WriteNotice& notice) { return writer->Write(notice); },
+      [&] {
+        if (context->IsCancelled()) return true;
+        absl::StatusOr<bool> ended = registry_->AwaitSessionEnd(request->session(), absl::Now());
+        return !ended.ok() || *ended;
+      });
+  return context->IsCancelled()
+             ? grpc::Status(grpc::StatusCode::CANCELLED, "the rank's process went away")
+             : grpc::Status::OK;
+}
+
+grpc::Status LocalService::Paused(grpc::ServerContext*, const v1::PausedRequest* request,
+                                  v1::PausedResponse*) {
+  absl::StatusOr<int64_t> rank = registry_->PausingRankOf(request->session());
+  if (!rank.ok()) return ToGrpc(rank.status());
+  return ToGrpc(registry_->engine_pauses().Paused(*rank, request->session(), request->pause_id()));
+}
+
 grpc::Status LocalService::DeregisterRank(grpc::ServerContext*,
                                           const v1::DeregisterRankRequest* request,
                                           v1::DeregisterRankResponse*) {

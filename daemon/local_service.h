@@ -30,6 +30,10 @@ class LocalService final : public v1::LocalDaemon::Service {
                               grpc::ServerWriter<v1::Bucket>* writer) override;
   grpc::Status BucketDone(grpc::ServerContext* context, const v1::BucketDoneRequest* request,
                           v1::BucketDoneResponse* response) override;
+  grpc::Status WatchWrites(grpc::ServerContext* context, const v1::WatchWritesRequest* request,
+                           grpc::ServerWriter<v1::WriteNotice>* writer) override;
+  grpc::Status Paused(grpc::ServerContext* context, const v1::PausedRequest* request,
+                      v1::PausedResponse* response) override;
 
  private:
   RankRegistry* registry_;

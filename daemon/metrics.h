@@ -29,6 +29,7 @@ inline constexpr const char* kRefusalReasons[] = {
     "incomplete_group",    // ranks missing, or the present ones do not hold everything
     "invalid_layout",      // the layouts cannot be planned (a named tensor, rank and box)
     "not_published",       // the source ranks did not publish the version in time
+    "engines_not_paused",  // engines that pause for writes did not, in time, for enough replicas
     "other",
 };
 

@@ -164,18 +164,31 @@ std::map<transport::RankKey, RankRegistry::Entry>::iterator RankRegistry::FindSe
   return ranks_.end();
 }
 
-absl::StatusOr<int64_t> RankRegistry::BucketedRankOf(const std::string& session) {
+absl::StatusOr<int64_t> RankRegistry::RankOfSession(const std::string& session,
+                                                    bool (*has)(const v1::RankLayout&),
+                                                    const char* refusal) {
   absl::MutexLock lock(&mu_);
   auto it = FindSession(session);
   if (it == ranks_.end()) {
     return absl::NotFoundError(
         absl::StrCat("registration session ", session, " is not registered on ", node_));
   }
-  if (!it->second.registration.layout().bucketed()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(it->first.Name(), " is not bucketed: refitd writes its buffers itself"));
+  if (!has(it->second.registration.layout())) {
+    return absl::FailedPreconditionError(absl::StrCat(it->first.Name(), " ", refusal));
   }
   return it->first.rank;
+}
+
+absl::StatusOr<int64_t> RankRegistry::BucketedRankOf(const std::string& session) {
+  return RankOfSession(
+      session, [](const v1::RankLayout& layout) { return layout.bucketed(); },
+      "is not bucketed: refitd writes its buffers itself");
+}
+
+absl::StatusOr<int64_t> RankRegistry::PausingRankOf(const std::string& session) {
+  return RankOfSession(
+      session, [](const v1::RankLayout& layout) { return layout.pauses_for_writes(); },
+      "was not registered with pauses_for_writes: refit does not wait for its engine");
 }
 
 void RankRegistry::DeregisterSession(const std::string& session, bool reclaim_shared_memory) {

@@ -17,6 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/bucket_streams.h"
+#include "daemon/engine_pauses.h"
 #include "proto/refit.pb.h"
 #include "transport/buffer_map.h"
 #include "transport/rank_key.h"
@@ -54,6 +55,8 @@ class RankRegistry {
   // The rank registered under `session` when it is a bucketed destination (NOT_FOUND: no
   // such session; FAILED_PRECONDITION: the rank is not bucketed).
   absl::StatusOr<int64_t> BucketedRankOf(const std::string& session) ABSL_LOCKS_EXCLUDED(mu_);
+  // The same for a destination rank registered with pauses_for_writes.
+  absl::StatusOr<int64_t> PausingRankOf(const std::string& session) ABSL_LOCKS_EXCLUDED(mu_);
   // Waits until the rank of `session` is deregistered (true) or `deadline` passes (false).
   // NOT_FOUND for a session that never existed here.
   absl::StatusOr<bool> AwaitSessionEnd(const std::string& session, absl::Time deadline);
@@ -127,6 +130,8 @@ class RankRegistry {
 
   // The streams of the bucketed destination ranks registered here.
   BucketStreams& bucket_streams() { return bucket_streams_; }
+  // The WatchWrites streams of the destination ranks registered here that pause for writes.
+  EnginePauses& engine_pauses() { return engine_pauses_; }
 
  private:
   struct Entry {
@@ -144,6 +149,11 @@ class RankRegistry {
     std::string epoch_id;
     std::string reason;
   };
+  // The rank registered under `session` when `has(layout)` (NOT_FOUND: no such session;
+  // FAILED_PRECONDITION: `refusal`, after the rank's name).
+  absl::StatusOr<int64_t> RankOfSession(const std::string& session,
+                                        bool (*has)(const v1::RankLayout&), const char* refusal)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // The rank registered under `session`, or ranks_.end().
   std::map<transport::RankKey, Entry>::iterator FindSession(const std::string& session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -157,6 +167,7 @@ class RankRegistry {
 
   const std::string node_;
   BucketStreams bucket_streams_;
+  EnginePauses engine_pauses_;
   absl::Mutex delivery_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   uint64_t delivered_ ABSL_GUARDED_BY(delivery_mu_) = 0;  // changes delivered so far
   mutable absl::Mutex mu_;

@@ -7,8 +7,11 @@
 // what is missing. (A replica lost during an epoch: tests/e2e/replicas.sh, with kill -9.)
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "daemon/coordinator_link.h"
 #include "daemon/coordinator_server.h"
@@ -28,8 +31,9 @@ class ReplicaMembershipTest : public ::testing::Test {
  protected:
   // Trainers hold rows of w, inference replica r holds its columns on ranks 2r and 2r + 1;
   // everybody holds the norm.
-  void Start(int32_t min_replicas) {
+  void Start(int32_t min_replicas, int64_t pause_deadline_ms = 0) {
     v1::JobSpec job;
+    job.set_pause_deadline_ms(pause_deadline_ms);
     job.set_name("members");
     job.set_source_ranks(2);
     job.set_destination_ranks(4);
@@ -66,12 +70,14 @@ class ReplicaMembershipTest : public ::testing::Test {
     coordinator_.reset();
   }
 
-  // Registers destination rank `rank` on its replica's node.
-  void RegisterDestination(int64_t rank) {
-    ASSERT_TRUE(replicas_[rank / 2]
-                    .Register(testing::RegistrationOf(v1::ROLE_DESTINATION,
-                                                      destinations_.ranks(rank), destinations_))
-                    .ok());
+  // Registers destination rank `rank` on its replica's node; its registration session.
+  std::string RegisterDestination(int64_t rank, bool pauses_for_writes = false) {
+    v1::RankLayout layout = destinations_.ranks(rank);
+    layout.set_pauses_for_writes(pauses_for_writes);
+    absl::StatusOr<std::string> session = replicas_[rank / 2].Register(
+        testing::RegistrationOf(v1::ROLE_DESTINATION, layout, destinations_));
+    EXPECT_TRUE(session.ok()) << session.status();
+    return session.ok() ? *session : "";
   }
   void Publish(int64_t version) {
     for (const v1::RankLayout& r : sources_.ranks()) {
@@ -98,6 +104,12 @@ class ReplicaMembershipTest : public ::testing::Test {
     request.set_deadline_ms(10000);
     return stub_->Refit(&context, request, report);
   }
+  // Waits (bounded) until the counter or gauge `metric` holds `value`.
+  template <typename Metric>
+  static bool Reaches(Metric& metric, double value) {
+    for (int i = 0; i < 250 && metric.Value() != value; ++i) absl::SleepFor(absl::Milliseconds(20));
+    return metric.Value() == value;
+  }
   // Each replica's state as the coordinator's Status says it ("0 current", "1 absent").
   std::vector<std::string> ReplicaStates() {
     grpc::ClientContext context;
@@ -117,6 +129,78 @@ class ReplicaMembershipTest : public ::testing::Test {
     return transport::testing::WrongBytes(node.HoldBuffers().buffers(), v1::ROLE_DESTINATION,
                                           destinations_.ranks(rank));
   }
+
+  // The engine of a destination rank that pauses for writes: holds its WatchWrites stream
+  // (EnginePauses::Serve, as LocalDaemon.WatchWrites does) on a thread, notes every notice,
+  // and answers BEFORE_WRITE with Paused unless told to ignore the next `ignore` of them. At
+  // each BEFORE_WRITE it also notes whether its buffers were still unwritten (poisoned)
+  // then, and again 100 ms later: refit must wait for the pause before writing.
+  class Engine {
+   public:
+    Engine(ReplicaMembershipTest* test, int64_t rank, const std::string& session, int ignore)
+        : test_(test), rank_(rank), session_(session), ignore_(ignore) {
+      thread_ = std::thread([this] {
+        test_->replicas_[rank_ / 2].engine_pauses().Serve(
+            rank_, session_, [this](const v1::WriteNotice& notice) { return Take(notice); },
+            [this] { return stop_.load(); });
+      });
+    }
+    ~Engine() {
+      stop_ = true;
+      thread_.join();
+    }
+    // "BEFORE_WRITE 1 unwritten", "COMMITTED 1", "SKIPPED 1"... as they came.
+    std::vector<std::string> notices() {
+      absl::MutexLock lock(&mu_);
+      return notices_;
+    }
+    // Waits (bounded) until `count` notices came.
+    bool AwaitNotices(size_t count) {
+      absl::MutexLock lock(&mu_);
+      auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return notices_.size() >= count; };
+      return mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(20));
+    }
+
+   private:
+    bool Take(const v1::WriteNotice& notice) {
+      std::string seen =
+          absl::StrCat(v1::WriteNotice::Kind_Name(notice.kind()), " ", notice.version());
+      if (notice.kind() == v1::WriteNotice::BEFORE_WRITE) {
+        const bool unwritten = Unwritten();
+        absl::SleepFor(absl::Milliseconds(100));
+        absl::StrAppend(&seen, unwritten && Unwritten() ? " unwritten" : " written");
+      }
+      if (notice.kind() != v1::WriteNotice::ATTACHED) {
+        absl::MutexLock lock(&mu_);
+        notices_.push_back(seen);
+      }
+      if (notice.kind() == v1::WriteNotice::BEFORE_WRITE) {
+        if (ignore_ > 0) {
+          --ignore_;
+        } else {
+          EXPECT_TRUE(test_->replicas_[rank_ / 2]
+                          .engine_pauses()
+                          .Paused(rank_, session_, notice.pause_id())
+                          .ok());
+        }
+      }
+      return true;
+    }
+    bool Unwritten() {
+      return transport::testing::WrongBytes(test_->replicas_[rank_ / 2].HoldBuffers().buffers(),
+                                            v1::ROLE_DESTINATION,
+                                            test_->destinations_.ranks(rank_)) > 0;
+    }
+
+    ReplicaMembershipTest* test_;
+    const int64_t rank_;
+    const std::string session_;
+    int ignore_;
+    std::atomic<bool> stop_{false};
+    absl::Mutex mu_;
+    std::vector<std::string> notices_ ABSL_GUARDED_BY(mu_);
+    std::thread thread_;
+  };
 
   CoordinatorMetrics metrics_{std::make_shared<prometheus::Registry>()};
   std::unique_ptr<CoordinatorServer> coordinator_;
@@ -148,8 +232,10 @@ TEST_F(ReplicaMembershipTest, AReplicaThatCompletesLaterCatchesUpByItself) {
   EXPECT_EQ(WrongBytesAfter(2, 1), 0);
   EXPECT_EQ(WrongBytesAfter(3, 1), 0);
   EXPECT_THAT(ReplicaStates(), ElementsAre("0 current", "1 current"));
-  EXPECT_EQ(metrics_.catch_ups.Add({{"result", "committed"}}).Value(), 1);
-  EXPECT_EQ(metrics_.replica_current.Add({{"replica", "1"}}).Value(), 1);
+  // The catch-up's counter and the gauges follow once its refit returns (the daemons heard
+  // of the commit before).
+  EXPECT_TRUE(Reaches(metrics_.catch_ups.Add({{"result", "committed"}}), 1));
+  EXPECT_TRUE(Reaches(metrics_.replica_current.Add({{"replica", "1"}}), 1));
   // A repeat finds every replica holding it: the committed report, now naming both.
   v1::RefitReport again;
   ASSERT_TRUE(Refit(1, &again).ok());
@@ -216,6 +302,66 @@ TEST_F(ReplicaMembershipTest, FewerCompleteReplicasThanTheMinimumAreRefusedNamin
   ASSERT_TRUE(GroupSeen(4));
   ASSERT_TRUE(Refit(1, &report).ok());
   EXPECT_THAT(report.replicas(), ElementsAre(0, 1));
+}
+
+TEST_F(ReplicaMembershipTest, EnginesPauseBeforeTheWritesAndOneTooSlowIsSkippedThenCatchesUp) {
+  Start(/*min_replicas=*/1, /*pause_deadline_ms=*/1000);
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (int64_t rank = 0; rank < 4; ++rank) {
+    const std::string session = RegisterDestination(rank, /*pauses_for_writes=*/true);
+    // Replica 1's engines let the first pause pass unanswered.
+    engines.push_back(std::make_unique<Engine>(this, rank, session, rank >= 2 ? 1 : 0));
+  }
+  ASSERT_TRUE(GroupSeen(4));
+  Publish(1);
+  v1::RefitReport report;
+  ASSERT_TRUE(Refit(1, &report).ok());
+  EXPECT_THAT(report.replicas(), ElementsAre(0));
+  EXPECT_THAT(report.skipped_replicas(), ElementsAre(1));
+  // Replica 0's engines were told before anything was written, the epoch waited for their
+  // pause, and they heard of the commit; replica 1's were let go.
+  for (int64_t rank : {0, 1}) {
+    ASSERT_TRUE(engines[rank]->AwaitNotices(2));
+    EXPECT_THAT(engines[rank]->notices(), ElementsAre("BEFORE_WRITE 1 unwritten", "COMMITTED 1"))
+        << rank;
+    EXPECT_EQ(WrongBytesAfter(rank, 1), 0);
+  }
+  // Replica 1 catches up by itself once the refit is over (its engines answer this time).
+  for (int64_t rank : {2, 3}) {
+    EXPECT_EQ(WrongBytesAfter(rank, 1), 0) << rank;
+    ASSERT_TRUE(engines[rank]->AwaitNotices(4));
+    EXPECT_THAT(engines[rank]->notices(), ElementsAre("BEFORE_WRITE 1 unwritten", "SKIPPED -1",
+                                                      "BEFORE_WRITE 1 unwritten", "COMMITTED 1"))
+        << rank;
+  }
+  EXPECT_TRUE(Reaches(metrics_.catch_ups.Add({{"result", "committed"}}), 1));
+}
+
+TEST_F(ReplicaMembershipTest, WithoutReplicasEnginesThatDoNotPauseFailTheRefitAndResume) {
+  Start(/*min_replicas=*/2, /*pause_deadline_ms=*/500);
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (int64_t rank = 0; rank < 4; ++rank) {
+    const std::string session = RegisterDestination(rank, /*pauses_for_writes=*/true);
+    engines.push_back(std::make_unique<Engine>(this, rank, session, rank == 3 ? 1 : 0));
+  }
+  ASSERT_TRUE(GroupSeen(4));
+  Publish(1);
+  v1::RefitReport report;
+  const grpc::Status refused = Refit(1, &report);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("the engines of destination ranks 3 did not pause for version 1 within "
+                        "500 ms; 1 replicas left of the 2 needed"));
+  EXPECT_EQ(metrics_.refused.Add({{"reason", "engines_not_paused"}}).Value(), 1);
+  // Every engine asked to pause hears that it may resume; nothing was written.
+  for (int64_t rank = 0; rank < 4; ++rank) {
+    ASSERT_TRUE(engines[rank]->AwaitNotices(2));
+    EXPECT_THAT(engines[rank]->notices(), ElementsAre("BEFORE_WRITE 1 unwritten", "SKIPPED -1"))
+        << rank;
+  }
+  // The next refit goes through: rank 3's engine answers now.
+  ASSERT_TRUE(Refit(1, &report).ok());
+  for (int64_t rank = 0; rank < 4; ++rank) EXPECT_EQ(WrongBytesAfter(rank, 1), 0) << rank;
 }
 
 }  // namespace

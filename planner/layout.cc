@@ -232,6 +232,10 @@ absl::Status CompileRank(const v1::RankLayout& r, int32_t rank_index, Layout* la
     return Invalid(side, absl::StrCat("rank ", r.rank(),
                                       ": only destination ranks receive their weights in buckets"));
   }
+  if (r.pauses_for_writes() && side != "destination") {
+    return Invalid(side, absl::StrCat("rank ", r.rank(),
+                                      ": only destination ranks pause their engines for writes"));
+  }
   if (r.bucketed() && r.staged()) {
     return Invalid(side, absl::StrCat("rank ", r.rank(),
                                       ": a bucketed rank cannot be staged (its process copies "
