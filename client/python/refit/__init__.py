@@ -8,6 +8,9 @@
                                              quantized={name: refit.BlockFp8(scale_name)})
     LocalDaemon(socket).register_destination(rank, boxes=..., dtypes=..., bucket_bytes=...,
                                              on_bucket=refit.copy_into(weights))  # bucketed
+    gate = refit.WriteGate()   # the engine pauses while refit writes (refit.write_hooks)
+    daemon.register_destination(rank, tensors=..., boxes=..., hooks=gate.hooks)
+    with gate: engine.step()
 
 A rank registers its own tensors in place (refitd reads or writes them where they are),
 each with the box of the global tensor it holds (refit.Box). Boxes come from a device mesh
@@ -23,9 +26,10 @@ from .memory import refit_dtype
 from .placements import DeviceMesh, Replicate, Shard
 from .quantization import BlockFp8, CastToBf16, DequantizeFp8
 from .shards import Box, chunk, replicated, split
+from .write_hooks import WriteGate, WriteHooks
 from . import torch_layout
 
 __all__ = ["BlockFp8", "Box", "Bucket", "CastToBf16", "DequantizeFp8", "BucketPiece", "DeviceMesh", "LocalDaemon", "RefitAborted",
            "RefitClient", "RefitError", "RefitPermissionDenied", "RefitRejected",
            "RefitTimeout", "RefitUnavailable", "RegisteredRank", "Replicate", "Shard", "chunk",
-           "copy_into", "refit_dtype", "replicated", "split"]
+           "copy_into", "refit_dtype", "replicated", "split", "WriteGate", "WriteHooks"]

@@ -15,6 +15,7 @@ from .memory import RankMemory, refit_dtype
 from .quantization import (SCHEME_BLOCK_FP8, SCHEME_CAST, SCHEME_DEQUANTIZE, BlockFp8, CastToBf16,
                            DequantizeFp8, codes_dtype_ok)
 from .shards import Box
+from .write_hooks import WriteHooks, WriteWatcher
 
 
 class RegisteredRank:
@@ -29,6 +30,7 @@ class RegisteredRank:
         self.memory = memory
         self.session = session
         self.buckets = None  # the BucketReceiver of a bucketed rank
+        self.writes = None  # the WriteWatcher of a rank registered with hooks
         self._stub = stub
         self._hold = stub.HoldRegistration(refit_pb2.HoldRegistrationRequest(session=session))
         self._held = threading.Event()
@@ -88,6 +90,8 @@ class RegisteredRank:
         finally:
             if self.buckets is not None:
                 self.buckets.close()
+            if self.writes is not None:
+                self.writes.close()
             self._hold.cancel()
             self._watcher.join(timeout=5)
             self.memory.close()
@@ -139,8 +143,8 @@ class LocalDaemon:
                              bucket_bytes: Optional[int] = None,
                              on_bucket: Optional[Callable[[Bucket], None]] = None,
                              quantized: Optional[Mapping[str, Union[BlockFp8, CastToBf16,
-                                                                    DequantizeFp8]]] = None
-                             ) -> "RegisteredRank":
+                                                                    DequantizeFp8]]] = None,
+                             hooks: Optional[WriteHooks] = None) -> "RegisteredRank":
         """Registers inference rank `rank`; refitd writes its tensors: the engine's own
         (`tensors` and `boxes`, written in place, fused parameters as views of one tensor)
         or refit's (`shards`). With `staged`, a failed epoch leaves them untouched (refitd
@@ -156,7 +160,12 @@ class LocalDaemon:
         refit quantizes the trainers' BF16/F32 weights on the way (refit.quantization).
         (name -> refit.CastToBf16()): a bfloat16 tensor whose trainers hold float32.
         (name -> refit.DequantizeFp8(scale_name)): a bfloat16 or float32 tensor whose trainers
-        hold E4M3 codes and their blocks' scales in source tensor `scale_name`."""
+        hold E4M3 codes and their blocks' scales in source tensor `scale_name`.
+
+        `hooks` (refit.WriteHooks, or refit.WriteGate().hooks): the engine hears before refit
+        writes this rank's weights and refit waits for it to pause (up to the job's
+        pauseDeadlineMs; a replica not paused by then is skipped and catches up later), then
+        hears of the commit or the abort (refit.write_hooks)."""
         bucket = None
         if bucket_bytes is not None or on_bucket is not None:
             if bucket_bytes is None or on_bucket is None or boxes is None or dtypes is None:
@@ -171,15 +180,16 @@ class LocalDaemon:
             raise ValueError(f"rank {rank}: dtypes are for bucketed ranks (with bucket_bytes "
                              f"and on_bucket)")
         return self._register(refit_pb2.ROLE_DESTINATION, rank, shards, tensors, boxes, device,
-                              host, staged, timeout, bucket, dtypes, quantized or {})
+                              host, staged, timeout, bucket, dtypes, quantized or {}, hooks)
 
     def _register(self, role, rank, shards, tensors, boxes, device, host, staged, timeout,
-                  bucket, dtypes=None, quantized=None):
+                  bucket, dtypes=None, quantized=None, hooks=None):
         memory = _rank_memory(rank, shards, tensors, boxes, dtypes, device, bucket)
         layout = refit_pb2.RankLayout(rank=int(rank),
                                       host=gethostname() if host is None else host,
                                       views=memory.views, buffers=memory.buffers, staged=staged,
-                                      bucketed=bucket is not None)
+                                      bucketed=bucket is not None,
+                                      pauses_for_writes=hooks is not None)
         if memory.device.type == "cuda":
             layout.device = memory.device_index
         specs = _tensor_specs(rank, memory, quantized or {})
@@ -195,6 +205,9 @@ class LocalDaemon:
             if bucket is not None:  # in place before the first epoch can need it
                 registered.buckets = BucketReceiver(self._stub, session, memory, bucket[1])
                 registered.buckets.await_attached()
+            if hooks is not None:  # attached before the first epoch can ask it to pause
+                registered.writes = WriteWatcher(self._stub, session, rank, hooks)
+                registered.writes.await_attached()
         except BaseException:
             try:  # take the registration back and free the memory before saying so
                 registered.close()
