@@ -38,7 +38,9 @@ absl::StatusOr<DaemonSession> Cluster::AddDaemon(const v1::DaemonHello& hello,
           absl::StrCat("refitd on ", hello.node(), " incarnation ", hello.incarnation(),
                        " was replaced by a newer incarnation of the node; restart it to rejoin"));
     }
-    auto [it, inserted] = index_of_node_.emplace(hello.node(), index_of_node_.size());
+    // Indexes are never reused (a forgotten node that comes back gets a new one).
+    auto [it, inserted] = index_of_node_.emplace(hello.node(), next_index_);
+    if (inserted) ++next_index_;
     DaemonRecord& record = daemons_[it->second];
     if (superseded != nullptr) *superseded = record.connected;
     if (record.connected) {
@@ -99,8 +101,26 @@ void Cluster::RemoveDaemon(const DaemonSession& session) {
   if (!IsCurrentLocked(session)) return;
   DaemonRecord& record = daemons_[session.index];
   record.connected = false;
+  record.disconnected_at = MonotonicNow();
   record.channel.reset();
   dropped = DropRanksLocked(session.index);
+}
+
+std::vector<std::string> Cluster::ForgetGone(absl::Duration now, absl::Duration after) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> forgotten;
+  for (auto it = daemons_.begin(); it != daemons_.end();) {
+    const DaemonRecord& record = it->second;
+    if (record.connected || now - record.disconnected_at <= after ||
+        !record.in_doubt.epoch_id().empty()) {
+      ++it;
+      continue;
+    }
+    forgotten.push_back(record.peer.node());
+    index_of_node_.erase(record.peer.node());
+    it = daemons_.erase(it);
+  }
+  return forgotten;
 }
 
 absl::Status Cluster::AddRank(const DaemonSession& session, v1::RankRegistration registration) {

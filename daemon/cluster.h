@@ -94,6 +94,10 @@ class Cluster {
   // heartbeat, but a Refit sending it its plan would wait as long as it lives); returns
   // what was cut and why, for the log.
   std::vector<std::string> CutExpired(absl::Duration now, absl::Duration lease);
+  // Forgets the daemons disconnected for longer than `after` at `now` (MonotonicNow()),
+  // unless in doubt about an epoch (a coordinator may still have to settle it); returns
+  // their nodes. A node that comes back later is a new member.
+  std::vector<std::string> ForgetGone(absl::Duration now, absl::Duration after);
   // The newest version the daemons say they committed (-1: none), for a restarted
   // coordinator.
   int64_t CommittedVersion() const;
@@ -159,8 +163,9 @@ class Cluster {
     std::shared_ptr<DaemonChannel> channel;
     bool connected = false;
     int64_t generation = 0;
-    absl::Duration last_heard;  // MonotonicNow()
-    bool handling = false;      // the coordinator is working on its last message
+    absl::Duration last_heard;       // MonotonicNow()
+    bool handling = false;           // the coordinator is working on its last message
+    absl::Duration disconnected_at;  // MonotonicNow(), once not connected
     int64_t committed_version = -1;
     uint32_t last_epoch_number = 0;
     std::string committed_epoch_id;
@@ -181,6 +186,7 @@ class Cluster {
   mutable absl::Mutex mu_;
   std::map<int32_t, DaemonRecord> daemons_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int32_t> index_of_node_ ABSL_GUARDED_BY(mu_);
+  int32_t next_index_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<transport::RankKey, RankRecord> ranks_ ABSL_GUARDED_BY(mu_);
   int64_t generations_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t registrations_ ABSL_GUARDED_BY(mu_) = 0;

@@ -57,6 +57,10 @@ void CoordinatorServer::EnforceLeases() {
     for (const std::string& cut : cluster_.CutExpired(MonotonicNow(), lease_)) {
       spdlog::warn("{}", cut);
     }
+    for (const std::string& node : cluster_.ForgetGone(MonotonicNow(), forget_after_)) {
+      spdlog::info("refitd on {} has been gone for {} ms: forgotten (status no longer lists it)",
+                   node, absl::ToInt64Milliseconds(forget_after_));
+    }
     if (const int cut = control_service_.CutStreamsWithoutHello(MonotonicNow()); cut > 0) {
       spdlog::warn("cut {} control streams that said no hello within {} ms", cut,
                    absl::ToInt64Milliseconds(lease_));

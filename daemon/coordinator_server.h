@@ -46,13 +46,17 @@ class CoordinatorServer {
   CoordinatorServer(v1::JobSpec job, absl::Duration default_deadline, CoordinatorMetrics* metrics,
                     std::string token, std::string daemon_token)
       : lease_(absl::Milliseconds(job.lease_ms() > 0 ? job.lease_ms() : 5000)),
+        forget_after_(absl::Milliseconds(
+            job.forget_daemons_after_ms() > 0 ? job.forget_daemons_after_ms() : 300000)),
         runner_(&cluster_, std::move(job), metrics),
         control_service_(&cluster_, &runner_, lease_, metrics, std::move(daemon_token)),
         service_(&cluster_, &runner_, default_deadline, std::move(token)) {}
-  // Cuts off daemons whose lease expired, every quarter lease, until the server stops.
+  // Cuts off daemons whose lease expired, every quarter lease, until the server stops, and
+  // forgets those gone for longer than forget_after_.
   void EnforceLeases();
 
   const absl::Duration lease_;
+  const absl::Duration forget_after_;
   Cluster cluster_;
   EpochRunner runner_;
   ControlService control_service_;

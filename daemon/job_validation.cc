@@ -93,6 +93,14 @@ absl::Status CheckJob(const v1::JobSpec& job) {
     status = Bad("strategy", absl::StrCat("\"", absl::CHexEscape(job.strategy()),
                                           "\" is not reshard, gather_broadcast or auto"));
   }
+  if (status.ok()) {
+    status = CheckOptionalRange("pauseDeadlineMs", job.pause_deadline_ms(), 10,
+                                int64_t{24} * 3600 * 1000, "ms");
+  }
+  if (status.ok()) {
+    status = CheckOptionalRange("forgetDaemonsAfterMs", job.forget_daemons_after_ms(), 1000,
+                                int64_t{7} * 24 * 3600 * 1000, "ms");
+  }
   if (status.ok() && job.has_destination_replicas()) status = CheckReplicas(job);
   const v1::Topology& topology = job.topology();
   for (const auto& [field, rate] :

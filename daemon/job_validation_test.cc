@@ -51,6 +51,10 @@ TEST(JobValidationTest, EveryFieldOutOfRangeIsRefusedByName) {
                 "job: name \"mini\\n[info] forged\" holds a character");
   ExpectRefused([](v1::JobSpec* j) { j->set_name(std::string(64, 'n')); },
                 "job: name of 64 characters");
+  ExpectRefused([](v1::JobSpec* j) { j->set_pause_deadline_ms(5); },
+                "job: pauseDeadlineMs 5 is outside 10");
+  ExpectRefused([](v1::JobSpec* j) { j->set_forget_daemons_after_ms(-1); },
+                "job: forgetDaemonsAfterMs -1 is outside 1000");
   ExpectRefused([](v1::JobSpec* j) { j->mutable_destination_replicas(); },
                 "job: destinationReplicas.ranksPerReplica 0 is not 1 to destinationRanks (4)");
   ExpectRefused([](v1::JobSpec* j) { j->mutable_destination_replicas()->set_ranks_per_replica(3); },

@@ -19,6 +19,7 @@ namespace {
 using Stream = grpc::ClientReaderWriter<v1::DaemonMessage, v1::CoordinatorMessage>;
 
 constexpr int64_t kLeaseMs = 1000;
+constexpr int64_t kForgetMs = 2500;
 
 class MembershipTest : public ::testing::Test {
  protected:
@@ -28,6 +29,7 @@ class MembershipTest : public ::testing::Test {
     job.set_source_ranks(1);
     job.set_destination_ranks(1);
     job.set_lease_ms(kLeaseMs);
+    job.set_forget_daemons_after_ms(kForgetMs);
     auto server = CoordinatorServer::Start("127.0.0.1:0", job, absl::Seconds(30));
     ASSERT_TRUE(server.ok()) << server.status();
     coordinator_ = std::move(*server);
@@ -70,6 +72,13 @@ class MembershipTest : public ::testing::Test {
       absl::SleepFor(absl::Milliseconds(10));
     }
     return done();
+  }
+
+  bool Listed(const std::string& node) {
+    for (const std::string& name : coordinator_->cluster().DaemonNames()) {
+      if (name == node || name == node + " (disconnected)") return true;
+    }
+    return false;
   }
 
   bool Disconnected(const std::string& node) {
@@ -162,6 +171,31 @@ TEST_F(MembershipTest, TheSameIncarnationReconnectingTakesOver) {
   EXPECT_TRUE(
       Eventually([&] { return coordinator_->cluster().RankCount(v1::ROLE_DESTINATION) == 1; },
                  absl::Seconds(5)));
+}
+
+TEST_F(MembershipTest, ADaemonGoneForGoodIsForgottenAndComesBackAsANewMember) {
+  Daemon stays = Connect("stays", "one");
+  Daemon gone = Connect("gone", "one");
+  ASSERT_TRUE(gone.welcome.has_welcome());
+  gone.stream->WritesDone();
+  gone.stream->Finish();
+  v1::DaemonMessage heartbeat;
+  heartbeat.mutable_heartbeat();
+  // `stays` heartbeats all along; `gone` is listed as disconnected for a while, then no more.
+  auto beating = [&](const std::function<bool()>& done) {
+    return [&, done] { return stays.stream->Write(heartbeat) && done(); };
+  };
+  ASSERT_TRUE(Eventually(beating([&] { return Disconnected("gone"); }), absl::Seconds(5)));
+  const absl::Time left = absl::Now();
+  ASSERT_TRUE(Eventually(beating([&] { return !Listed("gone"); }), absl::Seconds(10)));
+  EXPECT_GE(absl::Now() - left, absl::Milliseconds(kForgetMs - 100));
+  EXPECT_FALSE(Disconnected("stays"));
+  // It comes back as a new member, with an index no other daemon has had.
+  Daemon back = Connect("gone", "two");
+  ASSERT_TRUE(back.welcome.has_welcome());
+  EXPECT_NE(back.welcome.welcome().daemon_index(), gone.welcome.welcome().daemon_index());
+  EXPECT_NE(back.welcome.welcome().daemon_index(), stays.welcome.welcome().daemon_index());
+  EXPECT_TRUE(Listed("gone"));
 }
 
 }  // namespace
