@@ -129,10 +129,13 @@ int RunRefitCommand(const std::vector<std::string>& args, std::ostream& out, std
     return kExitInvalidInput;
   }
   CoordinatorClient coordinator(line->Get("coordinator"));
-  // A progress bar on stderr while the epoch runs (stdout keeps only the report).
+  // A progress bar on stderr while the epoch runs (stdout keeps only the report); with
+  // --json, nothing but the report, on stdout.
+  const bool json = line->Has("json");
   grpc::ClientContext watch_context;
-  std::atomic<bool> watching{false}, watch_done{false};
+  std::atomic<bool> watching{false}, watch_done{json};
   std::thread watcher([&]() {
+    if (json) return;
     coordinator
         .WatchEpochOf(
             version,

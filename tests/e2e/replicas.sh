@@ -107,10 +107,13 @@ status > "$work/status-2.txt"
 grep -q "^replicas  *4 current$" "$work/status-2.txt" || { cat "$work/status-2.txt"; exit 1; }
 [[ $(metric 'refit_destination_replicas{state="current"}') == 4 ]]
 
-# 5. Version 3 to all four.
-"$bin/refitctl" refit --coordinator="$coordinator" --version=3 --timeout-ms=120000 \
-  > "$work/refit-3.txt" 2> "$work/refit-3.err"
-grep -q "to replicas 0, 1, 2, 3$" "$work/refit-3.txt" || { cat "$work/refit-3.txt"; exit 1; }
+# 5. Version 3 to all four (asked with --json: the report alone, on stdout).
+"$bin/refitctl" refit --coordinator="$coordinator" --version=3 --timeout-ms=120000 --json \
+  > "$work/refit-3.json" 2> "$work/refit-3.err"
+[[ ! -s $work/refit-3.err ]] || { echo "refitctl refit --json wrote to stderr:" >&2; cat "$work/refit-3.err"; exit 1; }
+python3 -c 'import json, sys; r = json.load(open(sys.argv[1]))
+assert [int(x) for x in r["replicas"]] == [0, 1, 2, 3] and "dropped_replicas" not in r, r' \
+  "$work/refit-3.json"
 for node in "${inferences[@]}"; do verified "$node" 3; done
 await_exit "$trainer_ranks" 60
 wait "$trainer_ranks"
