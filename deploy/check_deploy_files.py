@@ -75,7 +75,7 @@ class KubernetesManifestsTest(unittest.TestCase):
                 continue
             volumes = {v["name"] for v in spec.get("volumes", [])}
             annotations = metadata.get("annotations", {})
-            for container in spec["containers"]:
+            for container in spec.get("initContainers", []) + spec["containers"]:
                 with self.subTest(file=name, container=container["name"]):
                     self.assertTrue(container.get("image"))
                     for mount in container.get("volumeMounts", []):
@@ -111,6 +111,61 @@ class KubernetesManifestsTest(unittest.TestCase):
                             next(a for a in args if a.startswith("--metrics_host=")),
                             "--metrics_host=127.0.0.1", "probes cannot reach loopback")
         self.assertEqual(checked, set(BINARY_SOURCES))
+
+    def test_pods_are_what_a_platform_team_would_apply(self):
+        """One shared non-root user, no privilege escalation, refit's containers with
+        requests and limits and a read-only root, IPC_LOCK (and nothing else) where memory is
+        registered, tolerations for tainted GPU nodes, a native sidecar, /dev/shm sized for a
+        70B model's host path, TLS and token files that come from mounted Secrets."""
+        users, refitds = set(), 0
+        for name, document in manifests():
+            spec, _ = pod_spec(document)
+            if spec is None:
+                continue
+            with self.subTest(file=name):
+                context = spec["securityContext"]
+                self.assertTrue(context["runAsNonRoot"])
+                self.assertEqual(context["seccompProfile"]["type"], "RuntimeDefault")
+                self.assertFalse(spec.get("automountServiceAccountToken", True))
+                users.add((context["runAsUser"], context["runAsGroup"]))
+                secret_mounts = {}
+                secrets = {v["name"] for v in spec.get("volumes", []) if "secret" in v}
+                init = spec.get("initContainers", [])
+                for container in init + spec["containers"]:
+                    self.assertFalse(container["securityContext"]["allowPrivilegeEscalation"])
+                    for mount in container.get("volumeMounts", []):
+                        if mount["name"] in secrets:
+                            secret_mounts[mount["mountPath"]] = container["name"]
+                    binary = container.get("command", [""])[0]
+                    if binary not in BINARY_SOURCES:
+                        continue
+                    security = container["securityContext"]
+                    self.assertTrue(security["readOnlyRootFilesystem"])
+                    self.assertEqual(security["capabilities"]["drop"], ["ALL"])
+                    for kind in ("requests", "limits"):
+                        self.assertLessEqual({"cpu", "memory"}, set(container["resources"][kind]))
+                    if binary == "refitd":
+                        refitds += 1
+                        self.assertEqual(security["capabilities"]["add"], ["IPC_LOCK"])
+                        self.assertTrue(any(t["key"] == "nvidia.com/gpu"
+                                            for t in spec.get("tolerations", [])))
+                        env = {e["name"]: e.get("value") for e in container["env"]}
+                        files = [env[k] for k in ("REFIT_TLS_CA", "REFIT_TLS_CERT",
+                                                  "REFIT_TLS_KEY", "REFIT_DAEMON_TOKEN_FILE")]
+                        if container in init:  # a sidecar: native, beside the workload
+                            self.assertEqual(container["restartPolicy"], "Always")
+                            shm = next(v for v in spec["volumes"] if v["name"] == "shm")
+                            self.assertGreaterEqual(
+                                int(shm["emptyDir"]["sizeLimit"].rstrip("Gi")), 160)
+                    else:
+                        args = dict(a.split("=", 1) for a in container["args"])
+                        files = [args[f] for f in ("--tls_cert", "--tls_key", "--tls_client_ca",
+                                                   "--token_file", "--daemon_token_file")]
+                    for path in files:
+                        self.assertTrue(any(path.startswith(m + "/") for m in secret_mounts),
+                                        f"{path} is not in a mounted Secret")
+        self.assertEqual(len(users), 1, "refitd and the ranks must share a user")
+        self.assertEqual(refitds, 2)
 
     def test_the_service_reaches_the_coordinator_pods(self):
         documents = [d for _, d in manifests()]

@@ -15,6 +15,7 @@ PACKAGES=(
   # The Python client and its tests (Debian's /usr/bin/python3 sees these).
   python3-grpcio python3-protobuf python3-numpy python3-torch python3-yaml
   python3-pip python3-setuptools python3-venv  # pip install ./client/python, in a venv
+  python3-kubernetes  # the Kubernetes API models: the manifests' offline schema check
 )
 # tests/fuzz/run_fuzzers.sh also needs clang (libFuzzer); the test command does not.
 
