@@ -16,6 +16,24 @@ absl::Time DeadlineOf(const grpc::ServerContext& context, int64_t deadline_ms) {
   return deadline;
 }
 
+// Serves a rank's server stream (its buckets, its write notices): `serve(send, ended)` sends
+// through `writer` until the process goes away (the call is cancelled) or the rank of
+// `session` leaves.
+template <typename Message, typename Serve>
+grpc::Status ServeRankStream(grpc::ServerContext* context, RankRegistry* registry,
+                             const std::string& session, grpc::ServerWriter<Message>* writer,
+                             const Serve& serve) {
+  serve([writer](const Message& message) { return writer->Write(message); },
+        [&] {
+          if (context->IsCancelled()) return true;
+          absl::StatusOr<bool> ended = registry->AwaitSessionEnd(session, absl::Now());
+          return !ended.ok() || *ended;
+        });
+  return context->IsCancelled()
+             ? grpc::Status(grpc::StatusCode::CANCELLED, "the rank's process went away")
+             : grpc::Status::OK;
+}
+
 }  // namespace
 
 grpc::Status LocalService::RegisterRank(grpc::ServerContext*,
@@ -61,17 +79,10 @@ grpc::Status LocalService::ReceiveBuckets(grpc::ServerContext* context,
                                           grpc::ServerWriter<v1::Bucket>* writer) {
   absl::StatusOr<int64_t> rank = registry_->BucketedRankOf(request->session());
   if (!rank.ok()) return ToGrpc(rank.status());
-  registry_->bucket_streams().Serve(
-      *rank, request->session(),
-      [writer](const v1::Bucket& bucket) { return writer->Write(bucket); },
-      [&] {
-        if (context->IsCancelled()) return true;
-        absl::StatusOr<bool> ended = registry_->AwaitSessionEnd(request->session(), absl::Now());
-        return !ended.ok() || *ended;
+  return ServeRankStream(
+      context, registry_, request->session(), writer, [&](const auto& send, const auto& ended) {
+        registry_->bucket_streams().Serve(*rank, request->session(), send, ended);
       });
-  return context->IsCancelled()
-             ? grpc::Status(grpc::StatusCode::CANCELLED, "the rank's process went away")
-             : grpc::Status::OK;
 }
 
 grpc::Status LocalService::BucketDone(grpc::ServerContext*, const v1::BucketDoneRequest* request,
@@ -87,17 +98,10 @@ grpc::Status LocalService::WatchWrites(grpc::ServerContext* context,
                                        grpc::ServerWriter<v1::WriteNotice>* writer) {
   absl::StatusOr<int64_t> rank = registry_->PausingRankOf(request->session());
   if (!rank.ok()) return ToGrpc(rank.status());
-  registry_->engine_pauses().Serve(
-      *rank, request->session(),
-      [writer](const v1::WriteNotice& notice) { return writer->Write(notice); },
-      [&] {
-        if (context->IsCancelled()) return true;
-        absl::StatusOr<bool> ended = registry_->AwaitSessionEnd(request->session(), absl::Now());
-        return !ended.ok() || *ended;
-      });
-  return context->IsCancelled()
-             ? grpc::Status(grpc::StatusCode::CANCELLED, "the rank's process went away")
-             : grpc::Status::OK;
+  return ServeRankStream(context, registry_, request->session(), writer,
+                         [&](const auto& send, const auto& ended) {
+                           registry_->engine_pauses().Serve(*rank, request->session(), send, ended);
+                         });
 }
 
 grpc::Status LocalService::Paused(grpc::ServerContext*, const v1::PausedRequest* request,

@@ -16,7 +16,6 @@ valid only during the callback; a callback that raises fails the epoch with its 
 (the destination then holds a mix of versions, as an unstaged rank does)."""
 import os
 import secrets
-import threading
 import traceback
 from dataclasses import dataclass
 from multiprocessing import shared_memory
@@ -25,7 +24,7 @@ from typing import Any, Callable, List, Mapping, Tuple
 import grpc
 
 from ._proto import refit_pb2
-from .errors import error_for
+from ._rank_stream import RankStream
 from .shards import Box
 
 
@@ -128,7 +127,7 @@ class BucketMemory:
             self._shm = None
 
 
-class BucketReceiver:
+class BucketReceiver(RankStream):
     """Holds the rank's ReceiveBuckets stream open on a thread: each bucket goes to
     `on_bucket`, then BucketDone says it was taken (or, when the callback raised, why
     not)."""
@@ -138,49 +137,28 @@ class BucketReceiver:
         self._session = session
         self._memory = memory
         self._on_bucket = on_bucket
-        self._attached = threading.Event()
-        self._stream = stub.ReceiveBuckets(refit_pb2.ReceiveBucketsRequest(session=session))
-        self.failure = None  # the last callback error, for the caller to inspect
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
+        super().__init__(stub.ReceiveBuckets(refit_pb2.ReceiveBucketsRequest(session=session)),
+                         memory.rank, "bucket stream")
 
-    def await_attached(self, timeout=10):
-        if not self._attached.wait(timeout):
-            raise error_for(grpc.StatusCode.UNAVAILABLE,
-                            f"rank {self._memory.rank}: refitd did not open its bucket stream")
+    def _attaches(self, message):
+        return message.sequence == 0
 
-    def _run(self):
+    def _take(self, message):
+        error = ""
         try:
-            for message in self._stream:
-                if message.sequence == 0:
-                    self._attached.set()
-                    continue
-                error = ""
-                try:
-                    pieces = [self._memory.piece(p) for p in message.pieces]
-                    self._on_bucket(Bucket(message.version, message.epoch_id, message.sequence,
-                                           message.last, pieces))
-                except Exception as e:  # the epoch fails with it; the stream stays open
-                    self.failure = e
-                    error = f"{type(e).__name__}: {e}"
-                    traceback.print_exc()
-                try:
-                    self._stub.BucketDone(refit_pb2.BucketDoneRequest(
-                        session=self._session, epoch_id=message.epoch_id,
-                        sequence=message.sequence, error=error), timeout=30)
-                except grpc.RpcError as e:
-                    # A bucket of an epoch that failed while it was copied in: refitd has
-                    # moved on, and the stream stays for the next epoch.
-                    if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
-                        raise
-        except grpc.RpcError:
-            pass  # cancelled at close, or refitd went away (the epoch sees it)
-        finally:
-            # However it ended, refitd must see the stream go, or an epoch would wait for a
-            # BucketDone that never comes until its deadline.
-            self._stream.cancel()
-            self._attached.set()
-
-    def close(self):
-        self._stream.cancel()
-        self._thread.join(timeout=5)
+            pieces = [self._memory.piece(p) for p in message.pieces]
+            self._on_bucket(Bucket(message.version, message.epoch_id, message.sequence,
+                                   message.last, pieces))
+        except Exception as e:  # the epoch fails with it; the stream stays open
+            self.failure = e
+            error = f"{type(e).__name__}: {e}"
+            traceback.print_exc()
+        try:
+            self._stub.BucketDone(refit_pb2.BucketDoneRequest(
+                session=self._session, epoch_id=message.epoch_id,
+                sequence=message.sequence, error=error), timeout=30)
+        except grpc.RpcError as e:
+            # A bucket of an epoch that failed while it was copied in: refitd has moved on,
+            # and the stream stays for the next epoch.
+            if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                raise

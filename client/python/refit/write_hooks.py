@@ -25,7 +25,7 @@ from typing import Callable, Optional
 import grpc
 
 from ._proto import refit_pb2
-from .errors import error_for
+from ._rank_stream import RankStream
 
 _NOTICE = refit_pb2.WriteNotice
 
@@ -88,25 +88,16 @@ class WriteGate:
             self._end_write()
 
 
-class WriteWatcher:
+class WriteWatcher(RankStream):
     """Holds a rank's WatchWrites stream open on a thread and calls its WriteHooks: each
     BEFORE_WRITE is answered with Paused once on_before_write returns."""
 
     def __init__(self, stub, session, rank, hooks: WriteHooks):
         self._stub = stub
         self._session = session
-        self._rank = rank
         self._hooks = hooks
-        self._attached = threading.Event()
-        self._stream = stub.WatchWrites(refit_pb2.WatchWritesRequest(session=session))
-        self.failure = None  # the last hook error, for the caller to inspect
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def await_attached(self, timeout=10):
-        if not self._attached.wait(timeout):
-            raise error_for(grpc.StatusCode.UNAVAILABLE,
-                            f"rank {self._rank}: refitd did not open its write notices")
+        super().__init__(stub.WatchWrites(refit_pb2.WatchWritesRequest(session=session)), rank,
+                         "write notices")
 
     def _call(self, hook, *args):
         if hook is None:
@@ -119,30 +110,20 @@ class WriteWatcher:
             traceback.print_exc()
             return False
 
-    def _run(self):
-        try:
-            for notice in self._stream:
-                if notice.kind == _NOTICE.ATTACHED:
-                    self._attached.set()
-                elif notice.kind == _NOTICE.BEFORE_WRITE:
-                    if self._call(self._hooks.on_before_write, notice.version):
-                        try:
-                            self._stub.Paused(refit_pb2.PausedRequest(
-                                session=self._session, pause_id=notice.pause_id), timeout=30)
-                        except grpc.RpcError as e:
-                            # Too late: refit moved on without this rank (SKIPPED follows).
-                            if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
-                                raise
-                elif notice.kind == _NOTICE.COMMITTED:
-                    self._call(self._hooks.on_commit, notice.version)
-                else:  # ABORTED or SKIPPED
-                    self._call(self._hooks.on_abort, notice.version, notice.reason)
-        except grpc.RpcError:
-            pass  # cancelled at close, or refitd went away
-        finally:
-            self._stream.cancel()
-            self._attached.set()
+    def _attaches(self, notice):
+        return notice.kind == _NOTICE.ATTACHED
 
-    def close(self):
-        self._stream.cancel()
-        self._thread.join(timeout=5)
+    def _take(self, notice):
+        if notice.kind == _NOTICE.BEFORE_WRITE:
+            if self._call(self._hooks.on_before_write, notice.version):
+                try:
+                    self._stub.Paused(refit_pb2.PausedRequest(
+                        session=self._session, pause_id=notice.pause_id), timeout=30)
+                except grpc.RpcError as e:
+                    # Too late: refit moved on without this rank (SKIPPED follows).
+                    if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
+                        raise
+        elif notice.kind == _NOTICE.COMMITTED:
+            self._call(self._hooks.on_commit, notice.version)
+        else:  # ABORTED or SKIPPED
+            self._call(self._hooks.on_abort, notice.version, notice.reason)
