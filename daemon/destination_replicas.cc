@@ -122,6 +122,23 @@ absl::Status DestinationReplicas::CheckWhole(const v1::LayoutSpec& destinations,
   return absl::OkStatus();
 }
 
+std::vector<int64_t> DestinationReplicas::Lacking(
+    const std::vector<int64_t>& replicas, const std::map<int64_t, uint64_t>& holders,
+    const std::map<int64_t, uint64_t>& registrations) const {
+  std::vector<int64_t> lacking;
+  for (int64_t replica : replicas) {
+    for (int64_t rank : RanksOf({replica})) {
+      auto held = holders.find(rank);
+      auto now = registrations.find(rank);
+      if (held == holders.end() || now == registrations.end() || held->second != now->second) {
+        lacking.push_back(replica);
+        break;
+      }
+    }
+  }
+  return lacking;
+}
+
 std::set<int64_t> DestinationReplicas::RanksOf(const std::vector<int64_t>& replicas) const {
   std::set<int64_t> ranks;
   for (int64_t replica : replicas) {

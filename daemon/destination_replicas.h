@@ -48,6 +48,11 @@ class DestinationReplicas {
                           const std::vector<int64_t>& replicas) const;
   // The destination ranks of `replicas`.
   std::set<int64_t> RanksOf(const std::vector<int64_t>& replicas) const;
+  // Those of `replicas` with a rank whose registration now (`registrations`: rank ->
+  // registration) is not the one a version was committed to (`holders`, the same form).
+  std::vector<int64_t> Lacking(const std::vector<int64_t>& replicas,
+                               const std::map<int64_t, uint64_t>& holders,
+                               const std::map<int64_t, uint64_t>& registrations) const;
 
  private:
   int64_t ranks_per_replica_;

@@ -33,6 +33,17 @@ TEST(DestinationReplicasTest, TheCensusNamesCompleteIncompleteAndAbsentReplicas)
   EXPECT_THAT(replicas.RanksOf({1, 4}), ElementsAre(2, 3, 8, 9));
 }
 
+TEST(DestinationReplicasTest, AReplicaLacksAVersionWhenARankIsNewOrRegisteredAnew) {
+  const DestinationReplicas replicas(Policy(2, 1), 6);
+  // Committed to ranks 0-3 (registrations 10-13); rank 1 registered anew since (21), rank 5
+  // is new, rank 3 has left.
+  const std::map<int64_t, uint64_t> holders = {{0, 10}, {1, 11}, {2, 12}, {3, 13}};
+  const std::map<int64_t, uint64_t> now = {{0, 10}, {1, 21}, {2, 12}, {4, 14}, {5, 15}};
+  EXPECT_THAT(replicas.Lacking({0, 1, 2}, holders, now), ElementsAre(0, 1, 2));
+  EXPECT_THAT(replicas.Lacking({0, 1, 2}, holders, holders), ElementsAre(2));  // no rank 4, 5
+  EXPECT_TRUE(replicas.Lacking({0, 1}, holders, holders).empty());
+}
+
 TEST(DestinationReplicasTest, FewerCompleteReplicasThanTheMinimumAreRefusedSayingWhatIsMissing) {
   const DestinationReplicas replicas(Policy(2, 3), 8);
   const absl::Status status = replicas.CheckEnough(replicas.Census({0, 1, 3, 4, 5}));

@@ -4,7 +4,6 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
@@ -39,6 +38,28 @@ std::string MissingRanks(const v1::LayoutSpec& registered, int64_t expected, con
   return absl::StrCat("; missing ", side, " ranks ",
                       absl::StrJoin(missing.begin(), missing.begin() + named, ", "),
                       named < missing.size() ? ", ..." : "");
+}
+
+// Which daemon serves each rank of `snapshot`.
+transport::RankPlacement WhereRanksAre(const ClusterSnapshot& snapshot) {
+  transport::RankPlacement where;
+  for (const v1::RankPlacement& p : snapshot.placement) where.Place(p.role(), p.rank(), p.daemon());
+  return where;
+}
+
+// Rank -> registration, of the cluster's destination ranks.
+std::map<int64_t, uint64_t> RegistrationsOf(
+    const std::map<int64_t, Cluster::DestinationRank>& ranks) {
+  std::map<int64_t, uint64_t> registrations;
+  for (const auto& [rank, holder] : ranks) registrations[rank] = holder.registration;
+  return registrations;
+}
+
+// The ranks `registrations` names.
+std::set<int64_t> RanksIn(const std::map<int64_t, uint64_t>& registrations) {
+  std::set<int64_t> ranks;
+  for (const auto& [rank, registration] : registrations) ranks.insert(rank);
+  return ranks;
 }
 
 // Whether every destination registration of `now` is one the version was committed to
@@ -93,8 +114,7 @@ absl::StatusOr<std::optional<v1::NcclSetup>> EpochRunner::NcclSetupFor(
 }
 
 absl::StatusOr<int> EpochRunner::SendSlices(const ClusterSnapshot& snapshot, const v1::Plan& plan) {
-  transport::RankPlacement where;
-  for (const v1::RankPlacement& p : snapshot.placement) where.Place(p.role(), p.rank(), p.daemon());
+  const transport::RankPlacement where = WhereRanksAre(snapshot);
   absl::StatusOr<std::optional<v1::NcclSetup>> nccl = NcclSetupFor(snapshot, plan);
   if (!nccl.ok()) return nccl.status();
   // What every slice holds besides the daemon's own transfers: the same for all daemons.
@@ -254,11 +274,7 @@ void EpochRunner::SendPlanAhead() {
   absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot();
   if (snapshot.ok() && replicas_.has_value()) {
     // The replicas complete now, if enough are.
-    std::set<int64_t> registered;
-    for (const auto& [rank, registration] : snapshot->destination_registrations) {
-      registered.insert(rank);
-    }
-    const ReplicaCensus census = replicas_->Census(registered);
+    const ReplicaCensus census = replicas_->Census(RanksIn(snapshot->destination_registrations));
     if (!replicas_->CheckEnough(census).ok()) return;
     NarrowDestinations(replicas_->RanksOf(census.complete), &*snapshot);
   }
@@ -425,7 +441,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Ti
       const std::string what =
           absl::StrCat("the engines of destination ranks ", absl::StrJoin(late, ", "),
                        " did not pause for version ", version, " within ",
-                       job_.pause_deadline_ms() > 0 ? job_.pause_deadline_ms() : 10000, " ms");
+                       absl::ToInt64Milliseconds(PauseDeadline()), " ms");
       if (!replicas_.has_value() || left.size() < needed) {
         return end_before_epoch(
             "engines_not_paused",
@@ -546,11 +562,7 @@ EpochRunner::EpochRunner(Cluster* cluster, v1::JobSpec job, CoordinatorMetrics* 
 
 absl::StatusOr<EpochRunner::Members> EpochRunner::ChooseReplicas(
     int64_t version, ClusterSnapshot* snapshot, std::optional<v1::RefitReport>* held) {
-  std::set<int64_t> registered;
-  for (const auto& [rank, registration] : snapshot->destination_registrations) {
-    registered.insert(rank);
-  }
-  const ReplicaCensus census = replicas_->Census(registered);
+  const ReplicaCensus census = replicas_->Census(RanksIn(snapshot->destination_registrations));
   Members members;
   bool repeat = false;
   {
@@ -558,17 +570,8 @@ absl::StatusOr<EpochRunner::Members> EpochRunner::ChooseReplicas(
     repeat = version == current_version_;
     if (repeat) {
       // A repeat of the committed version moves it to the complete replicas lacking it.
-      const std::map<int64_t, uint64_t> holders = HoldersLocked();
-      for (int64_t replica : census.complete) {
-        for (int64_t rank : replicas_->RanksOf({replica})) {
-          auto held_by = holders.find(rank);
-          if (held_by == holders.end() ||
-              held_by->second != snapshot->destination_registrations.at(rank)) {
-            members.replicas.push_back(replica);
-            break;
-          }
-        }
-      }
+      members.replicas =
+          replicas_->Lacking(census.complete, HoldersLocked(), snapshot->destination_registrations);
       auto done = reports_.find(version);
       if (members.replicas.empty() && done != reports_.end()) {
         *held = done->second.report;
@@ -611,36 +614,22 @@ std::vector<int64_t> EpochRunner::LostReplicas(const ClusterSnapshot& snapshot,
   // heartbeats within a quarter of it.
   const absl::Duration lease = absl::Milliseconds(job_.lease_ms() > 0 ? job_.lease_ms() : 5000);
   cluster_->AwaitHeardSince(daemons, MonotonicNow(), std::min(deadline, absl::Now() + lease * 1.5));
-  const std::map<int64_t, Cluster::DestinationRank> now = cluster_->DestinationRanks();
-  std::vector<int64_t> lost;
-  for (int64_t replica : replicas) {
-    for (int64_t rank : replicas_->RanksOf({replica})) {
-      auto it = now.find(rank);
-      if (it == now.end() ||
-          it->second.registration != snapshot.destination_registrations.at(rank)) {
-        lost.push_back(replica);
-        break;
-      }
-    }
-  }
-  return lost;
+  // Lost: a rank gone, or registered anew, since the epoch's snapshot.
+  return replicas_->Lacking(replicas, snapshot.destination_registrations,
+                            RegistrationsOf(cluster_->DestinationRanks()));
 }
 
 std::vector<int64_t> EpochRunner::PauseEngines(int64_t version, const ClusterSnapshot& snapshot,
                                                absl::Time deadline, std::vector<int64_t>* asked) {
-  std::map<int64_t, int32_t> daemon_of;
-  for (const v1::RankPlacement& p : snapshot.placement) {
-    if (p.role() == v1::ROLE_DESTINATION) daemon_of[p.rank()] = p.daemon();
-  }
+  const transport::RankPlacement where = WhereRanksAre(snapshot);
   std::map<int32_t, std::vector<int64_t>> by_daemon;
   for (const v1::RankLayout& rank : snapshot.destinations.ranks()) {
-    if (rank.pauses_for_writes()) by_daemon[daemon_of.at(rank.rank())].push_back(rank.rank());
+    absl::StatusOr<int32_t> daemon = where.DaemonOf(v1::ROLE_DESTINATION, rank.rank());
+    if (rank.pauses_for_writes() && daemon.ok()) by_daemon[*daemon].push_back(rank.rank());
   }
   asked->clear();
   if (by_daemon.empty()) return {};
-  const absl::Duration wait =
-      absl::Milliseconds(job_.pause_deadline_ms() > 0 ? job_.pause_deadline_ms() : 10000);
-  const absl::Time pause_deadline = std::min(deadline, absl::Now() + wait);
+  const absl::Time pause_deadline = std::min(deadline, absl::Now() + PauseDeadline());
   std::string id;
   {
     absl::MutexLock lock(&mu_);
@@ -683,15 +672,12 @@ void EpochRunner::OnPaused(int32_t daemon, const v1::RanksPaused& paused) {
 
 void EpochRunner::ResumeEngines(const ClusterSnapshot& snapshot, const std::vector<int64_t>& ranks,
                                 const std::string& why) {
-  std::map<int64_t, int32_t> daemon_of;
-  for (const v1::RankPlacement& p : snapshot.placement) {
-    if (p.role() == v1::ROLE_DESTINATION) daemon_of[p.rank()] = p.daemon();
-  }
+  const transport::RankPlacement where = WhereRanksAre(snapshot);
   std::map<int32_t, v1::CoordinatorMessage> messages;
   for (int64_t rank : ranks) {
-    auto daemon = daemon_of.find(rank);
-    if (daemon == daemon_of.end()) continue;
-    v1::ResumeRanks* resume = messages[daemon->second].mutable_resume();
+    absl::StatusOr<int32_t> daemon = where.DaemonOf(v1::ROLE_DESTINATION, rank);
+    if (!daemon.ok()) continue;
+    v1::ResumeRanks* resume = messages[*daemon].mutable_resume();
     resume->add_ranks(rank);
     resume->set_reason(why);
   }
@@ -699,6 +685,10 @@ void EpochRunner::ResumeEngines(const ClusterSnapshot& snapshot, const std::vect
     auto channel = snapshot.channels.find(daemon);
     if (channel != snapshot.channels.end()) channel->second->Send(message);
   }
+}
+
+absl::Duration EpochRunner::PauseDeadline() const {
+  return absl::Milliseconds(job_.pause_deadline_ms() > 0 ? job_.pause_deadline_ms() : 10000);
 }
 
 std::map<int64_t, uint64_t> EpochRunner::HoldersLocked() const {
@@ -715,19 +705,9 @@ bool EpochRunner::CatchUp() {
     holders = HoldersLocked();
   }
   if (holders.empty()) return false;  // nothing committed (since this coordinator started)
-  const std::map<int64_t, Cluster::DestinationRank> ranks = cluster_->DestinationRanks();
-  std::set<int64_t> registered;
-  for (const auto& [rank, holder] : ranks) registered.insert(rank);
-  std::vector<int64_t> lacking;
-  for (int64_t replica : replicas_->Census(registered).complete) {
-    for (int64_t rank : replicas_->RanksOf({replica})) {
-      auto held = holders.find(rank);
-      if (held == holders.end() || held->second != ranks.at(rank).registration) {
-        lacking.push_back(replica);
-        break;
-      }
-    }
-  }
+  const std::map<int64_t, uint64_t> registrations = RegistrationsOf(cluster_->DestinationRanks());
+  const std::vector<int64_t> lacking = replicas_->Lacking(
+      replicas_->Census(RanksIn(registrations)).complete, holders, registrations);
   if (lacking.empty()) return false;
   const auto [oldest, newest] = cluster_->PublishedRange();
   if (oldest != version || newest != version) {
@@ -759,9 +739,8 @@ bool EpochRunner::CatchUp() {
 std::vector<v1::ReplicaStatus> EpochRunner::Replicas() const {
   if (!replicas_.has_value()) return {};
   const std::map<int64_t, Cluster::DestinationRank> ranks = cluster_->DestinationRanks();
-  std::set<int64_t> registered;
-  for (const auto& [rank, holder] : ranks) registered.insert(rank);
-  const ReplicaCensus census = replicas_->Census(registered);
+  const std::map<int64_t, uint64_t> registrations = RegistrationsOf(ranks);
+  const ReplicaCensus census = replicas_->Census(RanksIn(registrations));
   std::map<int64_t, v1::ReplicaStatus> replicas;
   auto add = [&](int64_t replica, const char* state) -> v1::ReplicaStatus& {
     v1::ReplicaStatus& status = replicas[replica];
@@ -777,11 +756,7 @@ std::vector<v1::ReplicaStatus> EpochRunner::Replicas() const {
   absl::MutexLock lock(&mu_);
   const std::map<int64_t, uint64_t> holders = HoldersLocked();
   for (int64_t replica : census.complete) {
-    bool current = true;
-    for (int64_t rank : replicas_->RanksOf({replica})) {
-      auto held = holders.find(rank);
-      current = current && held != holders.end() && held->second == ranks.at(rank).registration;
-    }
+    const bool current = replicas_->Lacking({replica}, holders, registrations).empty();
     // Current as soon as it holds the version (its catch-up may still be finishing).
     add(replica, current ? "current" : catching_up_.count(replica) ? "catching_up" : "behind");
   }

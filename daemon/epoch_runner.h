@@ -183,6 +183,8 @@ class EpochRunner {
   std::vector<int64_t> PauseEngines(int64_t version, const ClusterSnapshot& snapshot,
                                     absl::Time deadline, std::vector<int64_t>* asked)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // How long an epoch waits for engines to pause (the job's pauseDeadlineMs).
+  absl::Duration PauseDeadline() const;
   // Lets the engines of `ranks` resume without an epoch (SKIPPED, saying `why`).
   void ResumeEngines(const ClusterSnapshot& snapshot, const std::vector<int64_t>& ranks,
                      const std::string& why);
