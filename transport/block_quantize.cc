@@ -96,7 +96,9 @@ void QuantizeBands(const Dims& extent, WideType type, const ConstStridedRef& wei
       std::memcpy(&amax, &largest[b], sizeof(amax));
       amax = std::max(amax, kMinBlockAmax);
       float scale = amax / kE4M3Max;
-      if (block.rule == ScaleRule::kPowerOfTwo) {
+      // A block holding an infinity keeps scale +inf under every rule (its finite values
+      // code to 0, its infinities to NaN); frexp of +inf would make it 1.
+      if (block.rule == ScaleRule::kPowerOfTwo && std::isfinite(scale)) {
         int exponent;
         const float mantissa = std::frexp(scale, &exponent);  // scale = mantissa * 2^exponent
         scale = std::ldexp(1.0f, mantissa == 0.5f ? exponent - 1 : exponent);

@@ -29,6 +29,9 @@ enum class WideType { kF32, kBF16 };
 //   kDeepGemm:   scale = amax / 448, code = E4M3(x * (448 / amax));
 //   kDivide:     scale = amax / 448, code = E4M3(x / scale);
 //   kPowerOfTwo: scale = 2^ceil(log2(amax / 448)) exactly, code = E4M3(x / scale).
+// A block holding an infinity (amax = +inf) gets scale +inf under every rule: its finite
+// values code to 0 and its infinities to NaN (0x7F or 0xFF), so it dequantizes to NaN
+// where the weight was infinite, as torch's and DeepGEMM's casts do.
 enum class ScaleRule { kDeepGemm, kDivide, kPowerOfTwo };
 
 // A quantization block over a matrix's last two dims, rows x cols elements: 128 x 128

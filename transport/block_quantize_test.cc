@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -124,6 +125,38 @@ TEST(BlockQuantizeTest, CodesTimesScalesComeBackWithinE4M3sPrecision) {
       const float bound = std::max(std::fabs(x[r * cols + c]) / 16.0f, std::ldexp(scale, -10));
       ASSERT_LE(std::fabs(back - x[r * cols + c]), bound * 1.0001f) << r << ", " << c;
     }
+  }
+}
+
+// A block holding an infinity: every recipe gives it scale +inf, its finite values code 0
+// and its infinities NaN, as the reference does (pow2 once took frexp's 1.0 for +inf).
+TEST(BlockQuantizeTest, ABlockHoldingAnInfinityHasAnInfiniteScaleUnderEveryRecipe) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const int64_t rows = 2, cols = 4;  // two blocks of 2 x 2: one with infinities, one finite
+  const std::vector<float> x = {inf, 3.5f, 0.25f, -1.0f, -2.0f, -inf, 7.0f, 0.5f};
+  for (const char* recipe : {"deepgemm", "divide", "pow2"}) {
+    SCOPED_TRACE(recipe);
+    BlockShape block{2, 2};
+    ASSERT_TRUE(ScaleRuleOf(recipe, &block.rule));
+    std::vector<uint8_t> codes(rows * cols);
+    std::vector<float> scales(2);
+    ASSERT_TRUE(QuantizeBlocks({rows, cols}, WideType::kF32,
+                               ConstStridedRef(reinterpret_cast<const uint8_t*>(x.data()),
+                                               {cols, 1}),
+                               StridedRef{codes.data(), {cols, 1}},
+                               StridedRef{reinterpret_cast<uint8_t*>(scales.data()), {2, 1}},
+                               block)
+                    .ok());
+    EXPECT_EQ(scales[0], inf);
+    EXPECT_TRUE(std::isfinite(scales[1])) << scales[1];
+    EXPECT_EQ(codes[0] & 0x7F, 0x7F);  // infinities: NaN (the sign as the FPU gives it)
+    EXPECT_EQ(codes[5] & 0x7F, 0x7F);
+    EXPECT_EQ(codes[1], 0x00);  // 3.5 / inf
+    EXPECT_EQ(codes[4], 0x80);  // -2 / inf: negative zero
+    const testing::ReferenceBlocks expected = testing::ReferenceQuantize(x, rows, cols, 2, 2,
+                                                                         recipe);
+    EXPECT_EQ(codes, expected.codes);
+    EXPECT_EQ(scales, expected.scales);
   }
 }
 

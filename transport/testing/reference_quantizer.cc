@@ -88,7 +88,7 @@ ReferenceBlocks ReferenceQuantize(const std::vector<float>& x, int64_t rows, int
         if (std::fabs(x[i]) > amax) amax = std::fabs(x[i]);
       }
       float scale = amax / 448.0f;
-      if (recipe == "pow2") {  // the smallest power of two not below the quotient
+      if (recipe == "pow2" && std::isfinite(scale)) {  // the smallest power of two not below
         double power = 1.0;
         while (power < scale) power *= 2.0;
         while (power / 2.0 >= scale) power /= 2.0;
