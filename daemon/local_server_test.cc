@@ -311,6 +311,39 @@ TEST_F(LocalServerTest, WaitForVersionEndsAtItsDeadlineOrOnCommit) {
   EXPECT_EQ(Wait(1, 6, 0).error_code(), grpc::StatusCode::INVALID_ARGUMENT);  // no deadline
 }
 
+// A wait that starts after an epoch moving its version was aborted hears of the abort at
+// once, not at its deadline; once another epoch is under way (or the abort is retried at
+// once), or for a rank that registered after the abort, it waits as usual.
+TEST_F(LocalServerTest, AWaitThatStartsAfterAnAbortHearsOfItAtOnce) {
+  ASSERT_TRUE(Register(Request(v1::ROLE_DESTINATION, 1)).ok());
+  registry_.BeginEpoch({1});  // ended at once
+  registry_.Abort(5, "epoch-9", "source rank 3 went away");
+  for (int64_t version : {4, 5}) {
+    const absl::Time start = absl::Now();
+    const grpc::Status status = Wait(1, version, 10000);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::ABORTED) << status.error_message();
+    EXPECT_NE(status.error_message().find("epoch epoch-9 moving version 5 was aborted (source "
+                                          "rank 3 went away)"),
+              std::string::npos)
+        << status.error_message();
+    EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  }
+  // A later version is not the aborted one's business.
+  EXPECT_EQ(Wait(1, 6, 200).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // A rank registered after the abort was not in it.
+  ASSERT_TRUE(Register(Request(v1::ROLE_DESTINATION, 2)).ok());
+  EXPECT_EQ(Wait(2, 5, 200).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // The coordinator retries at once: those waiting keep waiting, and so do new waits.
+  registry_.BeginEpoch({1, 2});
+  registry_.Abort(5, "epoch-10", "replica 1 was lost", /*retried=*/true);
+  EXPECT_EQ(Wait(1, 5, 200).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // The retry commits: the version is there.
+  registry_.BeginEpoch({1, 2});
+  registry_.Commit(5);
+  EXPECT_TRUE(Wait(1, 5, 1000).ok());
+  EXPECT_TRUE(Wait(2, 5, 1000).ok());
+}
+
 TEST_F(LocalServerTest, AStagedRankWhoseCommitCouldNotBeCopiedHearsSoAtOnce) {
   v1::RegisterRankRequest request = Request(v1::ROLE_DESTINATION, 1);
   request.mutable_layout()->set_staged(true);

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
+#include "daemon/control_validation.h"
 #include "daemon/status_mapping.h"
 #include "spdlog/spdlog.h"
 
@@ -119,6 +121,13 @@ grpc::Status LocalService::DeregisterRank(grpc::ServerContext*,
 
 grpc::Status LocalService::Publish(grpc::ServerContext*, const v1::PublishRequest* request,
                                    v1::PublishResponse*) {
+  // Refused here, naming the limit: the coordinator would drop a version it cannot carry,
+  // and the rank could never publish again (a later version must be newer).
+  if (absl::Status version = CheckVersion(
+          request->version(), absl::StrCat("Publish: source rank ", request->rank(), "'s version"));
+      !version.ok()) {
+    return ToGrpc(version);
+  }
   return ToGrpc(registry_->Publish(request->rank(), request->version()));
 }
 
@@ -129,6 +138,12 @@ grpc::Status LocalService::WaitForVersion(grpc::ServerContext* context,
       context->deadline() == std::chrono::system_clock::time_point::max()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "WaitForVersion needs a deadline (deadline_ms or a gRPC deadline)");
+  }
+  if (absl::Status valid =
+          CheckVersion(request->version(), absl::StrCat("WaitForVersion: destination rank ",
+                                                        request->rank(), "'s version"));
+      !valid.ok()) {
+    return ToGrpc(valid);
   }
   absl::StatusOr<int64_t> version = registry_->WaitForVersion(
       request->rank(), request->version(), DeadlineOf(*context, request->deadline_ms()),

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/cancellable_wait.h"
+#include "daemon/open_file_limit.h"
 #include "daemon/request_limits.h"
 #include "planner/dtype.h"
 #include "planner/layout.h"
@@ -16,6 +17,25 @@
 
 namespace refit::daemon {
 namespace {
+
+// A registration maps each shared-memory segment and keeps its descriptor (to see it
+// truncated later): past the budget every later client would find refitd out of
+// descriptors (EMFILE), so the rank is refused here, naming the limit.
+absl::Status CheckDescriptorBudget(const std::string& who, const v1::RankLayout& layout) {
+  int64_t segments = 0;
+  for (const v1::BufferSpec& buffer : layout.buffers()) segments += !buffer.shm_name().empty();
+  if (segments == 0) return absl::OkStatus();
+  const int64_t limit = OpenFileLimit();
+  const int64_t open = OpenFileCount();
+  const int64_t budget = RegistrationDescriptorBudget(limit);
+  if (limit == INT64_MAX || open < 0 || open + segments <= budget) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      who, ": its ", segments, " shared-memory segments would take refitd to ", open + segments,
+      " open descriptors, past the ", budget, " registrations may hold (half of the ", limit,
+      " allowed: ulimit -n, LimitNOFILE in the systemd unit); raise the limit, or register "
+      "fewer, larger segments"));
+}
+
 
 using transport::RankName;
 
@@ -111,6 +131,7 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
       }
       mu_.AwaitWithDeadline(absl::Condition(&can_register), holds_ > 0 ? give_up : grace_end);
     }
+    if (absl::Status budget = CheckDescriptorBudget(who, layout); !budget.ok()) return budget;
     transport::TensorTable declared;
     for (const planner::TensorInfo& t : compiled->tensors) {
       declared[t.name] = transport::TensorShape{t.element_bytes, t.shape};
@@ -118,9 +139,13 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
     absl::Status added = buffers_.AddRank(request.role(), layout, &declared);
     if (!added.ok()) return added;
     session = NewSessionId();
+    // Random and never 0: the coordinator tells this registration from the rank's next one.
+    std::random_device random;
+    registration.set_registration_id((uint64_t{random()} << 32 | random()) | 1);
     Entry& entry = ranks_[{request.role(), layout.rank()}];
     entry.registration = registration;
     entry.session = session;
+    entry.aborts_seen = aborts_;
     sequence = next_event_++;
   }
   spdlog::info("refitd {}: {} registered (session {}){}", node_, who, session,
@@ -271,16 +296,21 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
                                                      const std::function<bool()>& cancelled) {
   const transport::RankKey key = {v1::ROLE_DESTINATION, rank};
   absl::MutexLock lock(&mu_);
-  const int64_t aborts_before = aborts_;
+  if (!ranks_.count(key)) {
+    return absl::NotFoundError(
+        absl::StrCat(RankName(v1::ROLE_DESTINATION, rank), " is not registered on ", node_));
+  }
+  // An abort already settled, of this version or a later one, that concerned this rank and
+  // that no epoch followed yet: the caller hears of it now rather than at its deadline.
+  const Entry& waiting = ranks_.at(key);
+  const bool settled_abort = !epoch_open_ && waiting.aborts_seen < aborts_ &&
+                             waiting.version < version && last_abort_.version >= version;
+  const int64_t aborts_before = settled_abort ? aborts_ - 1 : aborts_;
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = ranks_.find(key);
     return it == ranks_.end() || it->second.version >= version || it->second.torn >= version ||
            (aborts_ != aborts_before && last_abort_.version >= version);
   };
-  if (!ranks_.count(key)) {
-    return absl::NotFoundError(
-        absl::StrCat(RankName(v1::ROLE_DESTINATION, rank), " is not registered on ", node_));
-  }
   const bool gave_up = !AwaitCancellable(mu_, absl::Condition(&ready), deadline, cancelled) &&
                        cancelled && cancelled();
   auto it = ranks_.find(key);
@@ -342,6 +372,7 @@ RankRegistry::BufferHold RankRegistry::HoldBuffers() {
 RankRegistry::BufferHold RankRegistry::BeginEpoch(const std::set<int64_t>& planned_destinations) {
   absl::MutexLock lock(&mu_);
   ++holds_;
+  epoch_open_ = true;
   epoch_destinations_.clear();
   for (const auto& [key, entry] : ranks_) {
     if (key.role == v1::ROLE_DESTINATION && planned_destinations.count(key.rank)) {
@@ -380,11 +411,13 @@ std::vector<int64_t> RankRegistry::Commit(int64_t version,
       continue;
     }
     entry.version = std::max(entry.version, version);
+    entry.aborts_seen = aborts_;
     if (entry.partial <= entry.version) entry.partial = -1;
     destinations.push_back(key.rank);
     if (marked) marked(key.rank);
   }
   epoch_destinations_.clear();
+  epoch_open_ = false;
   return destinations;
 }
 
@@ -400,6 +433,7 @@ void RankRegistry::Abort(int64_t version, const std::string& epoch_id, const std
     }
   }
   if (retried) return;
+  epoch_open_ = false;
   ++aborts_;
   last_abort_ = {version, epoch_id, reason};
 }

@@ -67,7 +67,8 @@ class RankRegistry {
   // Returns once `version` (or a later one) is committed into the destination rank's
   // buffers; DEADLINE_EXCEEDED at the deadline, FAILED_PRECONDITION if the rank leaves,
   // ABORTED at once when an epoch moving `version` (or a later one) is aborted while it
-  // waits. Errors say which version the buffers hold and whether an aborted epoch may have
+  // waits, or was aborted before it began (after the rank last took a version, with no
+  // epoch under way since). Errors say which version the buffers hold and whether an aborted epoch may have
   // written parts of a newer one into them.
   // `cancelled` (checked every 100 ms) ends the wait early with CANCELLED: a caller that
   // went away holds no thread.
@@ -143,6 +144,9 @@ class RankRegistry {
     int64_t torn = -1;
     std::string torn_reason;
     std::string session;
+    // aborts_ when the rank registered or last took a version: an abort counted after it
+    // concerns this rank.
+    int64_t aborts_seen = 0;
   };
   struct AbortRecord {
     int64_t version = -1;
@@ -183,6 +187,9 @@ class RankRegistry {
   int64_t aborts_ ABSL_GUARDED_BY(mu_) = 0;
   AbortRecord last_abort_ ABSL_GUARDED_BY(mu_);
   int64_t committed_ ABSL_GUARDED_BY(mu_) = -1;
+  // From BeginEpoch to its Commit or (final) Abort; an abort the coordinator retries at once
+  // leaves it open. A wait that starts while none is open hears of the last abort at once.
+  bool epoch_open_ ABSL_GUARDED_BY(mu_) = false;
   int holds_ ABSL_GUARDED_BY(mu_) = 0;  // BufferHolds alive
   // The destination ranks (and their sessions) the last epoch wrote; Commit marks these.
   std::map<int64_t, std::string> epoch_destinations_ ABSL_GUARDED_BY(mu_);

@@ -61,6 +61,11 @@ int main(int argc, char** argv) {
     gethostname(host, sizeof(host) - 1);
     node = host;
   }
+  // The outboxes of daemons killed on this host would stay in /dev/shm for good.
+  for (const std::string& orphan : refit::transport::RemoveOrphanedOutboxes()) {
+    spdlog::info("refitd {}: removed the shared-memory outbox {} of a daemon that died", node,
+                 orphan);
+  }
   refit::daemon::RankRegistry registry(node);
   auto server = refit::daemon::LocalServer::Start(absl::GetFlag(FLAGS_socket), &registry);
   if (!server.ok()) {

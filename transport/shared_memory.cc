@@ -1,6 +1,7 @@
 #include "transport/shared_memory.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -29,6 +30,8 @@ absl::Status Errno(const std::string& name, const char* call) {
       return absl::PermissionDeniedError(text);
     case ENOMEM:
     case ENOSPC:
+    case EMFILE:  // out of descriptors: the process's limit (ulimit -n) or the system's
+    case ENFILE:
       return absl::ResourceExhaustedError(text);
     default:
       return absl::InternalError(text);
@@ -60,7 +63,7 @@ class FdCloser {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<SharedMemorySegment>> SharedMemorySegment::Create(
-    const std::string& name, int64_t bytes) {
+    const std::string& name, int64_t bytes, bool locked_while_alive) {
   absl::Status valid = CheckName(name);
   if (!valid.ok()) return valid;
   if (bytes <= 0) {
@@ -70,6 +73,12 @@ absl::StatusOr<std::unique_ptr<SharedMemorySegment>> SharedMemorySegment::Create
   const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
   if (fd < 0) return Errno(name, "shm_open");
   FdCloser closer(fd);
+  // The lock comes before the size: a sized segment nobody locks is an orphan.
+  if (locked_while_alive && flock(fd, LOCK_SH) != 0) {
+    absl::Status status = Errno(name, "flock");
+    shm_unlink(name.c_str());
+    return status;
+  }
   if (ftruncate(fd, bytes) != 0) {
     absl::Status status = Errno(name, "ftruncate");
     shm_unlink(name.c_str());
@@ -81,8 +90,24 @@ absl::StatusOr<std::unique_ptr<SharedMemorySegment>> SharedMemorySegment::Create
     shm_unlink(name.c_str());
     return status;
   }
-  return std::unique_ptr<SharedMemorySegment>(
-      new SharedMemorySegment(name, static_cast<uint8_t*>(data), bytes, /*owner=*/true, -1));
+  int lock_fd = -1;
+  if (locked_while_alive) {
+    closer.Release();
+    lock_fd = fd;
+  }
+  return std::unique_ptr<SharedMemorySegment>(new SharedMemorySegment(
+      name, static_cast<uint8_t*>(data), bytes, /*owner=*/true, -1, lock_fd));
+}
+
+bool IsOrphan(const std::string& name) {
+  if (!CheckName(name).ok()) return false;
+  const int fd = shm_open(name.c_str(), O_RDONLY, 0);
+  if (fd < 0) return false;
+  FdCloser closer(fd);
+  struct stat info;
+  if (fstat(fd, &info) != 0 || info.st_uid != geteuid() || info.st_size == 0) return false;
+  // Our own exclusive lock goes with `closer`.
+  return flock(fd, LOCK_EX | LOCK_NB) == 0;
 }
 
 absl::StatusOr<std::unique_ptr<SharedMemorySegment>> SharedMemorySegment::Open(
@@ -172,6 +197,7 @@ SharedMemorySegment::~SharedMemorySegment() {
   munmap(data_, bytes_);
   if (fd_ >= 0) close(fd_);
   if (owner_) shm_unlink(name_.c_str());
+  if (lock_fd_ >= 0) close(lock_fd_);  // after the unlink: never an orphan while named
 }
 
 }  // namespace refit::transport

@@ -16,9 +16,12 @@ namespace refit::transport {
 
 class SharedMemorySegment : public MappedBuffer {
  public:
-  // Creates a new segment of `bytes` (zero-filled); fails if the name exists.
-  static absl::StatusOr<std::unique_ptr<SharedMemorySegment>> Create(const std::string& name,
-                                                                     int64_t bytes);
+  // Creates a new segment of `bytes` (zero-filled); fails if the name exists. With
+  // `locked_while_alive` the creator holds a shared flock on it until the object goes (taken
+  // before the segment is sized), so another process can tell a segment whose creator died
+  // without removing it: it is sized and can be locked exclusively (IsOrphan).
+  static absl::StatusOr<std::unique_ptr<SharedMemorySegment>> Create(
+      const std::string& name, int64_t bytes, bool locked_while_alive = false);
   // Maps an existing segment; fails unless it holds at least `min_bytes` and belongs to
   // this process's user (PERMISSION_DENIED: refitd never maps another user's memory).
   // Every page is backed before this returns (a sparse segment on a full /dev/shm is
@@ -40,15 +43,22 @@ class SharedMemorySegment : public MappedBuffer {
   bool StillNamed() const override;
 
  private:
-  SharedMemorySegment(std::string name, uint8_t* data, int64_t bytes, bool owner, int fd)
-      : name_(std::move(name)), data_(data), bytes_(bytes), owner_(owner), fd_(fd) {}
+  SharedMemorySegment(std::string name, uint8_t* data, int64_t bytes, bool owner, int fd,
+                      int lock_fd = -1)
+      : name_(std::move(name)), data_(data), bytes_(bytes), owner_(owner), fd_(fd),
+        lock_fd_(lock_fd) {}
 
   std::string name_;
   uint8_t* data_;
   int64_t bytes_;
   bool owner_;
   int fd_;  // opened segments: kept to watch the size; -1 for created ones
+  int lock_fd_;  // created with locked_while_alive: holds the creator's flock; else -1
 };
+
+// Whether the segment `name` (of this process's user) was created with locked_while_alive
+// by a process that is gone: it is sized and nobody holds its flock.
+bool IsOrphan(const std::string& name);
 
 // Removes the name of a segment whose creator died without removing it (the memory goes
 // once the last mapping does). A name already gone is not an error.

@@ -1,5 +1,6 @@
 #include "transport/shared_memory_handoff.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -90,8 +91,9 @@ absl::StatusOr<std::vector<uint8_t*>> SharedMemoryOutbox::Carve(const std::vecto
   const int64_t total = StagingPool::CarvedBytes(sizes);
   if (segment_ == nullptr || segment_->bytes() < total) {
     segment_.reset();  // unlinked; a peer that mapped it keeps its mapping until it moves on
-    absl::StatusOr<std::unique_ptr<SharedMemorySegment>> created = SharedMemorySegment::Create(
-        absl::StrCat(prefix_, allocations_), std::max<int64_t>(total, 1));
+    absl::StatusOr<std::unique_ptr<SharedMemorySegment>> created =
+        SharedMemorySegment::Create(absl::StrCat(prefix_, allocations_),
+                                    std::max<int64_t>(total, 1), /*locked_while_alive=*/true);
     if (!created.ok()) {
       return absl::Status(created.status().code(),
                           absl::StrCat("the shared-memory outbox of ", total,
@@ -116,6 +118,19 @@ absl::StatusOr<std::vector<uint8_t*>> SharedMemoryOutbox::Carve(const std::vecto
     cursor += StagingPool::AlignUp(size);
   }
   return carved;
+}
+
+std::vector<std::string> RemoveOrphanedOutboxes() {
+  std::vector<std::string> removed;
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return removed;
+  while (const dirent* entry = readdir(dir)) {
+    const std::string name = absl::StrCat("/", entry->d_name);
+    if (!absl::StartsWith(name, kOutboxPrefix) || !IsOrphan(name)) continue;
+    if (UnlinkSharedMemory(name).ok()) removed.push_back(name);
+  }
+  closedir(dir);
+  return removed;
 }
 
 HandoffNotice SharedMemoryOutbox::NoticeFor(const uint8_t* at, int64_t bytes) const {

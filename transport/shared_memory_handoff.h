@@ -60,6 +60,10 @@ class SharedMemoryOutbox {
   int64_t allocations_ = 0;
 };
 
+// Removes the outbox segments (of this user, in this /dev/shm) whose daemon died without
+// removing them: each outbox is flocked by its daemon while it lives. Returns their names.
+std::vector<std::string> RemoveOrphanedOutboxes();
+
 // The receiver's side: the outbox segment of each peer daemon, mapped at its first notice
 // and replaced when the peer names another one.
 class SharedMemoryInboxes {

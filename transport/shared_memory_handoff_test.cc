@@ -1,6 +1,14 @@
 #include "transport/shared_memory_handoff.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "gtest/gtest.h"
 
@@ -82,6 +90,48 @@ TEST(SharedMemoryHandoffTest, TheOutboxIsKeptUntilABatchNeedsMoreThenReplacedUnd
   EXPECT_TRUE(inboxes.Locate(0, second).ok());
   // The old name is gone with the old segment.
   EXPECT_EQ(inboxes.Locate(0, {first, 0, 8}).status().code(), absl::StatusCode::kNotFound);
+}
+
+// A daemon killed with its outbox leaves the segment in /dev/shm; the next daemon to start
+// removes it, and leaves alone the outbox of a daemon that lives.
+TEST(SharedMemoryHandoffTest, TheOutboxOfADeadDaemonIsRemovedAndALiveOnesIsNot) {
+  SharedMemoryOutbox live;
+  ASSERT_TRUE(live.Carve({4096}).ok());
+  uint8_t* live_chunk = *live.Carve({4096})->begin();
+  const std::string live_name = live.NoticeFor(live_chunk, 1).segment;
+
+  int names[2];
+  ASSERT_EQ(pipe(names), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {  // a daemon that dies holding its outbox: no destructor runs
+    SharedMemoryOutbox outbox;
+    absl::StatusOr<std::vector<uint8_t*>> carved = outbox.Carve({1 << 16});
+    if (!carved.ok()) _exit(1);
+    const std::string name = outbox.NoticeFor(carved->front(), 1).segment;
+    if (write(names[1], name.data(), name.size()) != static_cast<ssize_t>(name.size())) _exit(1);
+    raise(SIGKILL);
+  }
+  close(names[1]);
+  char buffer[128] = {};
+  const ssize_t length = read(names[0], buffer, sizeof(buffer) - 1);
+  close(names[0]);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "the child should have died by SIGKILL";
+  ASSERT_GT(length, 0);
+  const std::string dead_name(buffer, length);
+  const int left = shm_open(dead_name.c_str(), O_RDONLY, 0);
+  ASSERT_GE(left, 0) << dead_name << " should be left behind by the killed daemon";
+  close(left);
+
+  const std::vector<std::string> removed = RemoveOrphanedOutboxes();
+  EXPECT_NE(std::find(removed.begin(), removed.end(), dead_name), removed.end()) << dead_name;
+  EXPECT_EQ(std::find(removed.begin(), removed.end(), live_name), removed.end()) << live_name;
+  EXPECT_LT(shm_open(dead_name.c_str(), O_RDONLY, 0), 0) << dead_name << " is still there";
+  const int still = shm_open(live_name.c_str(), O_RDONLY, 0);
+  EXPECT_GE(still, 0) << "the live outbox " << live_name << " was removed";
+  if (still >= 0) close(still);
 }
 
 }  // namespace

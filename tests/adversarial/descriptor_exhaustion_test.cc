@@ -21,8 +21,10 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "planner/testing/layout_builder.h"
 #include "proto/refit.grpc.pb.h"
 #include "tests/adversarial/processes.h"
+#include "transport/testing/backed_layouts.h"
 
 namespace refit::testing {
 namespace {
@@ -138,6 +140,53 @@ TEST_F(DescriptorExhaustionTest, RefitdServesItsSocketAgainOnceABurstThatExhaust
       << served.error_message() << "\n" << refitd.Log();
   EXPECT_FALSE(refitd.AwaitLine(kResumed, absl::Seconds(5)).empty()) << refitd.Log();
   EXPECT_EQ(LinesHolding(refitd.Log(), kPaused), 1) << refitd.Log();
+  EXPECT_TRUE(refitd.Alive());
+}
+
+// A rank whose segments would take refitd past its descriptor budget for registrations
+// (half its limit) is refused with RESOURCE_EXHAUSTED naming the limit, and the daemon goes
+// on serving: a client connects and a small rank registers.
+TEST_F(DescriptorExhaustionTest, ARegistrationPastTheDescriptorBudgetIsRefusedNamingTheLimit) {
+  const std::string socket_path = folder_ + "/refitd.sock";
+  ChildProcess refitd(UnderDescriptorLimit({RunfilesPath("daemon/refitd"), "--coordinator=127.0.0.1:1",
+                                            "--node=a", "--socket=" + socket_path,
+                                            "--metrics_port=-1"}),
+                      folder_ + "/refitd.log");
+  ASSERT_FALSE(refitd.AwaitLine("control stream to 127.0.0.1:1 ended", absl::Seconds(20)).empty())
+      << refitd.Log();
+  auto stub = v1::LocalDaemon::NewStub(
+      grpc::CreateChannel("unix:" + socket_path, grpc::InsecureChannelCredentials()));
+  transport::testing::BackedLayouts backed;
+  // One segment per row of a [rows, 8] tensor, each its own buffer.
+  auto request_of = [&](int64_t rank, int64_t rows) {
+    refit::testing::LayoutBuilder builder;
+    builder.Tensor("w" + std::to_string(rank), {rows, 8}).Rank(rank, "a", 0);
+    for (int64_t row = 0; row < rows; ++row) {
+      builder.View(rank, "w" + std::to_string(rank), {row, 0}, {1, 8});
+    }
+    const v1::LayoutSpec spec = backed.Back(builder.spec(), "destination");
+    v1::RegisterRankRequest request;
+    request.set_role(v1::ROLE_DESTINATION);
+    *request.mutable_layout() = spec.ranks(0);
+    *request.mutable_tensors() = spec.tensors();
+    return request;
+  };
+  auto registered = [&](const v1::RegisterRankRequest& request) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    context.set_wait_for_ready(true);
+    v1::RegisterRankResponse response;
+    return stub->RegisterRank(&context, request, &response);
+  };
+  const grpc::Status refused = registered(request_of(0, 40));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+      << refused.error_message() << "\n" << refitd.Log();
+  EXPECT_THAT(refused.error_message(),
+              ::testing::HasSubstr("destination rank 0: its 40 shared-memory segments would take "
+                                   "refitd to"));
+  EXPECT_THAT(refused.error_message(), ::testing::HasSubstr("(half of the 64 allowed"));
+  const grpc::Status small = registered(request_of(1, 2));
+  EXPECT_TRUE(small.ok()) << small.error_message() << "\n" << refitd.Log();
   EXPECT_TRUE(refitd.Alive());
 }
 

@@ -229,6 +229,14 @@ TEST_F(LocalApiTest, PublishingForAnUnknownRankOrAnOldVersionIsRefused) {
   status = Publish(0, 4);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(status.error_message(), HasSubstr("already published version 5"));
+  // Past 2^53 (what JSON carries exactly) a version is refused here, naming the limit, and
+  // the rank can still publish the next good one.
+  status = Publish(0, (int64_t{1} << 53) + 1);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(),
+              HasSubstr("source rank 0's version 9007199254740993 is not a version: versions are "
+                        "1 to 2^53"));
+  ASSERT_TRUE(Publish(0, 6).ok());
   ASSERT_TRUE(Deregister(v1::ROLE_SOURCE, 0).ok());
 }
 
