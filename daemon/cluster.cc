@@ -125,6 +125,7 @@ std::vector<std::string> Cluster::ForgetGone(absl::Duration now, absl::Duration 
 
 absl::Status Cluster::AddRank(const DaemonSession& session, v1::RankRegistration registration) {
   const transport::RankKey key = {registration.role(), registration.layout().rank()};
+  const uint64_t sent_id = registration.registration_id();
   Registration kept = std::make_shared<const v1::RankRegistration>(std::move(registration));
   absl::MutexLock lock(&mu_);  // declared after `kept`: a replaced registration is freed unlocked
   if (!IsCurrentLocked(session)) {
@@ -136,12 +137,14 @@ absl::Status Cluster::AddRank(const DaemonSession& session, v1::RankRegistration
     return absl::AlreadyExistsError(absl::StrCat(key.Name(), " is already registered by daemon ",
                                                  daemons_[it->second.daemon].peer.node()));
   }
+  // The daemon's id survives a renewed control session; without one, each is new.
+  const uint64_t id = sent_id != 0 ? sent_id : ++registrations_;
   if (it == ranks_.end()) {
-    ranks_[key] = RankRecord{session.index, std::move(kept), -1, ++registrations_};
+    ranks_[key] = RankRecord{session.index, std::move(kept), -1, id};
   } else {  // the replaced registration swaps into `kept`
     std::swap(it->second.registration, kept);
-    it->second.published = -1;
-    it->second.registration_id = ++registrations_;
+    if (it->second.registration_id != id) it->second.published = -1;
+    it->second.registration_id = id;
   }
   return absl::OkStatus();
 }
@@ -352,6 +355,7 @@ absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
       snapshot.published_oldest =
           first ? record.published : std::min(snapshot.published_oldest, record.published);
       snapshot.published_newest = std::max(snapshot.published_newest, record.published);
+      snapshot.source_registrations[key.rank] = record.registration_id;
     } else {
       snapshot.destination_registrations[key.rank] = record.registration_id;
     }

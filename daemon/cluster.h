@@ -48,6 +48,9 @@ struct ClusterSnapshot {
   // Destination rank -> the registration that holds it now (new at every registration): a
   // version committed to one membership is not there for a rank registered since.
   std::map<int64_t, uint64_t> destination_registrations;
+  // Source rank -> the registration that holds it now: a trainer restarted since a commit
+  // holds memory (and weights) that the commit did not come from.
+  std::map<int64_t, uint64_t> source_registrations;
   // Destination ranks a same-host daemon may write straight into (PlanSlice's
   // shared_destinations): in host shared memory, neither staged nor bucketed, on a daemon
   // with a shared-memory domain; their layouts as registered (segment names kept).

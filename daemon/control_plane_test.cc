@@ -173,6 +173,70 @@ TEST_F(ControlPlaneTest, ARepeatMovesTheVersionAgainToARankRegisteredSinceOrSays
                                    "hold it (they published versions 2 to 2)"));
 }
 
+// Ranks are told apart by their registration, not by their daemon's control session: a
+// daemon that reconnects leaves the version where it was (a repeat is answered from its
+// report), while trainers registered anew since the commit (restarted from a checkpoint)
+// make a repeat of the version a refusal that says why, never the old report.
+TEST_F(ControlPlaneTest, ARepeatAfterTheTrainersRegisteredAnewIsRefusedNotAnsweredStale) {
+  ASSERT_TRUE(GroupSeen(2, 2));
+  for (const v1::RankLayout& r : sources_.ranks()) {
+    transport::testing::FillViews(&trainer_.HoldBuffers().mutable_buffers(), v1::ROLE_SOURCE, r);
+    ASSERT_TRUE(trainer_.Publish(r.rank(), 1).ok());
+  }
+  v1::RefitReport first;
+  ASSERT_TRUE(Refit(1, &first).ok());
+  const uint64_t held_by = DestinationRegistration(0);
+  // Both daemons reconnect (new control sessions): the same registrations come back.
+  trainer_link_ = std::make_unique<CoordinatorLink>(address_, "trainer", &trainer_);
+  inference_link_ =
+      std::make_unique<CoordinatorLink>(address_, "inference", &inference_, &inference_metrics_);
+  trainer_link_->Start();
+  inference_link_->Start();
+  ASSERT_TRUE(CoordinatorSees([&](const ClusterSnapshot& s) {
+    return s.source_registrations.size() == 2 && s.destination_registrations.size() == 2 &&
+           s.published_oldest == 1;
+  }));
+  EXPECT_EQ(DestinationRegistration(0), held_by);
+  v1::RefitReport repeat;
+  ASSERT_TRUE(Refit(1, &repeat).ok());
+  EXPECT_EQ(repeat.epoch_id(), first.epoch_id()) << "a reconnect is not a new membership";
+
+  // The trainers restart: new processes, new memory, and they publish version 1 again.
+  std::map<int64_t, uint64_t> before;
+  ASSERT_TRUE(CoordinatorSees([&](const ClusterSnapshot& s) {
+    before = s.source_registrations;
+    return true;
+  }));
+  const v1::LayoutSpec restarted =
+      backed_.Back(refit::testing::RowsToColumnsPair().sources, "source");
+  for (const v1::RankLayout& r : restarted.ranks()) {
+    ASSERT_TRUE(trainer_.Deregister(v1::ROLE_SOURCE, r.rank()).ok());
+    Register(&trainer_, v1::ROLE_SOURCE, r, restarted);
+    ASSERT_TRUE(trainer_.Publish(r.rank(), 1).ok());
+  }
+  ASSERT_TRUE(CoordinatorSees([&](const ClusterSnapshot& s) {
+    return s.source_registrations.size() == 2 && s.published_oldest == 1 &&
+           s.source_registrations.at(0) != before.at(0) &&
+           s.source_registrations.at(1) != before.at(1);
+  }));
+  v1::RefitReport stale;
+  const grpc::Status refused = Refit(1, &stale);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << "answered epoch " << stale.epoch_id();
+  EXPECT_THAT(refused.error_message(),
+              ::testing::HasSubstr("the sources registered anew since version 1 was committed "
+                                   "(source ranks 0, 1)"));
+  EXPECT_THAT(refused.error_message(), ::testing::HasSubstr("publish a newer version"));
+  // A newer version moves.
+  for (const v1::RankLayout& r : restarted.ranks()) {
+    ASSERT_TRUE(trainer_.Publish(r.rank(), 2).ok());
+  }
+  v1::RefitReport second;
+  const grpc::Status moved = Refit(2, &second);
+  ASSERT_TRUE(moved.ok()) << moved.error_message();
+  EXPECT_NE(second.epoch_id(), first.epoch_id());
+}
+
 TEST_F(ControlPlaneTest, ARefitKeepsItsDeadlineAndACancelledOneFreesTheGroup) {
   ASSERT_TRUE(GroupSeen(2, 2));
   // Version 5 is never published: a Refit of it with a long deadline whose caller gives up

@@ -253,7 +253,7 @@ void EpochRunner::PrepareGroup() {
   if (cluster_->RankCount(v1::ROLE_SOURCE) < job_.source_ranks() ||
       (!replicas_.has_value() &&
        cluster_->RankCount(v1::ROLE_DESTINATION) < job_.destination_ranks()) ||
-      !TakeGroup(absl::Now(), nullptr)) {
+      !TakeGroupOrPrepareLater()) {
     return;
   }
   {
@@ -303,6 +303,16 @@ bool EpochRunner::TakeGroup(absl::Time deadline, const Cancelled& cancelled) {
   absl::MutexLock lock(&mu_);
   auto group_free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !group_busy_; };
   if (!AwaitCancellable(mu_, absl::Condition(&group_free), deadline, cancelled)) return false;
+  group_busy_ = true;
+  return true;
+}
+
+bool EpochRunner::TakeGroupOrPrepareLater() {
+  absl::MutexLock lock(&mu_);
+  if (group_busy_) {
+    catch_up_wanted_ = true;  // in the same critical section: the holder cannot miss it
+    return false;
+  }
   group_busy_ = true;
   return true;
 }
@@ -426,22 +436,41 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Ti
     }
     // Engines that pause for writes are told now; a replica whose engines did not pause in
     // time is left out of this epoch (it catches up afterwards).
-    std::vector<int64_t> asked;
-    const std::vector<int64_t> late = PauseEngines(version, *snapshot, deadline, &asked);
+    std::vector<int64_t> asked, gone;
+    const std::vector<int64_t> late =
+        PauseEngines(version, *snapshot, deadline, cancelled, &asked, &gone);
     paused = asked;
+    if (cancelled && cancelled()) {
+      return end_before_epoch("cancelled",
+                              absl::CancelledError(absl::StrCat(
+                                  "the refit of version ", version,
+                                  " was cancelled while waiting for engines to pause")));
+    }
     if (!late.empty()) {
-      std::set<int64_t> late_replicas;
+      std::set<int64_t> late_replicas, lost_replicas;
       for (int64_t rank : late) {
         late_replicas.insert(replicas_.has_value() ? replicas_->ReplicaOf(rank) : 0);
+      }
+      for (int64_t rank : gone) {
+        lost_replicas.insert(replicas_.has_value() ? replicas_->ReplicaOf(rank) : 0);
       }
       std::vector<int64_t> left;
       for (int64_t replica : members->replicas) {
         if (!late_replicas.count(replica)) left.push_back(replica);
       }
-      const std::string what =
-          absl::StrCat("the engines of destination ranks ", absl::StrJoin(late, ", "),
-                       " did not pause for version ", version, " within ",
-                       absl::ToInt64Milliseconds(PauseDeadline()), " ms");
+      std::vector<int64_t> slow;  // late with their daemon still there
+      for (int64_t rank : late) {
+        if (std::find(gone.begin(), gone.end(), rank) == gone.end()) slow.push_back(rank);
+      }
+      const std::string what = absl::StrCat(
+          gone.empty() ? ""
+                       : absl::StrCat("the refitd of destination ranks ", absl::StrJoin(gone, ", "),
+                                      " went away while they were asked to pause"),
+          !gone.empty() && !slow.empty() ? "; " : "",
+          slow.empty() ? ""
+                       : absl::StrCat("the engines of destination ranks ", absl::StrJoin(slow, ", "),
+                                      " did not pause for version ", version, " within ",
+                                      absl::ToInt64Milliseconds(PauseDeadline()), " ms"));
       if (!replicas_.has_value() || left.size() < needed) {
         return end_before_epoch(
             "engines_not_paused",
@@ -451,10 +480,20 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Ti
                     ? absl::StrCat("; ", left.size(), " replicas left of the ", needed, " needed")
                     : "")));
       }
-      std::vector<int64_t> skipped(late_replicas.begin(), late_replicas.end());
-      spdlog::warn("version {}: {}; skipping {}", version, what, DescribeReplicas(skipped));
-      std::vector<int64_t> resumed;  // the skipped replicas' ranks that were asked
-      const std::set<int64_t> skipped_ranks = replicas_->RanksOf(skipped);
+      // A replica whose daemon went is lost (dropped); one whose engines were slow, skipped.
+      std::vector<int64_t> skipped, lost;
+      for (int64_t replica : late_replicas) {
+        (lost_replicas.count(replica) ? lost : skipped).push_back(replica);
+      }
+      spdlog::warn("version {}: {}; {}{}{}", version, what,
+                   lost.empty() ? "" : absl::StrCat("dropping ", DescribeReplicas(lost)),
+                   !lost.empty() && !skipped.empty() ? ", " : "",
+                   skipped.empty() ? "" : absl::StrCat("skipping ", DescribeReplicas(skipped)));
+      if (metrics_ != nullptr && !lost.empty()) metrics_->replicas_dropped.Increment(lost.size());
+      dropped.insert(dropped.end(), lost.begin(), lost.end());
+      std::vector<int64_t> resumed;  // the left-out replicas' ranks that were asked
+      const std::set<int64_t> skipped_ranks =
+          replicas_->RanksOf({late_replicas.begin(), late_replicas.end()});
       for (int64_t rank : asked) {
         if (skipped_ranks.count(rank)) resumed.push_back(rank);
       }
@@ -569,6 +608,9 @@ absl::StatusOr<EpochRunner::Members> EpochRunner::ChooseReplicas(
     absl::MutexLock lock(&mu_);
     repeat = version == current_version_;
     if (repeat) {
+      if (absl::Status same = CheckSourcesUnchangedLocked(version, *snapshot); !same.ok()) {
+        return Refused("stale_version", same);
+      }
       // A repeat of the committed version moves it to the complete replicas lacking it.
       members.replicas =
           replicas_->Lacking(census.complete, HoldersLocked(), snapshot->destination_registrations);
@@ -620,7 +662,9 @@ std::vector<int64_t> EpochRunner::LostReplicas(const ClusterSnapshot& snapshot,
 }
 
 std::vector<int64_t> EpochRunner::PauseEngines(int64_t version, const ClusterSnapshot& snapshot,
-                                               absl::Time deadline, std::vector<int64_t>* asked) {
+                                               absl::Time deadline, const Cancelled& cancelled,
+                                               std::vector<int64_t>* asked,
+                                               std::vector<int64_t>* gone) {
   const transport::RankPlacement where = WhereRanksAre(snapshot);
   std::map<int32_t, std::vector<int64_t>> by_daemon;
   for (const v1::RankLayout& rank : snapshot.destinations.ranks()) {
@@ -628,6 +672,7 @@ std::vector<int64_t> EpochRunner::PauseEngines(int64_t version, const ClusterSna
     if (rank.pauses_for_writes() && daemon.ok()) by_daemon[*daemon].push_back(rank.rank());
   }
   asked->clear();
+  gone->clear();
   if (by_daemon.empty()) return {};
   const absl::Time pause_deadline = std::min(deadline, absl::Now() + PauseDeadline());
   std::string id;
@@ -650,14 +695,19 @@ std::vector<int64_t> EpochRunner::PauseEngines(int64_t version, const ClusterSna
     auto channel = snapshot.channels.find(daemon);
     if (channel != snapshot.channels.end()) channel->second->Send(message);
   }
-  // The daemons answer by the pause deadline; a lost one never does (its lease ends it).
+  // The daemons answer by the pause deadline; one that goes away (its stream ends, or its
+  // lease) is no longer awaited (OnDaemonLost).
   absl::MutexLock lock(&mu_);
   auto answered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pause_->awaiting.empty(); };
-  mu_.AwaitWithDeadline(absl::Condition(&answered),
-                        std::min(deadline, pause_deadline + absl::Seconds(1)));
+  AwaitCancellable(mu_, absl::Condition(&answered),
+                   std::min(deadline, pause_deadline + absl::Seconds(1)), cancelled);
   std::vector<int64_t> late;
-  for (int64_t rank : *asked) {
-    if (!pause_->paused.count(rank)) late.push_back(rank);
+  for (const auto& [daemon, ranks] : by_daemon) {
+    for (int64_t rank : ranks) {
+      if (pause_->paused.count(rank)) continue;
+      late.push_back(rank);
+      if (pause_->gone.count(daemon)) gone->push_back(rank);
+    }
   }
   pause_.reset();
   return late;
@@ -804,6 +854,7 @@ std::optional<absl::StatusOr<v1::RefitReport>> EpochRunner::AnswerRepeat(
     int64_t version, const ClusterSnapshot& snapshot) {
   absl::MutexLock lock(&mu_);
   if (version != current_version_) return std::nullopt;
+  if (absl::Status same = CheckSourcesUnchangedLocked(version, snapshot); !same.ok()) return same;
   // A repeat: the same answer only for the destination ranks the version went to.
   auto done = reports_.find(version);
   if (done != reports_.end() &&
@@ -822,6 +873,28 @@ std::optional<absl::StatusOr<v1::RefitReport>> EpochRunner::AnswerRepeat(
   }
   spdlog::info("version {}: committed before, but {}; moving it again", version, why);
   return std::nullopt;
+}
+
+absl::Status EpochRunner::CheckSourcesUnchangedLocked(int64_t version,
+                                                      const ClusterSnapshot& snapshot) const {
+  auto done = reports_.find(version);
+  if (done == reports_.end()) return absl::OkStatus();  // a restarted coordinator cannot tell
+  std::vector<std::string> anew;
+  for (const auto& [rank, registration] : snapshot.source_registrations) {
+    auto then = done->second.sources.find(rank);
+    if (then == done->second.sources.end() || then->second != registration) {
+      anew.push_back(absl::StrCat(rank));
+    }
+  }
+  if (anew.empty()) return absl::OkStatus();
+  const size_t shown = std::min<size_t>(anew.size(), 8);
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the sources registered anew since version ", version, " was committed (source rank",
+      anew.size() == 1 ? " " : "s ",
+      absl::StrJoin(anew.begin(), anew.begin() + shown, ", "),
+      anew.size() > shown ? absl::StrCat(" and ", anew.size() - shown, " more") : "",
+      "): their weights may not be the ones the destinations hold as version ", version,
+      "; publish a newer version"));
 }
 
 absl::StatusOr<EpochRunner::PlannedEpoch> EpochRunner::PlanEpoch(int64_t version,
@@ -1047,7 +1120,8 @@ v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const Members& 
   }
   current_version_ = epoch_->version();
   plan_digest_ = planned.wire.digest();
-  reports_[epoch_->version()] = Committed{report, snapshot.destination_registrations};
+  reports_[epoch_->version()] =
+      Committed{report, snapshot.destination_registrations, snapshot.source_registrations};
   while (reports_.size() > kReportsKept) reports_.erase(reports_.begin());
   return report;
 }
@@ -1111,6 +1185,8 @@ bool EpochRunner::Watch(const std::string& epoch_id, absl::Time deadline,
 void EpochRunner::OnDaemonLost(int32_t daemon, const std::string& how) {
   const std::string node = cluster_->NodeOf(daemon);
   absl::MutexLock lock(&mu_);
+  // A pause round stops waiting for it: its engines cannot answer now.
+  if (pause_.has_value() && pause_->awaiting.erase(daemon) > 0) pause_->gone.insert(daemon);
   if (epoch_)
     epoch_->OnDaemonLost(daemon,
                          absl::UnavailableError(absl::StrCat("refitd on ", node, " ", how)));

@@ -122,7 +122,13 @@ class EpochRunner {
   struct Committed {
     v1::RefitReport report;
     std::map<int64_t, uint64_t> destinations;
+    std::map<int64_t, uint64_t> sources;  // the source registrations it came from
   };
+  // FAILED_PRECONDITION when a source rank registered anew since `version` was committed
+  // (a trainer restarted from a checkpoint): moving it again would give destinations that
+  // hold it other bytes under the same version, and answering the old report would be stale.
+  absl::Status CheckSourcesUnchangedLocked(int64_t version, const ClusterSnapshot& snapshot) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reports kept for repeats and Status, newest last.
   static constexpr size_t kReportsKept = 64;
 
@@ -134,6 +140,9 @@ class EpochRunner {
   // Takes the group for one Refit (one at a time) by `deadline`; false at the deadline or
   // on cancellation. Released by ReleaseGroup.
   bool TakeGroup(absl::Time deadline, const Cancelled& cancelled);
+  // The preparer's take: the group if it is free now; if a refit holds it, false, and that
+  // refit prepares again when it ends (a replica completed meanwhile catches up then).
+  bool TakeGroupOrPrepareLater() ABSL_LOCKS_EXCLUDED(mu_);
   void ReleaseGroup();
   // The part of Refit that runs while holding the group, step by step below.
   absl::StatusOr<v1::RefitReport> RefitHoldingGroup(int64_t version, absl::Time start,
@@ -179,9 +188,12 @@ class EpochRunner {
   // Tells the engines of the destination ranks of `snapshot` registered with
   // pauses_for_writes that `version` is about to be written and waits for their daemons'
   // answers (up to the job's pause deadline, within `deadline`); returns the ranks whose
-  // engines did not pause in time. `*asked`: the ranks asked.
+  // engines did not pause in time. `*asked`: the ranks asked; `*gone`: those of the late
+  // ranks whose daemon went away meanwhile (the wait ends as soon as every daemon asked
+  // answered or went, or the caller gave up).
   std::vector<int64_t> PauseEngines(int64_t version, const ClusterSnapshot& snapshot,
-                                    absl::Time deadline, std::vector<int64_t>* asked)
+                                    absl::Time deadline, const Cancelled& cancelled,
+                                    std::vector<int64_t>* asked, std::vector<int64_t>* gone)
       ABSL_LOCKS_EXCLUDED(mu_);
   // How long an epoch waits for engines to pause (the job's pauseDeadlineMs).
   absl::Duration PauseDeadline() const;
@@ -276,6 +288,7 @@ class EpochRunner {
     std::string id;
     std::set<int32_t> awaiting;
     std::set<int64_t> paused;
+    std::set<int32_t> gone;  // daemons asked that went away before answering
   };
   std::optional<PauseRound> pause_ ABSL_GUARDED_BY(mu_);
   int64_t pause_rounds_ ABSL_GUARDED_BY(mu_) = 0;

@@ -281,6 +281,33 @@ TEST_F(ReplicaMembershipTest, AReplicaThatCompletesLaterCatchesUpByItself) {
   EXPECT_THAT(ReplicaStates(), ElementsAre("0 current", "1 incomplete"));
 }
 
+// A replica that completes while a refit holds the group (here one waiting for the
+// trainers to publish) is not in that refit; it catches up once the refit is over.
+TEST_F(ReplicaMembershipTest, AReplicaThatCompletesDuringARefitCatchesUpWhenItEnds) {
+  Start(/*min_replicas=*/1);
+  RegisterDestination(0);
+  RegisterDestination(1);
+  ASSERT_TRUE(GroupSeen(2));
+  Publish(1);
+  v1::RefitReport first;
+  ASSERT_TRUE(Refit(1, &first).ok());
+  v1::RefitReport second;
+  grpc::Status refit_status;
+  std::thread refit([&] { refit_status = Refit(2, &second); });  // waits for the publish
+  RegisterDestination(2);
+  RegisterDestination(3);
+  ASSERT_TRUE(GroupSeen(4));
+  // Not a wait for an outcome: time for the preparer, woken by the registrations, to find
+  // the group held (the interleaving that used to leave the replica behind for good).
+  absl::SleepFor(absl::Milliseconds(300));
+  Publish(2);
+  refit.join();
+  ASSERT_TRUE(refit_status.ok()) << refit_status.error_message();
+  EXPECT_THAT(second.replicas(), ElementsAre(0));
+  for (int64_t rank : {2, 3}) EXPECT_EQ(WrongBytesAfter(rank, 2), 0) << rank;
+  EXPECT_TRUE(Reaches(metrics_.catch_ups.Add({{"result", "committed"}}), 1));
+}
+
 TEST_F(ReplicaMembershipTest, AReplicaCompletedAfterTheSourcesMovedOnWaitsForTheNextRefit) {
   Start(/*min_replicas=*/1);
   RegisterDestination(0);
@@ -363,6 +390,35 @@ TEST_F(ReplicaMembershipTest, EnginesPauseBeforeTheWritesAndOneTooSlowIsSkippedT
         << rank;
   }
   EXPECT_TRUE(Reaches(metrics_.catch_ups.Add({{"result", "committed"}}), 1));
+}
+
+// A replica whose refitd goes away while the epoch waits for its engines to pause is
+// dropped at once, not waited for until the pause deadline, and not reported as skipped.
+TEST_F(ReplicaMembershipTest, AReplicaWhoseDaemonGoesWhileItsEnginesArePausingIsDroppedAtOnce) {
+  Start(/*min_replicas=*/1, /*pause_deadline_ms=*/20000);
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (int64_t rank = 0; rank < 4; ++rank) {
+    const std::string session = RegisterDestination(rank, /*pauses_for_writes=*/true);
+    // Replica 1's engines never answer the pause: their refitd dies meanwhile.
+    engines.push_back(std::make_unique<Engine>(this, rank, session, rank >= 2 ? 1 : 0));
+  }
+  ASSERT_TRUE(GroupSeen(4));
+  Publish(1);
+  std::thread killer([&] {
+    if (engines[2]->AwaitNotices(1)) links_[2].reset();  // inference-1's control stream ends
+  });
+  const absl::Time start = absl::Now();
+  v1::RefitReport report;
+  const grpc::Status refit = Refit(1, &report);
+  const absl::Duration took = absl::Now() - start;
+  killer.join();
+  ASSERT_TRUE(refit.ok()) << refit.error_message();
+  EXPECT_THAT(report.replicas(), ElementsAre(0));
+  EXPECT_THAT(report.dropped_replicas(), ElementsAre(1));
+  EXPECT_THAT(report.skipped_replicas(), ElementsAre());
+  EXPECT_LT(took, absl::Seconds(10)) << "the refit waited for the pause deadline (20 s)";
+  for (int64_t rank : {0, 1}) EXPECT_EQ(WrongBytesAfter(rank, 1), 0) << rank;
+  EXPECT_TRUE(Reaches(metrics_.replicas_dropped, 1));
 }
 
 TEST_F(ReplicaMembershipTest, WithoutReplicasEnginesThatDoNotPauseFailTheRefitAndResume) {
