@@ -20,8 +20,8 @@ refit.chunk / refit.split / refit.replicated, or from refit.conventions (Megatro
 from .buckets import Bucket, BucketPiece, copy_into
 from .coordinator import RefitClient
 from .daemon import LocalDaemon, RegisteredRank
-from .errors import (RefitAborted, RefitError, RefitPermissionDenied, RefitRejected,
-                     RefitTimeout, RefitUnavailable)
+from .errors import (RefitAborted, RefitDataLoss, RefitError, RefitInvalidInput,
+                     RefitPermissionDenied, RefitRejected, RefitTimeout, RefitUnavailable)
 from .memory import refit_dtype
 from .placements import DeviceMesh, Replicate, Shard
 from .quantization import BlockFp8, CastToBf16, DequantizeFp8
@@ -29,7 +29,8 @@ from .shards import Box, chunk, replicated, split
 from .write_hooks import WriteGate, WriteHooks
 from . import torch_layout
 
-__all__ = ["BlockFp8", "Box", "Bucket", "CastToBf16", "DequantizeFp8", "BucketPiece", "DeviceMesh", "LocalDaemon", "RefitAborted",
-           "RefitClient", "RefitError", "RefitPermissionDenied", "RefitRejected",
+__all__ = ["BlockFp8", "Box", "Bucket", "BucketPiece", "CastToBf16", "DequantizeFp8",
+           "DeviceMesh", "LocalDaemon", "RefitAborted", "RefitClient", "RefitDataLoss",
+           "RefitError", "RefitInvalidInput", "RefitPermissionDenied", "RefitRejected",
            "RefitTimeout", "RefitUnavailable", "RegisteredRank", "Replicate", "Shard", "chunk",
            "copy_into", "refit_dtype", "replicated", "split", "WriteGate", "WriteHooks"]

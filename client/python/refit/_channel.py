@@ -5,13 +5,15 @@ import stat
 
 import grpc
 
+from .errors import RefitInvalidInput
+
 
 def _read(path, what):
     try:
         with open(path, "rb") as f:
             return f.read()
     except OSError as e:
-        raise ValueError(f"{what} {path}: {e.strerror}") from e
+        raise RefitInvalidInput(f"{what} {path}: {e.strerror}") from e
 
 
 def token_metadata():
@@ -21,7 +23,7 @@ def token_metadata():
         return ()
     mode = os.stat(path).st_mode
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise ValueError(f"token file {path} is readable by others (chmod 600 it)")
+        raise RefitInvalidInput(f"token file {path} is readable by others (chmod 600 it)")
     token = _read(path, "token file").decode().strip()
     return (("authorization", "Bearer " + token),)
 

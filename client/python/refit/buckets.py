@@ -25,6 +25,7 @@ import grpc
 
 from ._proto import refit_pb2
 from ._rank_stream import RankStream
+from .errors import RefitError, RefitInvalidInput
 from .shards import Box
 
 
@@ -60,8 +61,9 @@ def copy_into(weights: Callable[[], Mapping[str, Any]]) -> Callable[[Bucket], No
         current = weights()
         for piece in bucket.pieces:
             if piece.name not in current:
-                raise KeyError(f"bucket {bucket.sequence} of version {bucket.version} holds "
-                               f"a piece of {piece.name}, which the weights do not have")
+                raise RefitInvalidInput(f"bucket {bucket.sequence} of version {bucket.version} "
+                                        f"holds a piece of {piece.name}, which the weights do "
+                                        f"not have")
             current[piece.name][piece.local].copy_(piece.tensor)
 
     return on_bucket
@@ -76,11 +78,11 @@ class BucketMemory:
         import torch
 
         if bucket_bytes < 256:  # refitd fills it in two halves of 64-byte-aligned parts
-            raise ValueError(f"rank {rank}: a bucket of {bucket_bytes} bytes is too small "
-                             f"(at least 256)")
+            raise RefitInvalidInput(f"rank {rank}: a bucket of {bucket_bytes} bytes is too small "
+                                    f"(at least 256)")
         missing = sorted(set(boxes) ^ set(dtypes))
         if missing:
-            raise KeyError(f"rank {rank}: tensors {missing} need both a box and a dtype")
+            raise RefitInvalidInput(f"rank {rank}: tensors {missing} need both a box and a dtype")
         self.rank = rank
         self.device = torch.device("cpu")
         self.boxes = dict(boxes)
@@ -98,16 +100,16 @@ class BucketMemory:
         """The BucketPiece of a refit_pb2.BucketPiece, over the bucket's memory."""
         name = message.tensor
         if name not in self.boxes:
-            raise KeyError(f"rank {self.rank}: refitd sent a piece of {name}, which this rank "
-                           f"did not register")
+            raise RefitInvalidInput(f"rank {self.rank}: refitd sent a piece of {name}, which "
+                                    f"this rank did not register")
         shard = self.boxes[name]
         box = Box(shard.global_shape, tuple(message.offset), tuple(message.extent))
         dtype = self.dtypes[name]
         size = box.elements * self._flat[:0].view(dtype).element_size()
         start = int(message.byte_offset)
         if start < 0 or start + size > self._flat.numel():
-            raise ValueError(f"rank {self.rank}: a piece of {name} at byte {start} leaves the "
-                             f"bucket of {self._flat.numel()} bytes")
+            raise RefitInvalidInput(f"rank {self.rank}: a piece of {name} at byte {start} leaves "
+                                    f"the bucket of {self._flat.numel()} bytes")
         local = tuple(slice(o - so, o - so + e)
                       for o, so, e in zip(box.offset, shard.offset, box.extent))
         tensor = self._flat[start:start + size].view(dtype).view(box.extent)
@@ -151,7 +153,7 @@ class BucketReceiver(RankStream):
                                    message.last, pieces))
         except Exception as e:  # the epoch fails with it; the stream stays open
             self.failure = e
-            error = f"{type(e).__name__}: {e}"
+            error = str(e) if isinstance(e, RefitError) else f"{type(e).__name__}: {e}"
             traceback.print_exc()
         try:
             self._stub.BucketDone(refit_pb2.BucketDoneRequest(

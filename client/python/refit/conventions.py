@@ -28,6 +28,7 @@ kv_a_proj_with_mqa rows, whole on every TP rank; q_b_proj and kv_b_proj split by
 o_proj by columns. Not covered: vocabularies with added (LoRA) tokens."""
 import re
 
+from .errors import RefitInvalidInput
 from .shards import Box, chunk, replicated
 
 _COLUMN = re.compile(r"\.(q_proj|q_b_proj|kv_b_proj|gate_proj|up_proj)\.(weight|bias)$")
@@ -101,14 +102,14 @@ def megatron_rank_boxes(global_shapes, rank, tp=1, pp=1, ep=1, dp=1, etp=1, kv_h
     given)."""
     tp_rank, ep_rank, pp_rank = rank % tp, rank // tp % ep, rank // (tp * ep * dp)
     if not 0 <= rank < tp * ep * dp * pp:
-        raise ValueError(f"rank {rank} is not one of the {tp * ep * dp * pp} ranks of "
-                         f"tp={tp} pp={pp} ep={ep} dp={dp}")
+        raise RefitInvalidInput(f"rank {rank} is not one of the {tp * ep * dp * pp} ranks of "
+                                f"tp={tp} pp={pp} ep={ep} dp={dp}")
     if tp % etp:
-        raise ValueError(f"etp={etp} must divide tp={tp}")
+        raise RefitInvalidInput(f"etp={etp} must divide tp={tp}")
     layers = 1 + max((int(m.group(1)) for m in map(_LAYER.match, global_shapes) if m),
                      default=-1)
     if pp > max(layers, 1):
-        raise ValueError(f"pp={pp} exceeds the {layers} layers")
+        raise RefitInvalidInput(f"pp={pp} exceeds the {layers} layers")
     boxes = {}
     for name, shape in global_shapes.items():
         layer = _LAYER.match(name)
@@ -131,7 +132,7 @@ def vllm_rank_boxes(global_shapes, rank, tp=1, dp=1, ep=1, kv_heads=None):
     then DP): the dense rules of `megatron_box`; routed experts TP-sharded inside every
     expert, or with `ep` > 1 split whole along dim 0 (expert rank = rank % ep)."""
     if not 0 <= rank < tp * dp:
-        raise ValueError(f"rank {rank} is not one of the {tp * dp} ranks of tp={tp} dp={dp}")
+        raise RefitInvalidInput(f"rank {rank} is not one of the {tp * dp} ranks of tp={tp} dp={dp}")
     tp_rank = rank % tp
     ep_rank, etp_rank, etp = (rank % ep, 0, 1) if ep > 1 else (0, tp_rank, tp)
     boxes = {}
@@ -144,9 +145,9 @@ def vllm_rank_boxes(global_shapes, rank, tp=1, dp=1, ep=1, kv_heads=None):
 
 def _even(name, size, tp_size):
     if size % tp_size:
-        raise ValueError(f"{name}: {size} rows do not split evenly over TP {tp_size} (KV "
-                         f"heads fewer than the TP size: give kv_heads=, and vLLM replicates "
-                         f"them)")
+        raise RefitInvalidInput(f"{name}: {size} rows do not split evenly over TP {tp_size} (KV "
+                                f"heads fewer than the TP size: give kv_heads=, and vLLM "
+                                f"replicates them)")
 
 
 def _expert_views(engine_name, param, global_shapes, tp_rank, tp_size, ep_rank, tensors,
@@ -162,7 +163,8 @@ def _expert_views(engine_name, param, global_shapes, tp_rank, tp_size, ep_rank, 
         for projection in (("gate_proj", "up_proj") if w13 else ("down_proj",)):
             name = _expert_name(prefix, expert, projection)
             if name not in global_shapes:
-                raise KeyError(f"{engine_name}: holds {name}, which the model does not have")
+                raise RefitInvalidInput(f"{engine_name}: holds {name}, which the model does not "
+                                        f"have")
             shape = tuple(global_shapes[name])
             split = 0 if w13 else 1  # gate/up split their rows, down its columns
             _even(name, shape[split], tp_size)
@@ -175,8 +177,8 @@ def _expert_views(engine_name, param, global_shapes, tp_rank, tp_size, ep_rank, 
                 tensors[name] = param[local]
             boxes[name] = box
         if w13 and row != param.shape[1]:
-            raise ValueError(f"{engine_name}: {param.shape[1]} rows per expert, but gate and "
-                             f"up take {row}")
+            raise RefitInvalidInput(f"{engine_name}: {param.shape[1]} rows per expert, but gate "
+                                    f"and up take {row}")
 
 
 def vllm_vocab_box(name, global_shape, tp_rank, tp_size, padding=_VOCAB_PADDING):
@@ -186,8 +188,8 @@ def vllm_vocab_box(name, global_shape, tp_rank, tp_size, padding=_VOCAB_PADDING)
     shape = tuple(global_shape)
     padded = -(-shape[0] // padding) * padding
     if padded % tp_size:
-        raise ValueError(f"{name}: the padded vocabulary of {padded} rows does not split "
-                         f"over TP {tp_size}")
+        raise RefitInvalidInput(f"{name}: the padded vocabulary of {padded} rows does not split "
+                                f"over TP {tp_size}")
     rows = padded // tp_size
     start = min(tp_rank * rows, shape[0])
     real = min(rows, shape[0] - start)
@@ -198,8 +200,8 @@ def _vllm_box(name, shape, tp_rank, tp_size, kv_heads):
     """The box of one of the parts of a fused parameter (q, k, v, gate, up) on a TP rank."""
     if _KV_COLUMN.search(name) and kv_heads is not None and tp_size > kv_heads:
         if tp_size % kv_heads:
-            raise ValueError(f"{name}: TP {tp_size} is not a multiple of its {kv_heads} KV "
-                             f"heads (vLLM replicates each head over tp / kv_heads ranks)")
+            raise RefitInvalidInput(f"{name}: TP {tp_size} is not a multiple of its {kv_heads} KV "
+                                    f"heads (vLLM replicates each head over tp / kv_heads ranks)")
         return megatron_box(name, shape, tp_rank, tp_size, kv_heads=kv_heads)
     _even(name, shape[0], tp_size)
     return chunk(shape, 0, tp_rank, tp_size)
@@ -224,14 +226,14 @@ def vllm_views(engine_params, global_shapes, tp_rank, tp_size, ep_rank=None, kv_
                 prefix, fused = engine_name[:-len(suffix)], parts
         if fused is None:
             if engine_name not in global_shapes:
-                raise KeyError(f"{engine_name}: the model has no tensor of that name")
+                raise RefitInvalidInput(f"{engine_name}: the model has no tensor of that name")
             shape = tuple(global_shapes[engine_name])
             if engine_name in _VOCAB:
                 box, rows = vllm_vocab_box(engine_name, shape, tp_rank, tp_size)
                 if param.shape[0] != rows:
-                    raise ValueError(f"{engine_name}: {param.shape[0]} rows on TP rank "
-                                     f"{tp_rank}, but vLLM pads the vocabulary of {shape[0]} "
-                                     f"to {rows} rows per rank")
+                    raise RefitInvalidInput(f"{engine_name}: {param.shape[0]} rows on TP rank "
+                                            f"{tp_rank}, but vLLM pads the vocabulary of "
+                                            f"{shape[0]} to {rows} rows per rank")
                 tensors[engine_name], boxes[engine_name] = param[:box.extent[0]], box
                 continue
             box = megatron_box(engine_name, shape, tp_rank, tp_size)
@@ -241,15 +243,16 @@ def vllm_views(engine_params, global_shapes, tp_rank, tp_size, ep_rank=None, kv_
         for part in fused:
             name = prefix + part
             if name not in global_shapes:
-                raise KeyError(f"{engine_name}: holds {name}, which the model does not have")
+                raise RefitInvalidInput(f"{engine_name}: holds {name}, which the model does not "
+                                        f"have")
             shape = tuple(global_shapes[name])
             box = (replicated(shape) if engine_name.endswith(_REPLICATED_FUSED)
                    else _vllm_box(name, shape, tp_rank, tp_size, kv_heads))
             tensors[name], boxes[name] = param[row:row + box.extent[0]], box
             row += box.extent[0]
         if row != param.shape[0]:
-            raise ValueError(f"{engine_name}: {param.shape[0]} rows, but its parts take {row} "
-                             f"on TP rank {tp_rank} of {tp_size}")
+            raise RefitInvalidInput(f"{engine_name}: {param.shape[0]} rows, but its parts take "
+                                    f"{row} on TP rank {tp_rank} of {tp_size}")
     return tensors, boxes
 
 

@@ -1,15 +1,15 @@
 """The node's refitd, as a trainer or inference process sees it: register the ranks this
 process holds, publish a version (sources), wait for one (destinations)."""
 from socket import gethostname
-import threading
 from typing import Any, Callable, Iterable, Mapping, Optional, Tuple, Union
 
 import grpc
 
 from ._channel import local_channel
 from ._proto import refit_pb2, refit_pb2_grpc
+from ._rank_stream import RankStream
 from .buckets import Bucket, BucketMemory, BucketReceiver
-from .errors import RefitError, error_for, from_rpc_error
+from .errors import RefitError, RefitInvalidInput, from_rpc_error
 from .in_place import InPlaceMemory
 from .memory import RankMemory, refit_dtype
 from .quantization import (SCHEME_BLOCK_FP8, SCHEME_CAST, SCHEME_DEQUANTIZE, BlockFp8, CastToBf16,
@@ -18,10 +18,19 @@ from .shards import Box
 from .write_hooks import WriteHooks, WriteWatcher
 
 
+class _RegistrationHold(RankStream):
+    """The HoldRegistration stream: refitd keeps the rank's registration while it is open,
+    and its end without the client ending it says refitd went away."""
+
+    def _attaches(self, message):
+        return True  # each message says refitd holds the registration
+
+
 class RegisteredRank:
     """One registered rank: its boxes (`shards[name]`, refit.Box), its tensors
     (`tensors[name]`: the process's own when registered in place, else refit's, shaped like
-    the boxes) and its registration, which refitd keeps while this process lives."""
+    the boxes) and its registration, which refitd keeps while this process lives (and
+    loses if refitd goes away: `refitd_lost`)."""
 
     def __init__(self, stub, role, rank, shards, memory, session):
         self.role = role
@@ -32,25 +41,24 @@ class RegisteredRank:
         self.buckets = None  # the BucketReceiver of a bucketed rank
         self.writes = None  # the WriteWatcher of a rank registered with hooks
         self._stub = stub
-        self._hold = stub.HoldRegistration(refit_pb2.HoldRegistrationRequest(session=session))
-        self._held = threading.Event()
-        self._watcher = threading.Thread(target=self._watch, daemon=True)
-        self._watcher.start()
+        self._hold = _RegistrationHold(
+            stub.HoldRegistration(refit_pb2.HoldRegistrationRequest(session=session)), rank,
+            "registration hold")
 
     def await_hold(self, timeout=10):
         """Returns once refitd confirmed it holds the registration for this process."""
-        if not self._held.wait(timeout):
-            raise error_for(grpc.StatusCode.UNAVAILABLE,
-                            f"rank {self.rank}: refitd did not confirm the registration hold")
+        self._hold.await_attached(timeout)
 
-    def _watch(self):
-        try:
-            for _ in self._hold:
-                self._held.set()
-        except grpc.RpcError:
-            pass  # cancelled at close, or refitd went away
-        finally:
-            self._held.set()
+    def _streams(self):
+        return [s for s in (self._hold, self.buckets, self.writes) if s is not None]
+
+    @property
+    def refitd_lost(self) -> Optional[RefitError]:
+        """None while refitd holds the registration; once a stream of the rank ended
+        without this process ending it, the RefitUnavailable that says so: refitd went away
+        (crashed, or restarted and forgot the rank), and the rank must be registered again
+        (a new LocalDaemon) to take part in later epochs."""
+        return next((s.lost for s in self._streams() if s.lost is not None), None)
 
     @property
     def tensors(self):
@@ -61,18 +69,19 @@ class RegisteredRank:
         tensor either of the global shape (its box is cut out of it) or the rank's local
         shard (copied as it is). Ranks registered in place need no load."""
         if not isinstance(self.memory, RankMemory):
-            raise ValueError(f"rank {self.rank}: refit did not allocate this rank's memory "
-                             f"(registered in place or bucketed): there is nothing to load")
+            raise RefitInvalidInput(f"rank {self.rank}: refit did not allocate this rank's memory "
+                                    f"(registered in place or bucketed): there is nothing to load")
         for name, box in self.shards.items():
             if name not in new_tensors:
-                raise KeyError(f"rank {self.rank}: no tensor {name} to load its shard from")
+                raise RefitInvalidInput(f"rank {self.rank}: no tensor {name} to load its shard "
+                                        f"from")
             new = new_tensors[name]
             if tuple(new.shape) == box.global_shape:
                 new = new[box.slices()]
             elif tuple(new.shape) != box.extent:
-                raise ValueError(f"rank {self.rank}: tensor {name} of shape {tuple(new.shape)} "
-                                 f"is neither the global tensor {box.global_shape} nor this "
-                                 f"rank's shard {box.extent}")
+                raise RefitInvalidInput(f"rank {self.rank}: tensor {name} of shape "
+                                        f"{tuple(new.shape)} is neither the global tensor "
+                                        f"{box.global_shape} nor this rank's shard {box.extent}")
             self.memory.tensors[name].copy_(new)
         if self.memory.device.type == "cuda":
             import torch  # refitd reads the memory from its own CUDA context: finish first
@@ -80,20 +89,22 @@ class RegisteredRank:
             torch.cuda.synchronize(self.memory.device)
 
     def close(self):
-        """Deregisters the rank (refitd ends the hold) and releases its memory."""
+        """Deregisters the rank (refitd ends the hold) and releases its memory. After
+        refitd went away there is nothing to deregister: a restarted refitd may already
+        hold a new registration of the rank, which must stay."""
+        held = self._hold.lost is None
+        for stream in self._streams():
+            stream.expect_end()
         try:
-            self._stub.DeregisterRank(
-                refit_pb2.DeregisterRankRequest(role=self.role, rank=self.rank), timeout=10)
+            if held:
+                self._stub.DeregisterRank(
+                    refit_pb2.DeregisterRankRequest(role=self.role, rank=self.rank), timeout=10)
         except grpc.RpcError as e:
             if e.code() not in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNAVAILABLE):
                 raise from_rpc_error(e) from None
         finally:
-            if self.buckets is not None:
-                self.buckets.close()
-            if self.writes is not None:
-                self.writes.close()
-            self._hold.cancel()
-            self._watcher.join(timeout=5)
+            for stream in self._streams():
+                stream.close()
             self.memory.close()
 
 
@@ -116,6 +127,14 @@ class LocalDaemon:
         while self._ranks:
             self._ranks.pop().close()
         self._channel.close()
+
+    @property
+    def refitd_lost(self) -> Optional[RefitError]:
+        """None while refitd holds every rank registered here; else the RefitUnavailable of
+        the first rank it dropped (refitd went away). publish and wait_for_version raise it
+        from then on: close this LocalDaemon and register the ranks again with a new one
+        once refitd is back."""
+        return next((r.refitd_lost for r in self._ranks if r.refitd_lost is not None), None)
 
     def register_source(self, rank: int, shards: Optional[Mapping[str, Tuple[Box, Any]]] = None,
                         device: Optional[str] = None, host: Optional[str] = None,
@@ -169,16 +188,16 @@ class LocalDaemon:
         bucket = None
         if bucket_bytes is not None or on_bucket is not None:
             if bucket_bytes is None or on_bucket is None or boxes is None or dtypes is None:
-                raise ValueError(f"rank {rank}: a bucketed rank gives boxes, dtypes, "
-                                 f"bucket_bytes and on_bucket")
+                raise RefitInvalidInput(f"rank {rank}: a bucketed rank gives boxes, dtypes, "
+                                        f"bucket_bytes and on_bucket")
             if shards is not None or tensors is not None or staged:
-                raise ValueError(f"rank {rank}: a bucketed rank registers no tensors or "
-                                 f"shards and cannot be staged (each bucket is copied in as it "
-                                 f"arrives)")
+                raise RefitInvalidInput(f"rank {rank}: a bucketed rank registers no tensors or "
+                                        f"shards and cannot be staged (each bucket is copied in "
+                                        f"as it arrives)")
             bucket = (bucket_bytes, on_bucket)
         elif dtypes is not None:
-            raise ValueError(f"rank {rank}: dtypes are for bucketed ranks (with bucket_bytes "
-                             f"and on_bucket)")
+            raise RefitInvalidInput(f"rank {rank}: dtypes are for bucketed ranks (with "
+                                    f"bucket_bytes and on_bucket)")
         return self._register(refit_pb2.ROLE_DESTINATION, rank, shards, tensors, boxes, device,
                               host, staged, timeout, bucket, dtypes, quantized or {}, hooks)
 
@@ -222,6 +241,8 @@ class LocalDaemon:
         for registered in self._ranks:
             if registered.role != refit_pb2.ROLE_SOURCE:
                 continue
+            if registered.refitd_lost is not None:
+                raise registered.refitd_lost
             try:
                 self._stub.Publish(refit_pb2.PublishRequest(rank=registered.rank,
                                                             version=int(version)),
@@ -237,6 +258,8 @@ class LocalDaemon:
         for registered in self._ranks:
             if registered.role != refit_pb2.ROLE_DESTINATION:
                 continue
+            if registered.refitd_lost is not None:
+                raise registered.refitd_lost
             request = refit_pb2.WaitForVersionRequest(rank=registered.rank, version=int(version),
                                                       deadline_ms=int(timeout * 1000))
             try:
@@ -256,22 +279,22 @@ def _tensor_specs(rank, memory, quantized):
     recipe (their torch dtype holds codes; their scale tensor is float32)."""
     unknown = sorted(set(quantized) - set(memory.boxes))
     if unknown:
-        raise KeyError(f"rank {rank}: quantized tensors {unknown} are not registered")
+        raise RefitInvalidInput(f"rank {rank}: quantized tensors {unknown} are not registered")
     specs = []
     for name, box in memory.boxes.items():
         recipe = quantized.get(name)
         if recipe is _FP8_CODES:
             if not codes_dtype_ok(memory.dtypes[name]):
-                raise ValueError(f"rank {rank}: tensor {name} holds E4M3 codes, so it is uint8 or "
-                                 f"float8_e4m3fn, not {memory.dtypes[name]}")
+                raise RefitInvalidInput(f"rank {rank}: tensor {name} holds E4M3 codes, so it is "
+                                        f"uint8 or float8_e4m3fn, not {memory.dtypes[name]}")
             specs.append(refit_pb2.TensorSpec(name=name, dtype="F8_E4M3",
                                               shape=box.global_shape))
             continue
         if isinstance(recipe, DequantizeFp8):
             dtype = str(memory.dtypes[name])
             if dtype not in ("torch.bfloat16", "torch.float32"):
-                raise ValueError(f"rank {rank}: tensor {name} is dequantized, so it is bfloat16 "
-                                 f"or float32, not {dtype}")
+                raise RefitInvalidInput(f"rank {rank}: tensor {name} is dequantized, so it is "
+                                        f"bfloat16 or float32, not {dtype}")
             specs.append(refit_pb2.TensorSpec(
                 name=name, dtype=refit_dtype(memory.dtypes[name]), shape=box.global_shape,
                 quantization=refit_pb2.Quantization(
@@ -280,8 +303,8 @@ def _tensor_specs(rank, memory, quantized):
             continue
         if isinstance(recipe, CastToBf16):
             if str(memory.dtypes[name]) != "torch.bfloat16":
-                raise ValueError(f"rank {rank}: tensor {name} is cast to bfloat16, so it is "
-                                 f"bfloat16, not {memory.dtypes[name]}")
+                raise RefitInvalidInput(f"rank {rank}: tensor {name} is cast to bfloat16, so it is "
+                                        f"bfloat16, not {memory.dtypes[name]}")
             specs.append(refit_pb2.TensorSpec(
                 name=name, dtype="BF16", shape=box.global_shape,
                 quantization=refit_pb2.Quantization(scheme=SCHEME_CAST)))
@@ -291,13 +314,13 @@ def _tensor_specs(rank, memory, quantized):
                                               shape=box.global_shape))
             continue
         if not codes_dtype_ok(memory.dtypes[name]):
-            raise ValueError(f"rank {rank}: tensor {name} holds E4M3 codes, so it is uint8 or "
-                             f"float8_e4m3fn, not {memory.dtypes[name]}")
+            raise RefitInvalidInput(f"rank {rank}: tensor {name} holds E4M3 codes, so it is "
+                                    f"uint8 or float8_e4m3fn, not {memory.dtypes[name]}")
         scale = memory.dtypes.get(recipe.scale_tensor)
         if str(scale) != "torch.float32":
-            raise ValueError(f"rank {rank}: the scales of {name}, {recipe.scale_tensor}, are a "
-                             f"registered float32 tensor" +
-                             ("" if scale is None else f", not {scale}"))
+            raise RefitInvalidInput(f"rank {rank}: the scales of {name}, {recipe.scale_tensor}, "
+                                    f"are a registered float32 tensor" +
+                                    ("" if scale is None else f", not {scale}"))
         specs.append(refit_pb2.TensorSpec(
             name=name, dtype="F8_E4M3", shape=box.global_shape,
             quantization=refit_pb2.Quantization(
@@ -312,19 +335,19 @@ def _rank_memory(rank, shards, tensors, boxes, dtypes, device, bucket):
     memory refit allocates (shards)."""
     if bucket is not None:
         if device is not None:
-            raise ValueError(f"rank {rank}: a bucketed rank's bucket is host memory; device is "
-                             f"for shards refit allocates")
+            raise RefitInvalidInput(f"rank {rank}: a bucketed rank's bucket is host memory; "
+                                    f"device is for shards refit allocates")
         return BucketMemory(rank, boxes, dtypes, bucket[0])
     if (shards is None) == (tensors is None):
-        raise ValueError(f"rank {rank}: give either shards (refit allocates the memory) or "
-                         f"tensors and boxes (registered in place)")
+        raise RefitInvalidInput(f"rank {rank}: give either shards (refit allocates the memory) or "
+                                f"tensors and boxes (registered in place)")
     if tensors is not None:
         if device is not None:
-            raise ValueError(f"rank {rank}: tensors registered in place stay where they are; "
-                             f"device is for shards refit allocates")
+            raise RefitInvalidInput(f"rank {rank}: tensors registered in place stay where they "
+                                    f"are; device is for shards refit allocates")
         if not tensors:
-            raise ValueError(f"rank {rank}: no tensors to register")
+            raise RefitInvalidInput(f"rank {rank}: no tensors to register")
         return InPlaceMemory(rank, tensors, boxes if boxes is not None else {})
     if not shards:
-        raise ValueError(f"rank {rank}: no shards to register")
+        raise RefitInvalidInput(f"rank {rank}: no shards to register")
     return RankMemory(rank, shards, device)

@@ -34,6 +34,23 @@ class RefitRejected(RefitError):
     version. Retrying the same request gives the same answer."""
 
 
+class RefitInvalidInput(RefitRejected, ValueError, KeyError):
+    """An argument the client refuses before asking refitd or the coordinator
+    (INVALID_ARGUMENT): a shape that is not the box's, a tensor with no box, an unknown
+    dtype. Also a ValueError and a KeyError, as these errors were before."""
+
+    def __init__(self, message: str):
+        super().__init__(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+    __str__ = Exception.__str__  # KeyError's would quote the message
+
+
+class RefitDataLoss(RefitError):
+    """Bytes are not what they should be (DATA_LOSS): a version committed but not copied
+    into a staged rank's buffers (wait_for_version), or checksums of an epoch that
+    disagree (refit). The message names the rank or the box."""
+
+
 class RefitPermissionDenied(RefitError):
     """Authentication or authorization failed (UNAUTHENTICATED, PERMISSION_DENIED)."""
 
@@ -47,6 +64,7 @@ _BY_CODE: Dict[grpc.StatusCode, Type[RefitError]] = {
     grpc.StatusCode.NOT_FOUND: RefitRejected,
     grpc.StatusCode.ALREADY_EXISTS: RefitRejected,
     grpc.StatusCode.OUT_OF_RANGE: RefitRejected,
+    grpc.StatusCode.DATA_LOSS: RefitDataLoss,
     grpc.StatusCode.UNAUTHENTICATED: RefitPermissionDenied,
     grpc.StatusCode.PERMISSION_DENIED: RefitPermissionDenied,
 }

@@ -17,6 +17,8 @@ their strides."""
 import ctypes
 import os
 
+from .cuda_ipc import cuda_block_of
+from .errors import RefitInvalidInput
 from .memory import refit_dtype
 from ._proto import refit_pb2
 
@@ -32,37 +34,10 @@ def _segment_header(name, shm_name, storage_bytes):
     segment_bytes = os.stat("/dev/shm/" + shm_name.lstrip("/")).st_size
     header = segment_bytes - storage_bytes
     if header not in (0, 64):
-        raise ValueError(f"tensor {name}: torch's shared segment {shm_name} holds "
-                         f"{segment_bytes} bytes for a storage of {storage_bytes}: this torch "
-                         f"lays its segments out in a way refit does not know")
+        raise RefitInvalidInput(f"tensor {name}: torch's shared segment {shm_name} holds "
+                                f"{segment_bytes} bytes for a storage of {storage_bytes}: this "
+                                f"torch lays its segments out in a way refit does not know")
     return header
-
-
-CUDA_IPC_HANDLE_BYTES = 64  # sizeof(cudaIpcMemHandle_t)
-
-
-def cuda_ipc_handle(name, shared_handle):
-    """The cudaIpcMemHandle_t in what torch's `_share_cuda_()` gives for a storage.
-
-    torch up to 1.x gives the 64-byte handle itself; torch 2.x gives its caching
-    allocator's versioned form: a version byte, a type byte, then the payload, which for a
-    block from cudaMalloc (type 'c') is the 64-byte handle. A block of an expandable
-    segment (type 'e', PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) is memory
-    refitd cannot open by a CUDA IPC handle, so it is refused, naming the tensor."""
-    handle = bytes(shared_handle)
-    if len(handle) == CUDA_IPC_HANDLE_BYTES:
-        return handle
-    if len(handle) == CUDA_IPC_HANDLE_BYTES + 2 and handle[1:2] == b"c":
-        return handle[2:]
-    if len(handle) >= 2 and handle[1:2] == b"e":
-        raise ValueError(
-            f"tensor {name}: its memory is an expandable segment of torch's CUDA caching "
-            f"allocator (expandable_segments:True), which refit cannot open by a CUDA IPC "
-            f"handle; allocate the weights with expandable_segments:False")
-    raise ValueError(
-        f"tensor {name}: torch shares its CUDA memory as a {len(handle)}-byte handle that "
-        f"refit does not know (a CUDA IPC handle has {CUDA_IPC_HANDLE_BYTES} bytes, torch "
-        f"2.x's form 2 more)")
 
 
 def _return_freed_memory():
@@ -88,32 +63,33 @@ class InPlaceMemory:
         self.dtypes = {}
         devices = {t.device for t in self.tensors.values()}
         if len(devices) != 1:
-            raise ValueError(f"rank {rank}: its tensors sit on {sorted(map(str, devices))}; "
-                             f"a rank's tensors share one device")
+            raise RefitInvalidInput(f"rank {rank}: its tensors sit on {sorted(map(str, devices))}; "
+                                    f"a rank's tensors share one device")
         self.device = devices.pop()
         if self.device.type not in ("cpu", "cuda"):
-            raise ValueError(f"rank {rank}: refit reads and writes CPU or CUDA tensors, not "
-                             f"{self.device}")
+            raise RefitInvalidInput(f"rank {rank}: refit reads and writes CPU or CUDA tensors, not "
+                                    f"{self.device}")
         self.device_index = self.device.index or 0
         buffer_of = {}  # storage or allocation key -> index into self.buffers
         for name, tensor in self.tensors.items():
             if name not in boxes:
-                raise KeyError(f"rank {rank}: tensor {name} has no box (where it lies in "
-                               f"the global tensor)")
+                raise RefitInvalidInput(f"rank {rank}: tensor {name} has no box (where it lies in "
+                                        f"the global tensor)")
             box = boxes[name]
             self.boxes[name] = box
             self.dtypes[name] = tensor.dtype
             refit_dtype(tensor.dtype)  # refused here when refit has no such dtype
             if tuple(tensor.shape) != box.extent:
-                raise ValueError(f"rank {rank}: tensor {name} has shape "
-                                 f"{tuple(tensor.shape)} but its box {box.offset} + "
-                                 f"{box.extent} of {box.global_shape} has another: register "
-                                 f"the rank's local shard")
+                raise RefitInvalidInput(f"rank {rank}: tensor {name} has shape "
+                                        f"{tuple(tensor.shape)} but its box {box.offset} + "
+                                        f"{box.extent} of {box.global_shape} has another: register "
+                                        f"the rank's local shard")
             if box.empty:
                 continue  # holds nothing: declared, with no view
             if any(s == 0 for s in tensor.stride()):
-                raise ValueError(f"rank {rank}: tensor {name} is an expanded view (a stride of "
-                                 f"0 repeats its elements): register a tensor that owns them")
+                raise RefitInvalidInput(f"rank {rank}: tensor {name} is an expanded view (a "
+                                        f"stride of 0 repeats its elements): register a tensor "
+                                        f"that owns them")
             element = tensor.element_size()
             key, start = self._locate(name, tensor, buffer_of)
             buffer = self.buffers[buffer_of[key]]
@@ -131,7 +107,7 @@ class InPlaceMemory:
             key = storage.data_ptr()
             if key not in buffer_of:
                 if storage.nbytes() == 0:
-                    raise ValueError(f"rank {self.rank}: tensor {name} has no memory")
+                    raise RefitInvalidInput(f"rank {self.rank}: tensor {name} has no memory")
                 # Moves the storage into a named segment, in place (a no-op when it is one).
                 _, shm_name, _ = storage._share_filename_cpu_()
                 shm_name = shm_name.decode() if isinstance(shm_name, bytes) else shm_name
@@ -145,8 +121,7 @@ class InPlaceMemory:
             return key, buffer.bytes - storage.nbytes()
         # CUDA: the caching allocator's block, named by its IPC handle, and the storage's
         # offset in it; a block holds many storages and is opened once.
-        shared = storage._share_cuda_()
-        handle, block_offset = cuda_ipc_handle(name, shared[1]), shared[3]
+        handle, block_offset = cuda_block_of(f"rank {self.rank}: tensor {name}", storage)
         end = block_offset + storage.nbytes()
         if handle not in buffer_of:
             buffer_of[handle] = len(self.buffers)

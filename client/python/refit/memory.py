@@ -5,6 +5,8 @@ import os
 import secrets
 from multiprocessing import shared_memory
 
+from .cuda_ipc import cuda_block_of
+from .errors import RefitInvalidInput
 from ._proto import refit_pb2
 
 _ALIGN = 256  # every view starts on a 256-byte boundary
@@ -19,8 +21,8 @@ def refit_dtype(dtype):
     """refit's name of a torch dtype (torch.float32 -> "F32")."""
     name = str(dtype).replace("torch.", "")
     if name not in _DTYPES:
-        raise ValueError(f"dtype {dtype} has no refit equivalent (supported: "
-                         f"{', '.join(sorted(_DTYPES))})")
+        raise RefitInvalidInput(f"dtype {dtype} has no refit equivalent (supported: "
+                                f"{', '.join(sorted(_DTYPES))})")
     return _DTYPES[name]
 
 
@@ -54,10 +56,11 @@ class RankMemory:
                                                shm_name="/" + self._shm.name.lstrip("/"))
         elif self.device.type == "cuda":
             self._flat = torch.empty(total, dtype=torch.uint8, device=self.device)
-            self.buffer, self._base_offset = _cuda_ipc_buffer(self._flat, total)
+            self.buffer, self._base_offset = _cuda_ipc_buffer(rank, self._flat, total)
             self.device_index = self.device.index if self.device.index is not None else 0
         else:
-            raise ValueError(f"rank {rank}: refit holds CPU or CUDA tensors, not {self.device}")
+            raise RefitInvalidInput(f"rank {rank}: refit holds CPU or CUDA tensors, not "
+                                    f"{self.device}")
         self.boxes = {name: shard for name, (shard, _) in shards.items()}
         self.dtypes = {name: dtype for name, (_, dtype) in shards.items()}
         self.tensors = {}
@@ -91,13 +94,12 @@ class RankMemory:
             self._shm = None
 
 
-def _cuda_ipc_buffer(flat, total):
+def _cuda_ipc_buffer(rank, flat, total):
     """The BufferSpec of a CUDA tensor's memory: torch's caching allocator hands out
     pieces of larger blocks, and a CUDA IPC handle names the whole block, so the buffer
     is the block up to the end of this tensor and views are offset by where it starts.
     Returns the BufferSpec and that offset."""
     storage = flat.untyped_storage() if hasattr(flat, "untyped_storage") else flat.storage()
-    shared = storage._share_cuda_()
-    handle, offset_bytes = shared[1], shared[3]
+    handle, offset_bytes = cuda_block_of(f"rank {rank}: the memory refit allocated", storage)
     spec = refit_pb2.BufferSpec(name="rank", bytes=offset_bytes + total, cuda_ipc_handle=handle)
     return spec, offset_bytes

@@ -10,6 +10,7 @@ Two mesh dimensions may shard one tensor dimension (FSDP2 over TP)."""
 from dataclasses import dataclass
 from typing import Sequence, Tuple
 
+from .errors import RefitInvalidInput
 from .shards import Box, replicated
 
 
@@ -32,10 +33,11 @@ class DeviceMesh:
     def __init__(self, shape: Sequence[int], names: Sequence[str] = ()):
         self.shape: Tuple[int, ...] = tuple(int(s) for s in shape)
         if not self.shape or any(s <= 0 for s in self.shape):
-            raise ValueError(f"a device mesh of shape {self.shape}: every size must be positive")
+            raise RefitInvalidInput(f"a device mesh of shape {self.shape}: every size must be "
+                                    f"positive")
         self.names: Tuple[str, ...] = tuple(names)
         if self.names and len(self.names) != len(self.shape):
-            raise ValueError(f"{len(self.names)} names for a {len(self.shape)}-dim mesh")
+            raise RefitInvalidInput(f"{len(self.names)} names for a {len(self.shape)}-dim mesh")
 
     @property
     def size(self) -> int:
@@ -47,7 +49,7 @@ class DeviceMesh:
     def coordinate(self, rank: int) -> Tuple[int, ...]:
         """The rank's position in the mesh."""
         if not 0 <= rank < self.size:
-            raise ValueError(f"rank {rank} is not in a mesh of {self.size} ranks")
+            raise RefitInvalidInput(f"rank {rank} is not in a mesh of {self.size} ranks")
         coordinate = []
         for s in reversed(self.shape):
             coordinate.append(rank % s)
@@ -60,17 +62,17 @@ class DeviceMesh:
         shape = tuple(int(d) for d in global_shape)
         placements = tuple(placements)
         if len(placements) != len(self.shape):
-            raise ValueError(f"{len(placements)} placements for a {len(self.shape)}-dim mesh "
-                             f"{self.shape}: one per mesh dimension")
+            raise RefitInvalidInput(f"{len(placements)} placements for a {len(self.shape)}-dim "
+                                    f"mesh {self.shape}: one per mesh dimension")
         box = replicated(shape)
         for mesh_dim, (placement, index) in enumerate(zip(placements, self.coordinate(rank))):
             if isinstance(placement, Replicate):
                 continue
             if not isinstance(placement, Shard):
-                raise ValueError(f"placement {placement!r}: refit knows Shard(dim) and "
-                                 f"Replicate()")
+                raise RefitInvalidInput(f"placement {placement!r}: refit knows Shard(dim) and "
+                                        f"Replicate()")
             dim = placement.dim + len(shape) if placement.dim < 0 else placement.dim
             if not 0 <= dim < len(shape):
-                raise ValueError(f"Shard({placement.dim}) of a {len(shape)}-dim tensor")
+                raise RefitInvalidInput(f"Shard({placement.dim}) of a {len(shape)}-dim tensor")
             box = box.chunked(dim, index, self.shape[mesh_dim])
         return box

@@ -5,6 +5,8 @@ refit.placements builds them from a device mesh and Shard/Replicate placements."
 from dataclasses import dataclass
 from typing import Tuple
 
+from .errors import RefitInvalidInput
+
 
 @dataclass(frozen=True)
 class Box:
@@ -21,15 +23,15 @@ class Box:
         object.__setattr__(self, "extent", tuple(int(d) for d in self.extent))
         dims = len(self.global_shape)
         if len(self.offset) != dims or len(self.extent) != dims:
-            raise ValueError(
-                f"box of a {dims}-dim tensor needs {dims} offsets and extents, got "
-                f"{self.offset} and {self.extent}")
+            raise RefitInvalidInput(
+                       f"box of a {dims}-dim tensor needs {dims} offsets and extents, got "
+                       f"{self.offset} and {self.extent}")
         for d in range(dims):
             if self.extent[d] < 0 or self.offset[d] < 0 or (
                     self.offset[d] + self.extent[d] > self.global_shape[d]):
-                raise ValueError(
-                    f"box offset {self.offset} extent {self.extent} leaves the tensor of "
-                    f"shape {self.global_shape} in dim {d}")
+                raise RefitInvalidInput(
+                           f"box offset {self.offset} extent {self.extent} leaves the tensor of "
+                           f"shape {self.global_shape} in dim {d}")
 
     @property
     def elements(self) -> int:
@@ -66,11 +68,11 @@ def replicated(global_shape) -> Box:
 
 def _check_part(shape, dim, index, parts):
     if not 0 <= dim < len(shape):
-        raise ValueError(f"dim {dim} of a {len(shape)}-dim tensor")
+        raise RefitInvalidInput(f"dim {dim} of a {len(shape)}-dim tensor")
     if parts <= 0:
-        raise ValueError(f"{parts} parts: at least one")
+        raise RefitInvalidInput(f"{parts} parts: at least one")
     if not 0 <= index < parts:
-        raise ValueError(f"part {index} of {parts}")
+        raise RefitInvalidInput(f"part {index} of {parts}")
 
 
 def _along(shape, dim, start, length) -> Box:
@@ -86,8 +88,8 @@ def split(global_shape, dim, index, parts) -> Box:
     shape = tuple(global_shape)
     _check_part(shape, dim, index, parts)
     if shape[dim] % parts != 0:
-        raise ValueError(f"{parts} parts do not divide dim {dim} of size {shape[dim]} "
-                         f"(refit.chunk splits unevenly, as torch.chunk)")
+        raise RefitInvalidInput(f"{parts} parts do not divide dim {dim} of size {shape[dim]} "
+                                f"(refit.chunk splits unevenly, as torch.chunk)")
     step = shape[dim] // parts
     return _along(shape, dim, index * step, step)
 

@@ -3,7 +3,11 @@
 and refit waits (up to the job's pauseDeadlineMs) for the engine to say it paused; then it
 hears whether the version was committed or the epoch aborted, and resumes. A replica whose
 engine does not pause in time is left out of that epoch (on_abort with the reason) and
-catches up afterwards.
+catches up afterwards. If refitd goes away during a write (the stream of notices breaks
+before the commit or the abort), that write counts as aborted: on_abort with a reason
+starting "refitd went away", and the engine serves the weights it held (a write cut off
+half way may have changed some of them, unless the rank is staged). The rank's
+registration went with refitd: register it again once refitd is back (README).
 
     hooks = refit.WriteHooks(on_before_write=engine.pause,        # returns once paused
                              on_commit=lambda version: engine.resume(),
@@ -90,12 +94,15 @@ class WriteGate:
 
 class WriteWatcher(RankStream):
     """Holds a rank's WatchWrites stream open on a thread and calls its WriteHooks: each
-    BEFORE_WRITE is answered with Paused once on_before_write returns."""
+    BEFORE_WRITE is answered with Paused once on_before_write returns, and ended by exactly
+    one on_commit or on_abort (refitd's COMMITTED, ABORTED or SKIPPED, or the stream's
+    loss)."""
 
     def __init__(self, stub, session, rank, hooks: WriteHooks):
         self._stub = stub
         self._session = session
         self._hooks = hooks
+        self._writing = None  # the version of the BEFORE_WRITE not yet ended (reader thread)
         super().__init__(stub.WatchWrites(refit_pb2.WatchWritesRequest(session=session)), rank,
                          "write notices")
 
@@ -115,6 +122,7 @@ class WriteWatcher(RankStream):
 
     def _take(self, notice):
         if notice.kind == _NOTICE.BEFORE_WRITE:
+            self._writing = notice.version
             if self._call(self._hooks.on_before_write, notice.version):
                 try:
                     self._stub.Paused(refit_pb2.PausedRequest(
@@ -124,6 +132,15 @@ class WriteWatcher(RankStream):
                     if e.code() != grpc.StatusCode.FAILED_PRECONDITION:
                         raise
         elif notice.kind == _NOTICE.COMMITTED:
+            self._writing = None
             self._call(self._hooks.on_commit, notice.version)
         else:  # ABORTED or SKIPPED
+            self._writing = None
             self._call(self._hooks.on_abort, notice.version, notice.reason)
+
+    def _on_lost(self, reason):
+        # No commit or abort will come for the write under way: the engine must not wait
+        # for one (a WriteGate would keep every step out for good).
+        if self._writing is not None:
+            version, self._writing = self._writing, None
+            self._call(self._hooks.on_abort, version, reason)

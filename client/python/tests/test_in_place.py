@@ -9,7 +9,7 @@ import torch
 
 import refit
 from refit import conventions
-from refit.in_place import InPlaceMemory, cuda_ipc_handle
+from refit.in_place import InPlaceMemory
 
 
 def segment_bytes(buffer):
@@ -264,27 +264,6 @@ class ConventionsTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "do not split evenly over TP 8"):
             del engine["lm_head.weight"], engine["model.embed_tokens.weight"]
             conventions.vllm_views(engine, shapes, 0, 8)
-
-
-class CudaIpcHandleTest(unittest.TestCase):
-    """torch 2.x shares a caching-allocator block as a versioned handle (version byte, type
-    byte, payload); refitd takes the bare 64-byte cudaIpcMemHandle_t."""
-    raw = bytes(range(64))
-
-    def test_the_bare_handle_of_torch_1_is_kept(self):
-        self.assertEqual(cuda_ipc_handle("w", self.raw), self.raw)
-
-    def test_torch_2s_versioned_cuda_malloc_handle_gives_its_payload(self):
-        for version in (2, 3):
-            self.assertEqual(cuda_ipc_handle("w", bytes([version]) + b"c" + self.raw), self.raw)
-
-    def test_an_expandable_segment_is_refused_naming_the_tensor(self):
-        with self.assertRaisesRegex(ValueError, "layers.0.w: .*expandable_segments:False"):
-            cuda_ipc_handle("layers.0.w", b"\x02e" + bytes(40))
-
-    def test_an_unknown_form_is_refused(self):
-        with self.assertRaisesRegex(ValueError, "w: .*a 70-byte handle"):
-            cuda_ipc_handle("w", bytes(70))
 
 
 if __name__ == "__main__":

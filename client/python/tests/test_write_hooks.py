@@ -1,11 +1,19 @@
 """The engine's gate around refit's writes, without a daemon: a write waits for the
 generation steps under way and no step starts until every rank's write ended (committed or
-aborted); the gate remembers the last version committed and the last abort's reason."""
+aborted); the gate remembers the last version committed and the last abort's reason. A
+rank's stream of write notices that breaks during a write (refitd went away) ends that write
+as an abort, so the gate opens again; one the client closes does not."""
 import threading
 import time
 import unittest
 
+import grpc
+
 import refit
+from refit._proto import refit_pb2
+from refit.write_hooks import WriteWatcher
+
+_NOTICE = refit_pb2.WriteNotice
 
 
 class WriteGateTest(unittest.TestCase):
@@ -63,6 +71,117 @@ class WriteGateTest(unittest.TestCase):
         gate.hooks.on_commit(4)
         with gate:
             pass
+
+
+
+class _StreamError(grpc.RpcError):
+    def __init__(self, code, details):
+        super().__init__(details)
+        self._code, self._details = code, details
+
+    def code(self):
+        return self._code
+
+    def details(self):
+        return self._details
+
+
+class _NoticeStream:
+    """A WatchWrites stream as grpc hands it to the client: the notices, then it waits
+    until refitd goes away (`break_off`: UNAVAILABLE) or the client cancels it
+    (CANCELLED)."""
+
+    def __init__(self, notices):
+        self._notices = list(notices)
+        self._ended = threading.Event()
+        self._error = None
+
+    def __iter__(self):
+        yield from self._notices
+        self._ended.wait(10)
+        raise self._error or _StreamError(grpc.StatusCode.DEADLINE_EXCEEDED, "test timed out")
+
+    def break_off(self):
+        self._error = _StreamError(grpc.StatusCode.UNAVAILABLE, "Socket closed")
+        self._ended.set()
+
+    def cancel(self):
+        if not self._ended.is_set():
+            self._error = _StreamError(grpc.StatusCode.CANCELLED, "Locally cancelled")
+            self._ended.set()
+
+
+class _Refitd:
+    """The two calls a WriteWatcher makes."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.paused = threading.Event()
+
+    def WatchWrites(self, request):
+        return self.stream
+
+    def Paused(self, request, timeout):
+        self.paused.set()
+
+
+class LostStreamTest(unittest.TestCase):
+    def watch(self, *notices):
+        self.aborts = []
+        self.aborted = threading.Event()
+        self.gate = refit.WriteGate()
+        hooks = refit.WriteHooks(
+            on_before_write=self.gate.hooks.on_before_write,
+            on_commit=self.gate.hooks.on_commit,
+            on_abort=lambda v, reason: (self.aborts.append((v, reason)),
+                                        self.gate.hooks.on_abort(v, reason),
+                                        self.aborted.set()))
+        self.refitd = _Refitd(_NoticeStream(
+            [_NOTICE(kind=_NOTICE.ATTACHED)] + [_NOTICE(**n) for n in notices]))
+        watcher = WriteWatcher(self.refitd, "session", 0, hooks)
+        watcher.await_attached()
+        return watcher
+
+    def step_runs(self, timeout):
+        stepped = threading.Event()
+
+        def step():
+            with self.gate:
+                stepped.set()
+
+        threading.Thread(target=step, daemon=True).start()
+        return stepped.wait(timeout)
+
+    def test_refitd_going_away_during_a_write_aborts_it_and_the_gate_opens(self):
+        watcher = self.watch(dict(kind=_NOTICE.BEFORE_WRITE, version=7, pause_id="p-1"))
+        self.assertTrue(self.refitd.paused.wait(5))
+        self.assertFalse(self.step_runs(0.1))  # paused for the write
+        self.refitd.stream.break_off()
+        self.assertTrue(self.aborted.wait(5))
+        self.assertEqual(self.aborts, [(7, "refitd went away: UNAVAILABLE: Socket closed")])
+        self.assertTrue(self.step_runs(5))
+        self.assertEqual(self.gate.aborted, "refitd went away: UNAVAILABLE: Socket closed")
+        self.assertIsInstance(watcher.lost, refit.RefitUnavailable)
+        self.assertIn("rank 0: refitd went away", str(watcher.lost))
+        watcher.close()
+        self.assertEqual(len(self.aborts), 1)
+
+    def test_a_close_by_the_client_is_no_abort(self):
+        watcher = self.watch(dict(kind=_NOTICE.BEFORE_WRITE, version=7, pause_id="p-1"))
+        self.assertTrue(self.refitd.paused.wait(5))
+        watcher.close()
+        self.assertFalse(self.aborted.wait(0.2))
+        self.assertIsNone(watcher.lost)
+
+    def test_a_loss_after_the_commit_aborts_nothing(self):
+        watcher = self.watch(dict(kind=_NOTICE.BEFORE_WRITE, version=7, pause_id="p-1"),
+                             dict(kind=_NOTICE.COMMITTED, version=7))
+        self.assertTrue(self.step_runs(5))  # the commit reopened the gate
+        self.refitd.stream.break_off()
+        watcher._thread.join(5)
+        self.assertIsNotNone(watcher.lost)
+        self.assertEqual(self.aborts, [])
+        self.assertEqual(self.gate.version, 7)
 
 
 if __name__ == "__main__":
