@@ -443,7 +443,7 @@ std::map<int64_t, Cluster::DestinationRank> Cluster::DestinationRanks() const {
     if (key.role != v1::ROLE_DESTINATION) continue;
     auto daemon = daemons_.find(record.daemon);
     ranks[key.rank] = {daemon == daemons_.end() ? "" : daemon->second.peer.node(),
-                       record.registration_id};
+                       record.registration_id, record.registration->held_version()};
   }
   return ranks;
 }

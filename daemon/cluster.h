@@ -148,6 +148,7 @@ class Cluster {
   struct DestinationRank {
     std::string node;
     uint64_t registration = 0;
+    int64_t held_version = 0;  // as its daemon said when it registered it (0: none)
   };
   std::map<int64_t, DestinationRank> DestinationRanks() const;
   // Waits until each daemon of `daemons` has been heard from after `since` (MonotonicNow())

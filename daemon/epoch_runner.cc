@@ -602,6 +602,8 @@ EpochRunner::EpochRunner(Cluster* cluster, v1::JobSpec job, CoordinatorMetrics* 
 absl::StatusOr<EpochRunner::Members> EpochRunner::ChooseReplicas(
     int64_t version, ClusterSnapshot* snapshot, std::optional<v1::RefitReport>* held) {
   const ReplicaCensus census = replicas_->Census(RanksIn(snapshot->destination_registrations));
+  const std::map<int64_t, Cluster::DestinationRank> ranks = cluster_->DestinationRanks();
+  const int64_t recovered = cluster_->CommittedVersion();
   Members members;
   bool repeat = false;
   {
@@ -613,12 +615,16 @@ absl::StatusOr<EpochRunner::Members> EpochRunner::ChooseReplicas(
       }
       // A repeat of the committed version moves it to the complete replicas lacking it.
       members.replicas =
-          replicas_->Lacking(census.complete, HoldersLocked(), snapshot->destination_registrations);
+          replicas_->Lacking(census.complete, HoldersLocked(ranks, recovered),
+                             snapshot->destination_registrations);
       auto done = reports_.find(version);
       if (members.replicas.empty() && done != reports_.end()) {
         *held = done->second.report;
         return members;
       }
+      // Every replica holds it, but a restarted coordinator has no report to answer with:
+      // the version moves again.
+      if (members.replicas.empty()) members.replicas = census.complete;
       members.catch_up = members.replicas.size() < census.complete.size();
     }
   }
@@ -741,21 +747,32 @@ absl::Duration EpochRunner::PauseDeadline() const {
   return absl::Milliseconds(job_.pause_deadline_ms() > 0 ? job_.pause_deadline_ms() : 10000);
 }
 
-std::map<int64_t, uint64_t> EpochRunner::HoldersLocked() const {
-  auto done = reports_.find(current_version_);
-  return done == reports_.end() ? std::map<int64_t, uint64_t>{} : done->second.destinations;
+std::map<int64_t, uint64_t> EpochRunner::HoldersLocked(
+    const std::map<int64_t, Cluster::DestinationRank>& ranks, int64_t recovered) const {
+  const int64_t version = std::max(current_version_, recovered);
+  if (version <= 0) return {};
+  auto done = reports_.find(version);
+  if (done != reports_.end()) return done->second.destinations;
+  std::map<int64_t, uint64_t> holders;  // committed before this coordinator started
+  for (const auto& [rank, held] : ranks) {
+    if (held.held_version >= version) holders[rank] = held.registration;
+  }
+  return holders;
 }
 
 bool EpochRunner::CatchUp() {
   int64_t version;
   std::map<int64_t, uint64_t> holders;
+  const std::map<int64_t, Cluster::DestinationRank> ranks = cluster_->DestinationRanks();
+  const int64_t recovered = cluster_->CommittedVersion();
   {
     absl::MutexLock lock(&mu_);
+    current_version_ = std::max(current_version_, recovered);  // a restarted coordinator
     version = current_version_;
-    holders = HoldersLocked();
+    holders = HoldersLocked(ranks, recovered);
   }
-  if (holders.empty()) return false;  // nothing committed (since this coordinator started)
-  const std::map<int64_t, uint64_t> registrations = RegistrationsOf(cluster_->DestinationRanks());
+  if (holders.empty()) return false;  // nothing committed, or nobody holds it
+  const std::map<int64_t, uint64_t> registrations = RegistrationsOf(ranks);
   const std::vector<int64_t> lacking = replicas_->Lacking(
       replicas_->Census(RanksIn(registrations)).complete, holders, registrations);
   if (lacking.empty()) return false;
@@ -803,8 +820,9 @@ std::vector<v1::ReplicaStatus> EpochRunner::Replicas() const {
     for (const std::string& node : nodes) status.add_nodes(node);
     return status;
   };
+  const int64_t recovered = cluster_->CommittedVersion();
   absl::MutexLock lock(&mu_);
-  const std::map<int64_t, uint64_t> holders = HoldersLocked();
+  const std::map<int64_t, uint64_t> holders = HoldersLocked(ranks, recovered);
   for (int64_t replica : census.complete) {
     const bool current = replicas_->Lacking({replica}, holders, registrations).empty();
     // Current as soon as it holds the version (its catch-up may still be finishing).
@@ -1077,7 +1095,21 @@ v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const Members& 
                                     std::pair<int64_t, int64_t> checksummed, double seconds,
                                     double epoch_seconds) {
   const planner::PlanStats& stats = planned.plan->stats;
+  // A catch-up of a version committed before this coordinator started: the ranks that
+  // held it already keep holding it (their daemons said so).
+  std::map<int64_t, Cluster::DestinationRank> ranks;
+  int64_t recovered = -1;
+  if (members.catch_up) {
+    ranks = cluster_->DestinationRanks();
+    recovered = cluster_->CommittedVersion();
+  }
   absl::MutexLock lock(&mu_);
+  if (members.catch_up && !reports_.count(epoch_->version())) {
+    std::map<int64_t, uint64_t> holders = HoldersLocked(ranks, recovered);  // before the entry
+    Committed& seeded = reports_[epoch_->version()];
+    seeded.destinations = std::move(holders);
+    seeded.sources = snapshot.source_registrations;
+  }
   v1::RefitReport report;
   report.set_epoch_id(epoch_->id());
   report.set_version(epoch_->version());
@@ -1108,6 +1140,7 @@ v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const Members& 
   if (members.catch_up && caught_up != reports_.end()) {
     // The version's report now names these replicas too, and they hold it.
     Committed& committed = caught_up->second;
+    if (committed.report.epoch_id().empty()) committed.report = report;  // seeded above
     for (const auto& [rank, registration] : snapshot.destination_registrations) {
       committed.destinations[rank] = registration;
     }

@@ -201,7 +201,13 @@ class EpochRunner {
   void ResumeEngines(const ClusterSnapshot& snapshot, const std::vector<int64_t>& ranks,
                      const std::string& why);
   // Registrations of the destination ranks that hold the committed version.
-  std::map<int64_t, uint64_t> HoldersLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The destination registrations holding the committed version (the newer of this
+  // coordinator's and `recovered`, the daemons'): those its report names, or, for a version
+  // committed before this coordinator started, the ranks of `ranks` their daemons said hold
+  // it. `ranks` and `recovered` are read from the cluster before taking mu_.
+  std::map<int64_t, uint64_t> HoldersLocked(const std::map<int64_t, Cluster::DestinationRank>& ranks,
+                                            int64_t recovered) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A repeat of the committed version: its report, a refusal, or nothing when the version
   // must be moved again (destination ranks registered since, sources still holding it).
   // `status`, counted as a refit refused before any epoch, by `reason` (kRefusalReasons).

@@ -72,6 +72,9 @@ void RankRegistry::Replay(const Listener& emit) {
     absl::MutexLock lock(&mu_);
     for (const auto& [key, entry] : ranks_) {
       events.push_back(Event{Event::kRegistered, entry.registration});
+      if (key.role == v1::ROLE_DESTINATION && entry.version > 0) {
+        events.back().rank.set_held_version(entry.version);
+      }
       if (key.role == v1::ROLE_SOURCE && entry.version >= 0) {
         events.push_back(Event{Event::kPublished, entry.registration, entry.version});
       }

@@ -9,11 +9,13 @@
 
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <random>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "daemon/coordinator_link.h"
@@ -42,6 +44,7 @@ class ReplicaMembershipTest : public ::testing::Test {
     job.set_destination_ranks(2 * replicas);
     job.mutable_destination_replicas()->set_ranks_per_replica(2);
     job.mutable_destination_replicas()->set_min_replicas(min_replicas);
+    job_ = job;
     auto server = CoordinatorServer::Start("127.0.0.1:0", job, absl::Seconds(30), &metrics_);
     ASSERT_TRUE(server.ok()) << server.status();
     coordinator_ = std::move(*server);
@@ -164,8 +167,14 @@ class ReplicaMembershipTest : public ::testing::Test {
   // then, and again 100 ms later: refit must wait for the pause before writing.
   class Engine {
    public:
-    Engine(ReplicaMembershipTest* test, int64_t rank, const std::string& session, int ignore)
-        : test_(test), rank_(rank), session_(session), ignore_(ignore) {
+    // `before_pausing` (may be empty) runs at each BEFORE_WRITE before the engine answers.
+    Engine(ReplicaMembershipTest* test, int64_t rank, const std::string& session, int ignore,
+           std::function<void()> before_pausing = nullptr)
+        : test_(test),
+          rank_(rank),
+          session_(session),
+          ignore_(ignore),
+          before_pausing_(std::move(before_pausing)) {
       thread_ = std::thread([this] {
         test_->replicas_[rank_ / 2]->engine_pauses().Serve(
             rank_, session_, [this](const v1::WriteNotice& notice) { return Take(notice); },
@@ -202,6 +211,7 @@ class ReplicaMembershipTest : public ::testing::Test {
         notices_.push_back(seen);
       }
       if (notice.kind() == v1::WriteNotice::BEFORE_WRITE) {
+        if (before_pausing_) before_pausing_();
         if (ignore_ > 0) {
           --ignore_;
         } else {
@@ -223,13 +233,24 @@ class ReplicaMembershipTest : public ::testing::Test {
     const int64_t rank_;
     const std::string session_;
     int ignore_;
+    const std::function<void()> before_pausing_;
     std::atomic<bool> stop_{false};
     absl::Mutex mu_;
     std::vector<std::string> notices_ ABSL_GUARDED_BY(mu_);
     std::thread thread_;
   };
 
+  // The coordinator goes away and comes back on the same address knowing nothing.
+  void RestartCoordinator() {
+    const std::string address = coordinator_->address();
+    coordinator_.reset();
+    auto server = CoordinatorServer::Start(address, job_, absl::Seconds(30), nullptr);
+    ASSERT_TRUE(server.ok()) << server.status();
+    coordinator_ = std::move(*server);
+  }
+
   CoordinatorMetrics metrics_{std::make_shared<prometheus::Registry>()};
+  v1::JobSpec job_;
   std::unique_ptr<CoordinatorServer> coordinator_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
   transport::testing::BackedLayouts backed_;
@@ -281,9 +302,41 @@ TEST_F(ReplicaMembershipTest, AReplicaThatCompletesLaterCatchesUpByItself) {
   EXPECT_THAT(ReplicaStates(), ElementsAre("0 current", "1 incomplete"));
 }
 
-// A replica that completes while a refit holds the group (here one waiting for the
-// trainers to publish) is not in that refit; it catches up once the refit is over.
+// A replica that completes while a refit holds the group (here while replica 0's engines
+// are asked to pause, after the refit chose its replicas) is not in that refit; it catches
+// up once the refit is over.
 TEST_F(ReplicaMembershipTest, AReplicaThatCompletesDuringARefitCatchesUpWhenItEnds) {
+  Start(/*min_replicas=*/1);
+  std::vector<std::unique_ptr<Engine>> engines;
+  for (int64_t rank : {0, 1}) {
+    const std::string session = RegisterDestination(rank, /*pauses_for_writes=*/true);
+    std::function<void()> complete_replica_one;
+    if (rank == 0) {
+      complete_replica_one = [this, registered = false]() mutable {
+        if (std::exchange(registered, true)) return;
+        RegisterDestination(2);
+        RegisterDestination(3);
+        EXPECT_TRUE(GroupSeen(4));
+        // Not a wait for an outcome: time for the preparer, woken by the registrations, to
+        // find the group held (the interleaving that used to leave the replica behind).
+        absl::SleepFor(absl::Milliseconds(300));
+      };
+    }
+    engines.push_back(std::make_unique<Engine>(this, rank, session, 0, complete_replica_one));
+  }
+  ASSERT_TRUE(GroupSeen(2));
+  Publish(1);
+  v1::RefitReport first;
+  const grpc::Status refit = Refit(1, &first);
+  ASSERT_TRUE(refit.ok()) << refit.error_message();
+  EXPECT_THAT(first.replicas(), ElementsAre(0));
+  for (int64_t rank : {2, 3}) EXPECT_EQ(WrongBytesAfter(rank, 1), 0) << rank;
+  EXPECT_TRUE(Reaches(metrics_.catch_ups.Add({{"result", "committed"}}), 1));
+}
+
+// A restarted coordinator learns from the daemons which ranks hold the version it recovers:
+// the replica that took it is current (not behind), and one completing later catches up.
+TEST_F(ReplicaMembershipTest, AfterACoordinatorRestartReplicasAreCurrentAndCatchUp) {
   Start(/*min_replicas=*/1);
   RegisterDestination(0);
   RegisterDestination(1);
@@ -291,21 +344,21 @@ TEST_F(ReplicaMembershipTest, AReplicaThatCompletesDuringARefitCatchesUpWhenItEn
   Publish(1);
   v1::RefitReport first;
   ASSERT_TRUE(Refit(1, &first).ok());
-  v1::RefitReport second;
-  grpc::Status refit_status;
-  std::thread refit([&] { refit_status = Refit(2, &second); });  // waits for the publish
+  RestartCoordinator();
+  ASSERT_TRUE(GroupSeen(2));  // the daemons reconnect and replay their ranks
+  EXPECT_THAT(ReplicaStates(), ElementsAre("0 current", "1 absent"));
   RegisterDestination(2);
   RegisterDestination(3);
-  ASSERT_TRUE(GroupSeen(4));
-  // Not a wait for an outcome: time for the preparer, woken by the registrations, to find
-  // the group held (the interleaving that used to leave the replica behind for good).
-  absl::SleepFor(absl::Milliseconds(300));
-  Publish(2);
-  refit.join();
-  ASSERT_TRUE(refit_status.ok()) << refit_status.error_message();
-  EXPECT_THAT(second.replicas(), ElementsAre(0));
-  for (int64_t rank : {2, 3}) EXPECT_EQ(WrongBytesAfter(rank, 2), 0) << rank;
-  EXPECT_TRUE(Reaches(metrics_.catch_ups.Add({{"result", "committed"}}), 1));
+  for (int64_t rank : {2, 3}) EXPECT_EQ(WrongBytesAfter(rank, 1), 0) << rank;
+  EXPECT_EQ(transport::testing::WrongBytes(replicas_[0]->HoldBuffers().buffers(),
+                                           v1::ROLE_DESTINATION, destinations_.ranks(0)),
+            0);
+  for (int i = 0; i < 250 && ReplicaStates() != std::vector<std::string>{"0 current",
+                                                                          "1 current"};
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_THAT(ReplicaStates(), ElementsAre("0 current", "1 current"));
 }
 
 TEST_F(ReplicaMembershipTest, AReplicaCompletedAfterTheSourcesMovedOnWaitsForTheNextRefit) {
