@@ -193,7 +193,7 @@ absl::StatusOr<int> EpochRunner::SendSlices(const ClusterSnapshot& snapshot, con
 absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& snapshot,
                                                       const v1::Plan& plan,
                                                       const std::string& epoch_id, uint32_t number,
-                                                      int64_t version, absl::Time deadline) {
+                                                      int64_t version, Deadline deadline) {
   if (absl::StatusOr<int> sent = SendSlices(snapshot, plan); !sent.ok()) return sent.status();
   std::set<int32_t> asked;
   for (const auto& [index, channel] : snapshot.channels) {
@@ -202,7 +202,7 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
     execute->set_epoch_id(epoch_id);
     execute->set_version(version);
     execute->set_plan_digest(plan.digest());
-    execute->set_deadline_ms(absl::ToInt64Milliseconds(deadline - absl::Now()));
+    execute->set_deadline_ms(absl::ToInt64Milliseconds(deadline.Left()));
     execute->set_epoch_number(number);
     execute->set_checksums(!job_.skip_checksums());
     execute->set_stall_ms(job_.data_plane_stall_ms());
@@ -299,10 +299,12 @@ void EpochRunner::SendPlanAhead() {
   }
 }
 
-bool EpochRunner::TakeGroup(absl::Time deadline, const Cancelled& cancelled) {
+bool EpochRunner::TakeGroup(Deadline deadline, const Cancelled& cancelled) {
   absl::MutexLock lock(&mu_);
   auto group_free = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !group_busy_; };
-  if (!AwaitCancellable(mu_, absl::Condition(&group_free), deadline, cancelled)) return false;
+  if (!AwaitCancellable(mu_, absl::Condition(&group_free), deadline.ToTime(), cancelled)) {
+    return false;
+  }
   group_busy_ = true;
   return true;
 }
@@ -325,8 +327,8 @@ void EpochRunner::ReleaseGroup() {
 
 absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Duration timeout,
                                                    const Cancelled& cancelled) {
-  const absl::Time start = absl::Now();
-  const absl::Time deadline = start + timeout;
+  const absl::Duration start = MonotonicNow();
+  const Deadline deadline = Deadline::In(timeout);
   if (!TakeGroup(deadline, cancelled)) {
     absl::MutexLock lock(&mu_);
     const std::string holder = absl::StrCat("a refit of version ", group_version_);
@@ -358,8 +360,8 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
   return report;
 }
 
-absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, absl::Time start,
-                                                               absl::Time deadline,
+absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, absl::Duration start,
+                                                               Deadline deadline,
                                                                const Cancelled& cancelled) {
   {
     absl::MutexLock lock(&mu_);
@@ -404,8 +406,8 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
   return report;
 }
 
-absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Time start,
-                                                       absl::Time deadline,
+absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Duration start,
+                                                       Deadline deadline,
                                                        const Cancelled& cancelled,
                                                        ClusterSnapshot* snapshot,
                                                        Members* members) {
@@ -506,7 +508,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Ti
     // The epoch writes the buffers of daemons still in doubt about an older one: that one
     // is over for them.
     SettleDaemonsInDoubt(/*superseded=*/true);
-    const absl::Time epoch_start = absl::Now();
+    const absl::Duration epoch_start = MonotonicNow();
     const auto [epoch_id, number] = StartEpoch(version, planned->wire, *snapshot);
     const absl::Status launched =
         Launch(*snapshot, planned->wire, epoch_id, number, version, deadline).status();
@@ -523,8 +525,8 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Ti
     for (int64_t replica : members->replicas) {
       if (std::find(lost.begin(), lost.end(), replica) == lost.end()) left.push_back(replica);
     }
-    const bool retried = !lost.empty() && left.size() >= needed && absl::Now() < deadline;
-    const absl::Time end = absl::Now();
+    const bool retried = !lost.empty() && left.size() >= needed && !deadline.Passed();
+    const absl::Duration end = MonotonicNow();
     const double seconds = absl::ToDoubleSeconds(end - start);
     // A commit is recorded (the version, who holds it) before any daemon hears of it, so
     // whoever sees the new version in a rank finds the coordinator saying so too.
@@ -655,20 +657,20 @@ absl::StatusOr<EpochRunner::Members> EpochRunner::ChooseReplicas(
 
 std::vector<int64_t> EpochRunner::LostReplicas(const ClusterSnapshot& snapshot,
                                                const std::vector<int64_t>& replicas,
-                                               absl::Time deadline) {
+                                               Deadline deadline) {
   std::set<int32_t> daemons;
   for (const auto& [index, channel] : snapshot.channels) daemons.insert(index);
   // A daemon that died is cut within its lease (checked every quarter of it); a live one
   // heartbeats within a quarter of it.
   const absl::Duration lease = absl::Milliseconds(job_.lease_ms() > 0 ? job_.lease_ms() : 5000);
-  cluster_->AwaitHeardSince(daemons, MonotonicNow(), std::min(deadline, absl::Now() + lease * 1.5));
+  cluster_->AwaitHeardSince(daemons, MonotonicNow(), deadline.Within(lease * 1.5).ToTime());
   // Lost: a rank gone, or registered anew, since the epoch's snapshot.
   return replicas_->Lacking(replicas, snapshot.destination_registrations,
                             RegistrationsOf(cluster_->DestinationRanks()));
 }
 
 std::vector<int64_t> EpochRunner::PauseEngines(int64_t version, const ClusterSnapshot& snapshot,
-                                               absl::Time deadline, const Cancelled& cancelled,
+                                               Deadline deadline, const Cancelled& cancelled,
                                                std::vector<int64_t>* asked,
                                                std::vector<int64_t>* gone) {
   const transport::RankPlacement where = WhereRanksAre(snapshot);
@@ -680,7 +682,7 @@ std::vector<int64_t> EpochRunner::PauseEngines(int64_t version, const ClusterSna
   asked->clear();
   gone->clear();
   if (by_daemon.empty()) return {};
-  const absl::Time pause_deadline = std::min(deadline, absl::Now() + PauseDeadline());
+  const Deadline pause_deadline = deadline.Within(PauseDeadline());
   std::string id;
   {
     absl::MutexLock lock(&mu_);
@@ -695,7 +697,7 @@ std::vector<int64_t> EpochRunner::PauseEngines(int64_t version, const ClusterSna
     pause->set_pause_id(id);
     pause->set_version(version);
     pause->set_deadline_ms(
-        std::max<int64_t>(1, absl::ToInt64Milliseconds(pause_deadline - absl::Now())));
+        std::max<int64_t>(1, absl::ToInt64Milliseconds(pause_deadline.Left())));
     for (int64_t rank : ranks) pause->add_ranks(rank);
     asked->insert(asked->end(), ranks.begin(), ranks.end());
     auto channel = snapshot.channels.find(daemon);
@@ -706,7 +708,7 @@ std::vector<int64_t> EpochRunner::PauseEngines(int64_t version, const ClusterSna
   absl::MutexLock lock(&mu_);
   auto answered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pause_->awaiting.empty(); };
   AwaitCancellable(mu_, absl::Condition(&answered),
-                   std::min(deadline, pause_deadline + absl::Seconds(1)), cancelled);
+                   deadline.Within(pause_deadline.Left() + absl::Seconds(1)).ToTime(), cancelled);
   std::vector<int64_t> late;
   for (const auto& [daemon, ranks] : by_daemon) {
     for (int64_t rank : ranks) {
@@ -787,7 +789,7 @@ bool EpochRunner::CatchUp() {
   }
   spdlog::info("{} {} the committed version {}: catching up", DescribeReplicas(lacking),
                lacking.size() == 1 ? "lacks" : "lack", version);
-  const absl::Time start = absl::Now();
+  const absl::Duration start = MonotonicNow();
   const absl::Duration timeout =
       absl::Milliseconds(job_.epoch_deadline_ms() > 0 ? job_.epoch_deadline_ms() : 60000);
   {
@@ -795,7 +797,7 @@ bool EpochRunner::CatchUp() {
     group_version_ = version;
   }
   absl::StatusOr<v1::RefitReport> report =
-      RefitHoldingGroup(version, start, start + timeout, nullptr);
+      RefitHoldingGroup(version, start, Deadline::In(timeout), nullptr);
   if (!report.ok()) {
     spdlog::warn("catching up {} to version {} failed: {}", DescribeReplicas(lacking), version,
                  std::string(report.status().message()));
@@ -990,14 +992,14 @@ absl::StatusOr<EpochRunner::PlannedEpoch> EpochRunner::PlanEpoch(int64_t version
   return planned;
 }
 
-absl::Status EpochRunner::AwaitPublishes(int64_t version, absl::Time deadline,
+absl::Status EpochRunner::AwaitPublishes(int64_t version, Deadline deadline,
                                          const Cancelled& cancelled) {
   auto gave_up = [&]() { return cancelled && cancelled(); };
   std::vector<int64_t> unpublished;
   do {
     unpublished = cluster_->AwaitPublished(
-        version, std::min(deadline, absl::Now() + absl::Milliseconds(100)));
-  } while (!unpublished.empty() && absl::Now() < deadline && !gave_up());
+        version, deadline.Within(absl::Milliseconds(100)).ToTime());
+  } while (!unpublished.empty() && !deadline.Passed() && !gave_up());
   if (unpublished.empty()) return absl::OkStatus();
   const std::string waiting = absl::StrCat(
       "version ", version, " was not published by source ranks ", absl::StrJoin(unpublished, ", "));
@@ -1030,7 +1032,7 @@ std::pair<std::string, uint32_t> EpochRunner::StartEpoch(int64_t version, const 
   return {epoch_id, number};
 }
 
-absl::Status EpochRunner::Decide(absl::Status launched, absl::Time deadline,
+absl::Status EpochRunner::Decide(absl::Status launched, Deadline deadline,
                                  const Cancelled& cancelled, const ClusterSnapshot& snapshot,
                                  const v1::Plan& wire, std::pair<int64_t, int64_t>* checksummed) {
   absl::MutexLock lock(&mu_);
@@ -1051,10 +1053,10 @@ absl::Status EpochRunner::Decide(absl::Status launched, absl::Time deadline,
   return outcome;
 }
 
-absl::Status EpochRunner::AwaitExecutionLocked(absl::Time deadline, const Cancelled& cancelled) {
+absl::Status EpochRunner::AwaitExecutionLocked(Deadline deadline, const Cancelled& cancelled) {
   if (absl::Status launched = epoch_->Launched(); !launched.ok()) return launched;
   auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return epoch_->Settled(); };
-  if (!AwaitCancellable(mu_, absl::Condition(&settled), deadline, cancelled) && cancelled &&
+  if (!AwaitCancellable(mu_, absl::Condition(&settled), deadline.ToTime(), cancelled) && cancelled &&
       cancelled()) {
     epoch_->Fail(absl::CancelledError("the caller cancelled the refit"));
   }
@@ -1176,6 +1178,7 @@ void EpochRunner::OnProgress(int32_t daemon, const v1::EpochProgress& progress) 
 bool EpochRunner::Watch(const std::string& epoch_id, absl::Time deadline,
                         const std::function<bool(const v1::EpochProgress&)>& emit,
                         const std::function<bool()>& cancelled, int64_t version) {
+  const Deadline end = Deadline::In(deadline - absl::Now());  // a clock step does not move it
   absl::MutexLock lock(&mu_);
   const bool running = epoch_ && epoch_->running();
   std::string watched = epoch_id;
@@ -1208,10 +1211,10 @@ bool EpochRunner::Watch(const std::string& epoch_id, absl::Time deadline,
     }
     const int64_t before = progress_events_;
     auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return progress_events_ != before; };
-    mu_.AwaitWithDeadline(absl::Condition(&changed),
-                          std::min(deadline, absl::Now() + absl::Milliseconds(100)));
+    mu_.AwaitWithTimeout(absl::Condition(&changed),
+                         std::min(end.Left(), absl::Milliseconds(100)));
     if (cancelled()) return true;
-    if (progress_events_ == before && absl::Now() >= deadline) return !watched.empty();
+    if (progress_events_ == before && end.Passed()) return !watched.empty();
   }
 }
 

@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/cluster.h"
+#include "daemon/deadline.h"
 #include "daemon/destination_replicas.h"
 #include "daemon/epoch_record.h"
 #include "daemon/metrics.h"
@@ -109,7 +110,7 @@ class EpochRunner {
   void SendPlanAhead() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   absl::StatusOr<std::set<int32_t>> Launch(const ClusterSnapshot& snapshot, const v1::Plan& plan,
                                            const std::string& epoch_id, uint32_t number,
-                                           int64_t version, absl::Time deadline)
+                                           int64_t version, Deadline deadline)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
 
   // The NCCL group for a plan whose GPU pieces cross daemons (none otherwise).
@@ -139,20 +140,20 @@ class EpochRunner {
 
   // Takes the group for one Refit (one at a time) by `deadline`; false at the deadline or
   // on cancellation. Released by ReleaseGroup.
-  bool TakeGroup(absl::Time deadline, const Cancelled& cancelled);
+  bool TakeGroup(Deadline deadline, const Cancelled& cancelled);
   // The preparer's take: the group if it is free now; if a refit holds it, false, and that
   // refit prepares again when it ends (a replica completed meanwhile catches up then).
   bool TakeGroupOrPrepareLater() ABSL_LOCKS_EXCLUDED(mu_);
   void ReleaseGroup();
   // The part of Refit that runs while holding the group, step by step below.
-  absl::StatusOr<v1::RefitReport> RefitHoldingGroup(int64_t version, absl::Time start,
-                                                    absl::Time deadline, const Cancelled& cancelled)
+  absl::StatusOr<v1::RefitReport> RefitHoldingGroup(int64_t version, absl::Duration start,
+                                                    Deadline deadline, const Cancelled& cancelled)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // Plans, launches and decides the epoch of `members` (snapshot: narrowed to them); with
   // destination replicas, again without those lost by a failed attempt while enough are
   // left (members shrinks).
   struct Members;
-  absl::StatusOr<v1::RefitReport> RunEpochs(int64_t version, absl::Time start, absl::Time deadline,
+  absl::StatusOr<v1::RefitReport> RunEpochs(int64_t version, absl::Duration start, Deadline deadline,
                                             const Cancelled& cancelled, ClusterSnapshot* snapshot,
                                             Members* members)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
@@ -181,7 +182,7 @@ class EpochRunner {
   // anew since `snapshot`), known once every daemon of the epoch spoke since the failure or
   // left (bounded by the lease and `deadline`).
   std::vector<int64_t> LostReplicas(const ClusterSnapshot& snapshot,
-                                    const std::vector<int64_t>& replicas, absl::Time deadline);
+                                    const std::vector<int64_t>& replicas, Deadline deadline);
   // Catches up complete replicas lacking the committed version, if any and the sources
   // still hold it; true if it ran an epoch. Holding the group.
   bool CatchUp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
@@ -192,7 +193,7 @@ class EpochRunner {
   // ranks whose daemon went away meanwhile (the wait ends as soon as every daemon asked
   // answered or went, or the caller gave up).
   std::vector<int64_t> PauseEngines(int64_t version, const ClusterSnapshot& snapshot,
-                                    absl::Time deadline, const Cancelled& cancelled,
+                                    Deadline deadline, const Cancelled& cancelled,
                                     std::vector<int64_t>* asked, std::vector<int64_t>* gone)
       ABSL_LOCKS_EXCLUDED(mu_);
   // How long an epoch waits for engines to pause (the job's pauseDeadlineMs).
@@ -221,7 +222,7 @@ class EpochRunner {
   absl::StatusOr<PlannedEpoch> PlanEpoch(int64_t version, ClusterSnapshot* snapshot)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
   // Waits until every source rank published `version`.
-  absl::Status AwaitPublishes(int64_t version, absl::Time deadline, const Cancelled& cancelled);
+  absl::Status AwaitPublishes(int64_t version, Deadline deadline, const Cancelled& cancelled);
   // Opens the record of a new epoch (phase distributing); its id and number.
   std::pair<std::string, uint32_t> StartEpoch(int64_t version, const v1::Plan& wire,
                                               const ClusterSnapshot& snapshot)
@@ -230,10 +231,10 @@ class EpochRunner {
   // or aborts the record, all under one hold of mu_, so a daemon lost meanwhile either
   // fails the epoch or comes after the decision. The outcome (OK: committed), and how many
   // views and pieces were checksummed.
-  absl::Status Decide(absl::Status launched, absl::Time deadline, const Cancelled& cancelled,
+  absl::Status Decide(absl::Status launched, Deadline deadline, const Cancelled& cancelled,
                       const ClusterSnapshot& snapshot, const v1::Plan& wire,
                       std::pair<int64_t, int64_t>* checksummed) ABSL_LOCKS_EXCLUDED(mu_);
-  absl::Status AwaitExecutionLocked(absl::Time deadline, const Cancelled& cancelled)
+  absl::Status AwaitExecutionLocked(Deadline deadline, const Cancelled& cancelled)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<std::pair<int64_t, int64_t>> VerifyLocked(const ClusterSnapshot& snapshot,
                                                            const v1::Plan& wire)
