@@ -237,6 +237,36 @@ TEST_F(ControlPlaneTest, ARepeatAfterTheTrainersRegisteredAnewIsRefusedNotAnswer
   EXPECT_NE(second.epoch_id(), first.epoch_id());
 }
 
+// A destination rank registered on a second node while another node holds it: the
+// coordinator refuses it, and the caller hears ALREADY_EXISTS naming the node that holds
+// it, as for a duplicate on the same node; nothing stays registered there.
+TEST_F(ControlPlaneTest, ARankAlreadyHeldByAnotherNodeIsRefusedToItsCaller) {
+  ASSERT_TRUE(GroupSeen(2, 2));
+  RankRegistry other("inference-b");
+  CoordinatorLink link(address_, "inference-b", &other);
+  link.Start();
+  for (int i = 0; i < 250 && !link.welcomed(); ++i) absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(link.welcomed());
+  const v1::LayoutSpec fresh =
+      backed_.Back(refit::testing::RowsToColumnsPair().destinations, "destination");
+  const absl::StatusOr<std::string> refused =
+      other.Register(testing::RegistrationOf(v1::ROLE_DESTINATION, fresh.ranks(0), fresh));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kAlreadyExists) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::HasSubstr("destination rank 0: the coordinator refused its registration: "
+                                   "destination rank 0 is already registered by daemon inference"));
+  EXPECT_EQ(other.WaitForVersion(0, 1, absl::Now() + absl::Milliseconds(100)).status().code(),
+            absl::StatusCode::kNotFound);
+  // A rank that left the first node registers on the second, accepted.
+  ASSERT_TRUE(inference_.Deregister(v1::ROLE_DESTINATION, 1).ok());
+  ASSERT_TRUE(GroupSeen(2, 1));
+  const absl::StatusOr<std::string> accepted =
+      other.Register(testing::RegistrationOf(v1::ROLE_DESTINATION, fresh.ranks(1), fresh));
+  EXPECT_TRUE(accepted.ok()) << accepted.status();
+  EXPECT_TRUE(GroupSeen(2, 2));
+  EXPECT_EQ(coordinator_->cluster().DestinationRanks().at(1).node, "inference-b");
+}
+
 TEST_F(ControlPlaneTest, ARefitKeepsItsDeadlineAndACancelledOneFreesTheGroup) {
   ASSERT_TRUE(GroupSeen(2, 2));
   // Version 5 is never published: a Refit of it with a long deadline whose caller gives up

@@ -138,18 +138,32 @@ grpc::Status ControlService::Control(
         // An oversized or conflicting registration is left out of the group; the Refit
         // reports the rank missing.
         const v1::RankRegistration& rank = message.register_rank();
+        v1::CoordinatorMessage answer;
+        v1::RegistrationAnswer* said = answer.mutable_registration();
+        said->set_role(rank.role());
+        said->set_rank(rank.layout().rank());
+        said->set_registration_id(rank.registration_id());
+        // Every registration hears how it went; refitd tells the registering process.
+        auto refuse = [&](const absl::Status& why) {
+          spdlog::warn("refitd on {}: registration refused: {}", hello.node(),
+                       std::string(why.message()));
+          said->set_code(static_cast<int32_t>(why.code()));
+          said->set_refusal(std::string(why.message()));
+          channel->Send(answer);
+        };
         absl::Status within = CheckRegistrationLimits(rank.role(), rank.layout(), rank.tensors());
         if (!within.ok()) {
-          spdlog::warn("refitd on {}: {}", hello.node(), std::string(within.message()));
+          refuse(within);
           break;
         }
         const bool destination = rank.role() == v1::ROLE_DESTINATION;
         if (absl::Status added =
                 cluster_->AddRank(session, std::move(*message.mutable_register_rank()));
             !added.ok()) {
-          spdlog::warn("refitd on {}: registration refused: {}", hello.node(),
-                       std::string(added.message()));
+          refuse(added);
         } else {
+          said->set_accepted(true);
+          channel->Send(answer);
           if (destination) SendPeerDestinations(session.index);
           runner_->PrepareSoon();  // the slices go out once the group is complete
         }

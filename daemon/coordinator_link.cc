@@ -204,6 +204,10 @@ void CoordinatorLink::Session() {
       case v1::CoordinatorMessage::kWelcome:
         lease_ms_ = message.welcome().lease_ms() > 0 ? message.welcome().lease_ms() : 5000;
         welcomed_ = true;
+        registry_->ExpectAnswers(true);
+        break;
+      case v1::CoordinatorMessage::kRegistration:
+        registry_->Answer(message.registration());
         break;
       case v1::CoordinatorMessage::kPlan:
         slice_ = std::make_shared<const v1::PlanSlice>(std::move(*message.mutable_plan()));
@@ -384,6 +388,7 @@ void CoordinatorLink::OnPause(const v1::PauseRanks& pause) {
 }
 
 void CoordinatorLink::EndSession() {
+  registry_->ExpectAnswers(false);  // a registration waiting for its answer goes on
   epochs_->Finish();  // the coordinator is gone: so is its epoch
   std::string unsettled;
   int64_t unsettled_version = -1;

@@ -55,6 +55,8 @@ class CoordinatorLink {
   void Start();
   void Stop();
   bool connected() const { return connected_; }
+  // The coordinator welcomed the current session (its answers to registrations will come).
+  bool welcomed() const { return connected_ && welcomed_; }
   // New for every link: what fences this daemon's sessions from its earlier lives.
   const std::string& incarnation() const { return incarnation_; }
 

@@ -157,7 +157,53 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
                    ? ", bucketed: its process copies in each bucket the data plane fills"
                    : "");
   Notify(Event{Event::kRegistered, registration}, sequence);
+  absl::Status refused = AwaitAnswer({request.role(), layout.rank()}, session);
+  if (!refused.ok()) {
+    spdlog::warn("refitd {}: {} refused by the coordinator: {}", node_, who,
+                 std::string(refused.message()));
+    // Nobody else can have registered the rank meanwhile: this registration holds it.
+    Deregister(request.role(), layout.rank()).IgnoreError();
+    return refused;
+  }
   return session;
+}
+
+absl::Status RankRegistry::AwaitAnswer(const transport::RankKey& key, const std::string& session) {
+  absl::MutexLock lock(&mu_);
+  auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = ranks_.find(key);
+    return !answers_expected_ || it == ranks_.end() || it->second.session != session ||
+           it->second.answered;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&settled), kAnswerWait);
+  auto it = ranks_.find(key);
+  if (it == ranks_.end() || it->second.session != session) return absl::OkStatus();
+  return it->second.refusal;
+}
+
+void RankRegistry::ExpectAnswers(bool expected) {
+  absl::MutexLock lock(&mu_);
+  answers_expected_ = expected;
+}
+
+void RankRegistry::Answer(const v1::RegistrationAnswer& answer) {
+  absl::MutexLock lock(&mu_);
+  auto it = ranks_.find({answer.role(), answer.rank()});
+  if (it == ranks_.end() ||
+      it->second.registration.registration_id() != answer.registration_id()) {
+    return;  // a registration that is gone
+  }
+  it->second.answered = true;
+  if (answer.accepted()) {
+    it->second.refusal = absl::OkStatus();
+    return;
+  }
+  const absl::StatusCode code = answer.code() > 0 && answer.code() <= 16
+                                    ? static_cast<absl::StatusCode>(answer.code())
+                                    : absl::StatusCode::kUnknown;
+  it->second.refusal = absl::Status(
+      code, absl::StrCat(RankName(answer.role(), answer.rank()),
+                         ": the coordinator refused its registration: ", answer.refusal()));
 }
 
 absl::Status RankRegistry::Deregister(v1::Role role, int64_t rank) {
@@ -281,6 +327,7 @@ absl::Status RankRegistry::Publish(int64_t rank, int64_t version) {
       return absl::NotFoundError(
           absl::StrCat(RankName(v1::ROLE_SOURCE, rank), " is not registered on ", node_));
     }
+    if (!it->second.refusal.ok()) return it->second.refusal;
     if (version <= it->second.version) {
       return absl::FailedPreconditionError(
           absl::StrCat(RankName(v1::ROLE_SOURCE, rank), " already published version ",
@@ -312,6 +359,7 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = ranks_.find(key);
     return it == ranks_.end() || it->second.version >= version || it->second.torn >= version ||
+           !it->second.refusal.ok() ||
            (aborts_ != aborts_before && last_abort_.version >= version);
   };
   const bool gave_up = !AwaitCancellable(mu_, absl::Condition(&ready), deadline, cancelled) &&
@@ -324,6 +372,7 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
   }
   const Entry& entry = it->second;
   if (entry.version >= version) return entry.version;
+  if (!entry.refusal.ok()) return entry.refusal;  // never in the group: nothing will come
   const std::string holds = absl::StrCat(
       "its buffers hold version ", entry.version,
       entry.partial >= 0 ? absl::StrCat(" and may hold parts of version ", entry.partial) : "");

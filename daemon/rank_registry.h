@@ -46,7 +46,16 @@ class RankRegistry {
 
   // Validates the rank's layout (the planner's checks), maps its shared-memory buffers and
   // bounds-checks every view. Returns a session id. Errors name the rank and the cause.
+  // While a coordinator session is up (ExpectAnswers), waits up to kAnswerWait for the
+  // coordinator's answer: a refusal (another node holds the rank) undoes the registration
+  // and is returned; a refusal that comes later fails the rank's Publish and
+  // WaitForVersion with it.
   absl::StatusOr<std::string> Register(const v1::RegisterRankRequest& request);
+  static constexpr absl::Duration kAnswerWait = absl::Seconds(5);
+  // The coordinator link: a session is up (answers will come) or ended (none will).
+  void ExpectAnswers(bool expected) ABSL_LOCKS_EXCLUDED(mu_);
+  // The coordinator's answer to a registration (ignored unless the rank still holds it).
+  void Answer(const v1::RegistrationAnswer& answer) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Deregister(v1::Role role, int64_t rank);
   // Deregisters the rank registered under `session`, if it is still registered. With
   // `reclaim_shared_memory` (the rank's process is gone) the names of its shared-memory
@@ -147,6 +156,8 @@ class RankRegistry {
     // aborts_ when the rank registered or last took a version: an abort counted after it
     // concerns this rank.
     int64_t aborts_seen = 0;
+    bool answered = false;  // by the coordinator
+    absl::Status refusal;   // the coordinator's, if it refused the registration
   };
   struct AbortRecord {
     int64_t version = -1;
@@ -161,6 +172,11 @@ class RankRegistry {
   // The rank registered under `session`, or ranks_.end().
   std::map<transport::RankKey, Entry>::iterator FindSession(const std::string& session)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Waits (up to kAnswerWait, while answers are expected) for the coordinator's answer to
+  // the registration `session` of `key`; its refusal, or OK.
+  absl::Status AwaitAnswer(const transport::RankKey& key, const std::string& session)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Ends a BufferHold; the last one removes the ranks that left meanwhile.
   void Release() ABSL_LOCKS_EXCLUDED(mu_);
@@ -190,6 +206,7 @@ class RankRegistry {
   // From BeginEpoch to its Commit or (final) Abort; an abort the coordinator retries at once
   // leaves it open. A wait that starts while none is open hears of the last abort at once.
   bool epoch_open_ ABSL_GUARDED_BY(mu_) = false;
+  bool answers_expected_ ABSL_GUARDED_BY(mu_) = false;
   int holds_ ABSL_GUARDED_BY(mu_) = 0;  // BufferHolds alive
   // The destination ranks (and their sessions) the last epoch wrote; Commit marks these.
   std::map<int64_t, std::string> epoch_destinations_ ABSL_GUARDED_BY(mu_);
