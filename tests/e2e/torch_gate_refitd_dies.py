@@ -15,7 +15,7 @@ import time
 
 import refit
 from dense import arguments, engine_parameters, global_shapes
-from dense_inference import trainer_weights, wrong_parameters
+from dense_inference import Generation, trainer_weights, wrong_parameters
 from refit import conventions
 
 VERSION = 1
@@ -23,41 +23,6 @@ VERSION = 1
 
 def log(line):
     print(line, flush=True)
-
-
-class Generation:
-    """Steps of a stand-in for generation on a thread, each inside the gate: it reads every
-    engine parameter twice; `changed` counts the steps whose weights changed under them."""
-
-    def __init__(self, engines, gate):
-        self.engines, self.gate = engines, gate
-        self.steps = self.changed = 0
-        self._cond = threading.Condition()  # guards steps and changed
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _fingerprint(self):
-        return [float(p.double().sum()) for e in self.engines for p in e.values()]
-
-    def _run(self):
-        while not self._stop.is_set():
-            with self.gate:
-                before = self._fingerprint()
-                time.sleep(0.002)
-                with self._cond:  # counted inside the gate: a paused engine counts no step
-                    self.steps += 1
-                    self.changed += before != self._fingerprint()
-                    self._cond.notify_all()
-
-    def await_step_after(self, steps, timeout):
-        """Whether a step ends after the first `steps` within `timeout` seconds."""
-        with self._cond:
-            return self._cond.wait_for(lambda: self.steps > steps, timeout)
-
-    def stop(self):
-        self._stop.set()
-        self._thread.join(timeout=30)
 
 
 def register(socket, engines, hooks_of):

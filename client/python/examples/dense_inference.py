@@ -49,6 +49,7 @@ class Generation:
     def __init__(self, engines, gate):
         self.engines, self.gate = engines, gate
         self.steps = self.changed = 0
+        self._cond = threading.Condition()  # guards steps and changed
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -61,8 +62,15 @@ class Generation:
             with self.gate:
                 before = self._fingerprint()
                 time.sleep(0.002)
-                self.changed += before != self._fingerprint()
-                self.steps += 1
+                with self._cond:  # counted inside the gate: a paused engine counts no step
+                    self.steps += 1
+                    self.changed += before != self._fingerprint()
+                    self._cond.notify_all()
+
+    def await_step_after(self, steps, timeout):
+        """Whether a step ends after the first `steps` within `timeout` seconds."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self.steps > steps, timeout)
 
     def stop(self):
         self._stop.set()
