@@ -62,6 +62,12 @@ class MembershipTest : public ::testing::Test {
     message.mutable_register_rank()->set_role(v1::ROLE_DESTINATION);
     message.mutable_register_rank()->mutable_layout()->set_rank(rank);
     ASSERT_TRUE(daemon->stream->Write(message));
+    // The coordinator answers every registration.
+    v1::CoordinatorMessage answer;
+    ASSERT_TRUE(daemon->stream->Read(&answer));
+    ASSERT_TRUE(answer.has_registration()) << answer.DebugString();
+    EXPECT_TRUE(answer.registration().accepted()) << answer.DebugString();
+    EXPECT_EQ(answer.registration().rank(), rank);
   }
 
   // Waits (bounded) until `done()` holds.

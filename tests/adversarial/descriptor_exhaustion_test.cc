@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,18 @@ std::vector<std::string> UnderDescriptorLimit(std::vector<std::string> argv) {
 class DescriptorExhaustionTest : public ::testing::Test {
  protected:
   void SetUp() override { folder_ = ScratchFolder("refit-nofile"); }
+  // refitd under the limit, with no coordinator; returns once its data-plane worker exists
+  // (it has tried the absent coordinator).
+  std::unique_ptr<ChildProcess> StartRefitd() {
+    auto refitd = std::make_unique<ChildProcess>(
+        UnderDescriptorLimit({RunfilesPath("daemon/refitd"), "--coordinator=127.0.0.1:1",
+                              "--node=a", "--socket=" + socket_path(), "--metrics_port=-1"}),
+        folder_ + "/refitd.log");
+    EXPECT_FALSE(refitd->AwaitLine("control stream to 127.0.0.1:1 ended", absl::Seconds(20)).empty())
+        << refitd->Log();
+    return refitd;
+  }
+  std::string socket_path() const { return folder_ + "/refitd.sock"; }
   std::string folder_;
 };
 
@@ -110,18 +123,13 @@ TEST_F(DescriptorExhaustionTest, TheCoordinatorServesAgainOnceABurstThatExhauste
 }
 
 TEST_F(DescriptorExhaustionTest, RefitdServesItsSocketAgainOnceABurstThatExhaustedItIsGone) {
-  const std::string socket_path = folder_ + "/refitd.sock";
-  ChildProcess refitd(UnderDescriptorLimit({RunfilesPath("daemon/refitd"), "--coordinator=127.0.0.1:1",
-                                            "--node=a", "--socket=" + socket_path,
-                                            "--metrics_port=-1"}),
-                      folder_ + "/refitd.log");
-  // Its data-plane worker exists once it has tried the (absent) coordinator.
-  ASSERT_FALSE(refitd.AwaitLine("control stream to 127.0.0.1:1 ended", absl::Seconds(20)).empty())
-      << refitd.Log();
+  const std::string path = socket_path();
+  const std::unique_ptr<ChildProcess> started = StartRefitd();
+  ChildProcess& refitd = *started;
 
   sockaddr_un target{};
   target.sun_family = AF_UNIX;
-  std::memcpy(target.sun_path, socket_path.data(), socket_path.size());
+  std::memcpy(target.sun_path, path.data(), path.size());
   Burst burst(AF_UNIX, reinterpret_cast<sockaddr*>(&target), sizeof(target));
   ASSERT_EQ(burst.size(), kBurst);
   ASSERT_FALSE(refitd.AwaitLine(kPaused, absl::Seconds(20)).empty()) << refitd.Log();
@@ -130,7 +138,7 @@ TEST_F(DescriptorExhaustionTest, RefitdServesItsSocketAgainOnceABurstThatExhaust
   // Any answer from the local API proves it was accepted and served: an empty
   // registration is refused by refitd itself, not by the transport.
   auto stub = v1::LocalDaemon::NewStub(
-      grpc::CreateChannel("unix:" + socket_path, grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel("unix:" + path, grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
   context.set_wait_for_ready(true);
@@ -147,15 +155,10 @@ TEST_F(DescriptorExhaustionTest, RefitdServesItsSocketAgainOnceABurstThatExhaust
 // (half its limit) is refused with RESOURCE_EXHAUSTED naming the limit, and the daemon goes
 // on serving: a client connects and a small rank registers.
 TEST_F(DescriptorExhaustionTest, ARegistrationPastTheDescriptorBudgetIsRefusedNamingTheLimit) {
-  const std::string socket_path = folder_ + "/refitd.sock";
-  ChildProcess refitd(UnderDescriptorLimit({RunfilesPath("daemon/refitd"), "--coordinator=127.0.0.1:1",
-                                            "--node=a", "--socket=" + socket_path,
-                                            "--metrics_port=-1"}),
-                      folder_ + "/refitd.log");
-  ASSERT_FALSE(refitd.AwaitLine("control stream to 127.0.0.1:1 ended", absl::Seconds(20)).empty())
-      << refitd.Log();
+  const std::unique_ptr<ChildProcess> started = StartRefitd();
+  ChildProcess& refitd = *started;
   auto stub = v1::LocalDaemon::NewStub(
-      grpc::CreateChannel("unix:" + socket_path, grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel("unix:" + socket_path(), grpc::InsecureChannelCredentials()));
   transport::testing::BackedLayouts backed;
   // One segment per row of a [rows, 8] tensor, each its own buffer.
   auto request_of = [&](int64_t rank, int64_t rows) {
