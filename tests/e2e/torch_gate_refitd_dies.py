@@ -55,12 +55,17 @@ def main():
     args = arguments(__doc__).parse_args()
     engines = [engine_parameters(r, args.tp) for r in range(args.tp)]
     gate = refit.WriteGate()
-    generation = Generation(engines, gate)
+    # Generation starts once the ranks are registered: registering in place moves the
+    # parameters into shared memory, which no step may read meanwhile.
+    generation = None
+    generating = threading.Event()
     rank_1_asked = threading.Event()  # rank 1 heard of the first epoch's write
     write_ended = threading.Event()  # rank 0's write of the first epoch
     paused_at = []  # the step count when rank 0 paused
 
     def rank_0_pauses(version):
+        if not generating.wait(30):
+            raise RuntimeError("generation did not start")
         gate.hooks.on_before_write(version)
         paused_at.append(generation.steps)
         if not rank_1_asked.wait(30):
@@ -80,6 +85,8 @@ def main():
              1: refit.WriteHooks(rank_1_is_slow, gate.hooks.on_commit,
                                  lambda v, reason: log(f"rank 1: on_abort({v}): {reason}"))}
     daemon = register(args.socket, engines, first.get)
+    generation = Generation(engines, gate)
+    generating.set()
     log("registered")
 
     if not write_ended.wait(120):
