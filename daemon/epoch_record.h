@@ -69,6 +69,9 @@ class EpochRecord {
 
   // Every daemon reported, or the epoch failed: nothing more to wait for.
   bool Settled() const { return awaiting_.empty() || !failure_.ok(); }
+  // The daemons that have not reported on the epoch (after an abort: those still winding
+  // their part down).
+  const std::set<int32_t>& awaiting() const { return awaiting_; }
   // How execution ended once the wait is over: the first failure, else the daemons that had
   // not reported (DEADLINE_EXCEEDED naming them), else OK. Prefixed with the epoch id.
   absl::Status ExecutionOutcome(const NodeName& node_name) const;

@@ -508,6 +508,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Du
     // The epoch writes the buffers of daemons still in doubt about an older one: that one
     // is over for them.
     SettleDaemonsInDoubt(/*superseded=*/true);
+    AwaitWoundDown(*snapshot, deadline, cancelled);
     const absl::Duration epoch_start = MonotonicNow();
     const auto [epoch_id, number] = StartEpoch(version, planned->wire, *snapshot);
     const absl::Status launched =
@@ -653,6 +654,32 @@ absl::StatusOr<EpochRunner::Members> EpochRunner::ChooseReplicas(
     return Refused("invalid_layout", whole);
   }
   return members;
+}
+
+void EpochRunner::AwaitWoundDown(const ClusterSnapshot& snapshot, Deadline deadline,
+                                 const Cancelled& cancelled) {
+  absl::MutexLock lock(&mu_);
+  auto wound_down = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (const auto& [daemon, session] : winding_down_) {
+      auto channel = snapshot.channels.find(daemon);
+      if (channel != snapshot.channels.end() && channel->second == session.lock()) return false;
+    }
+    return true;
+  };
+  if (wound_down()) {
+    winding_down_.clear();
+    return;
+  }
+  spdlog::info("waiting for {} daemons to wind down epoch {} before the next one",
+               winding_down_.size(), winding_down_epoch_);
+  // A daemon's wind-down ends within its stall limit (its data plane gives up on a dead
+  // peer then); past that and a lease, the next epoch goes ahead regardless.
+  const absl::Duration stall =
+      absl::Milliseconds(job_.data_plane_stall_ms() > 0 ? job_.data_plane_stall_ms() : 10000);
+  const absl::Duration lease = absl::Milliseconds(job_.lease_ms() > 0 ? job_.lease_ms() : 5000);
+  AwaitCancellable(mu_, absl::Condition(&wound_down), deadline.Within(stall + lease).ToTime(),
+                   cancelled);
+  winding_down_.clear();  // the next epoch goes ahead: none after it waits for this one
 }
 
 std::vector<int64_t> EpochRunner::LostReplicas(const ClusterSnapshot& snapshot,
@@ -1036,6 +1063,7 @@ absl::Status EpochRunner::Decide(absl::Status launched, Deadline deadline,
                                  const Cancelled& cancelled, const ClusterSnapshot& snapshot,
                                  const v1::Plan& wire, std::pair<int64_t, int64_t>* checksummed) {
   absl::MutexLock lock(&mu_);
+  const bool launched_ok = launched.ok();
   absl::Status outcome = std::move(launched);
   if (outcome.ok()) outcome = AwaitExecutionLocked(deadline, cancelled);
   if (outcome.ok()) {
@@ -1045,6 +1073,15 @@ absl::Status EpochRunner::Decide(absl::Status launched, Deadline deadline,
   }
   if (outcome.ok()) outcome = epoch_->Commit();
   if (!outcome.ok() && epoch_->running()) epoch_->Abort().IgnoreError();  // running: accepted
+  if (!outcome.ok() && launched_ok) {  // only daemons told to run it wind it down
+    winding_down_epoch_ = epoch_->id();
+    winding_down_.clear();
+    for (int32_t daemon : epoch_->awaiting()) {
+      if (auto channel = snapshot.channels.find(daemon); channel != snapshot.channels.end()) {
+        winding_down_[daemon] = channel->second;
+      }
+    }
+  }
   // Decided here, atomically with the epoch no longer running: a daemon in doubt about it
   // from now on hears this outcome, and a watcher of it hears how it ended.
   DecidedLocked(epoch_->id(), outcome.ok());
@@ -1164,6 +1201,7 @@ v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const Members& 
 void EpochRunner::OnDone(int32_t daemon, const v1::EpochDone& done) {
   const std::string node = cluster_->NodeOf(daemon);
   absl::MutexLock lock(&mu_);
+  if (done.epoch_id() == winding_down_epoch_) winding_down_.erase(daemon);
   if (!epoch_ || done.epoch_id() != epoch_->id()) return;  // a stale report
   epoch_->OnDone(daemon, node, done);
 }
@@ -1221,8 +1259,9 @@ bool EpochRunner::Watch(const std::string& epoch_id, absl::Time deadline,
 void EpochRunner::OnDaemonLost(int32_t daemon, const std::string& how) {
   const std::string node = cluster_->NodeOf(daemon);
   absl::MutexLock lock(&mu_);
-  // A pause round stops waiting for it: its engines cannot answer now.
+  // A pause round stops waiting for it: its engines cannot answer now; nor does a retry.
   if (pause_.has_value() && pause_->awaiting.erase(daemon) > 0) pause_->gone.insert(daemon);
+  winding_down_.erase(daemon);
   if (epoch_)
     epoch_->OnDaemonLost(daemon,
                          absl::UnavailableError(absl::StrCat("refitd on ", node, " ", how)));

@@ -181,6 +181,10 @@ class EpochRunner {
   // After a failed epoch: the replicas of `replicas` it lost (a rank gone or registered
   // anew since `snapshot`), known once every daemon of the epoch spoke since the failure or
   // left (bounded by the lease and `deadline`).
+  // Waits (within `deadline`) until no daemon of `snapshot` is still winding down the last
+  // aborted epoch.
+  void AwaitWoundDown(const ClusterSnapshot& snapshot, Deadline deadline,
+                      const Cancelled& cancelled) ABSL_LOCKS_EXCLUDED(mu_);
   std::vector<int64_t> LostReplicas(const ClusterSnapshot& snapshot,
                                     const std::vector<int64_t>& replicas, Deadline deadline);
   // Catches up complete replicas lacking the committed version, if any and the sources
@@ -298,6 +302,13 @@ class EpochRunner {
     std::set<int32_t> gone;  // daemons asked that went away before answering
   };
   std::optional<PauseRound> pause_ ABSL_GUARDED_BY(mu_);
+  // The last aborted epoch and its daemons still winding their part down (they have not
+  // reported on it, and are connected): an epoch run again at once waits for them, or
+  // their peers would count the wind-down against the data plane's stall limit.
+  // By daemon index, the control session it ran the epoch in: a daemon that came back in a
+  // new session (a restarted refitd) has nothing to wind down.
+  std::string winding_down_epoch_ ABSL_GUARDED_BY(mu_);
+  std::map<int32_t, std::weak_ptr<DaemonChannel>> winding_down_ ABSL_GUARDED_BY(mu_);
   int64_t pause_rounds_ ABSL_GUARDED_BY(mu_) = 0;
   // Replicas an epoch skipped or dropped: they catch up once the group is free.
   bool catch_up_wanted_ ABSL_GUARDED_BY(mu_) = false;
