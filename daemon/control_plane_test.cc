@@ -133,12 +133,17 @@ class ControlPlaneTest : public ::testing::Test {
   std::unique_ptr<CoordinatorLink> trainer_link_, inference_link_;
 };
 
+// Publishes `version` from every trainer with fresh bytes.
+void PublishAll(RankRegistry* trainer, const v1::LayoutSpec& sources, int64_t version) {
+  for (const v1::RankLayout& r : sources.ranks()) {
+    transport::testing::FillViews(&trainer->HoldBuffers().mutable_buffers(), v1::ROLE_SOURCE, r);
+    ASSERT_TRUE(trainer->Publish(r.rank(), version).ok());
+  }
+}
+
 TEST_F(ControlPlaneTest, ARepeatMovesTheVersionAgainToARankRegisteredSinceOrSaysWhyNot) {
   ASSERT_TRUE(GroupSeen(2, 2));
-  for (const v1::RankLayout& r : sources_.ranks()) {
-    transport::testing::FillViews(&trainer_.HoldBuffers().mutable_buffers(), v1::ROLE_SOURCE, r);
-    ASSERT_TRUE(trainer_.Publish(r.rank(), 1).ok());
-  }
+  PublishAll(&trainer_, sources_, 1);
   v1::RefitReport first;
   ASSERT_TRUE(Refit(1, &first).ok());
   // Destination rank 1 comes back with new (unwritten) memory, as a restarted engine would.
@@ -179,10 +184,7 @@ TEST_F(ControlPlaneTest, ARepeatMovesTheVersionAgainToARankRegisteredSinceOrSays
 // make a repeat of the version a refusal that says why, never the old report.
 TEST_F(ControlPlaneTest, ARepeatAfterTheTrainersRegisteredAnewIsRefusedNotAnsweredStale) {
   ASSERT_TRUE(GroupSeen(2, 2));
-  for (const v1::RankLayout& r : sources_.ranks()) {
-    transport::testing::FillViews(&trainer_.HoldBuffers().mutable_buffers(), v1::ROLE_SOURCE, r);
-    ASSERT_TRUE(trainer_.Publish(r.rank(), 1).ok());
-  }
+  PublishAll(&trainer_, sources_, 1);
   v1::RefitReport first;
   ASSERT_TRUE(Refit(1, &first).ok());
   const uint64_t held_by = DestinationRegistration(0);
@@ -479,14 +481,6 @@ TEST_F(ControlPlaneTest, ARankThatLeftMakesTheNextRefitFailNamingTheGap) {
   EXPECT_EQ(metrics_.refused.Add({{"reason", "incomplete_group"}}).Value(), 1);
   EXPECT_EQ(inference_.WaitForVersion(0, 2, absl::Now() + absl::Milliseconds(50)).status().code(),
             absl::StatusCode::kDeadlineExceeded);
-}
-
-// Publishes `version` from every trainer with fresh bytes.
-void PublishAll(RankRegistry* trainer, const v1::LayoutSpec& sources, int64_t version) {
-  for (const v1::RankLayout& r : sources.ranks()) {
-    transport::testing::FillViews(&trainer->HoldBuffers().mutable_buffers(), v1::ROLE_SOURCE, r);
-    ASSERT_TRUE(trainer->Publish(r.rank(), version).ok());
-  }
 }
 
 TEST_F(ControlPlaneTest, ACorruptedViewAbortsTheEpochAndTheWaitersLearnWhatTheBuffersHold) {

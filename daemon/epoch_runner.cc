@@ -676,7 +676,7 @@ void EpochRunner::AwaitWoundDown(const ClusterSnapshot& snapshot, Deadline deadl
   // peer then); past that and a lease, the next epoch goes ahead regardless.
   const absl::Duration stall =
       absl::Milliseconds(job_.data_plane_stall_ms() > 0 ? job_.data_plane_stall_ms() : 10000);
-  const absl::Duration lease = absl::Milliseconds(job_.lease_ms() > 0 ? job_.lease_ms() : 5000);
+  const absl::Duration lease = Lease();
   AwaitCancellable(mu_, absl::Condition(&wound_down), deadline.Within(stall + lease).ToTime(),
                    cancelled);
   winding_down_.clear();  // the next epoch goes ahead: none after it waits for this one
@@ -689,7 +689,7 @@ std::vector<int64_t> EpochRunner::LostReplicas(const ClusterSnapshot& snapshot,
   for (const auto& [index, channel] : snapshot.channels) daemons.insert(index);
   // A daemon that died is cut within its lease (checked every quarter of it); a live one
   // heartbeats within a quarter of it.
-  const absl::Duration lease = absl::Milliseconds(job_.lease_ms() > 0 ? job_.lease_ms() : 5000);
+  const absl::Duration lease = Lease();
   cluster_->AwaitHeardSince(daemons, MonotonicNow(), deadline.Within(lease * 1.5).ToTime());
   // Lost: a rank gone, or registered anew, since the epoch's snapshot.
   return replicas_->Lacking(replicas, snapshot.destination_registrations,
@@ -770,6 +770,10 @@ void EpochRunner::ResumeEngines(const ClusterSnapshot& snapshot, const std::vect
     auto channel = snapshot.channels.find(daemon);
     if (channel != snapshot.channels.end()) channel->second->Send(message);
   }
+}
+
+absl::Duration EpochRunner::Lease() const {
+  return absl::Milliseconds(job_.lease_ms() > 0 ? job_.lease_ms() : 5000);
 }
 
 absl::Duration EpochRunner::PauseDeadline() const {

@@ -202,6 +202,8 @@ class EpochRunner {
       ABSL_LOCKS_EXCLUDED(mu_);
   // How long an epoch waits for engines to pause (the job's pauseDeadlineMs).
   absl::Duration PauseDeadline() const;
+  // The job's lease (leaseMs, 5 s by default).
+  absl::Duration Lease() const;
   // Lets the engines of `ranks` resume without an epoch (SKIPPED, saying `why`).
   void ResumeEngines(const ClusterSnapshot& snapshot, const std::vector<int64_t>& ranks,
                      const std::string& why);

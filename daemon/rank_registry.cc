@@ -109,6 +109,8 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
   registration.set_role(request.role());
   *registration.mutable_layout() = layout;
   *registration.mutable_tensors() = request.tensors();
+  // Counts this process's descriptors (a directory read): before the lock others wait on.
+  if (absl::Status budget = CheckDescriptorBudget(who, layout); !budget.ok()) return budget;
   std::string session;
   uint64_t sequence = 0;
   {
@@ -134,7 +136,6 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
       }
       mu_.AwaitWithDeadline(absl::Condition(&can_register), holds_ > 0 ? give_up : grace_end);
     }
-    if (absl::Status budget = CheckDescriptorBudget(who, layout); !budget.ok()) return budget;
     transport::TensorTable declared;
     for (const planner::TensorInfo& t : compiled->tensors) {
       declared[t.name] = transport::TensorShape{t.element_bytes, t.shape};
