@@ -108,6 +108,8 @@ int RunStatusCommand(const std::vector<std::string>& args, std::ostream& out, st
       if (replica.nodes_size() > 0)
         absl::StrAppend(&row, "  on ", absl::StrJoin(replica.nodes(), ", "));
       out << FitTerminal(row) << "\n";
+      // Whole: it says what to fix.
+      if (!replica.reason().empty()) out << "         why: " << replica.reason() << "\n";
     }
   }
   out << "last epochs\n";

@@ -23,6 +23,12 @@ bool WritableStraight(const v1::RankLayout& layout) {
 
 }  // namespace
 
+bool SameTensor(const v1::TensorSpec& a, const v1::TensorSpec& b) {
+  return a.dtype() == b.dtype() &&
+         std::equal(a.shape().begin(), a.shape().end(), b.shape().begin(), b.shape().end()) &&
+         a.quantization().SerializeAsString() == b.quantization().SerializeAsString();
+}
+
 absl::StatusOr<DaemonSession> Cluster::AddDaemon(const v1::DaemonHello& hello,
                                                  std::shared_ptr<DaemonChannel> channel,
                                                  bool* superseded) {
@@ -295,7 +301,7 @@ std::pair<int64_t, int64_t> Cluster::PublishedRange() const {
   return range;
 }
 
-absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
+absl::StatusOr<ClusterSnapshot> Cluster::Snapshot(bool destination_replicas) const {
   // Under the lock only the registrations' pointers and the small per-rank facts are taken;
   // the layouts (tens of MB for a large model) are built from them after it is released.
   struct Entry {
@@ -326,11 +332,11 @@ absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
       auto [it, inserted] = tensors[source].emplace(t.name(), &t);
       if (inserted) {
         *side.add_tensors() = t;
-      } else if (it->second->dtype() != t.dtype() ||
-                 !std::equal(it->second->shape().begin(), it->second->shape().end(),
-                             t.shape().begin(), t.shape().end()) ||
-                 it->second->quantization().SerializeAsString() !=
-                     t.quantization().SerializeAsString()) {
+      } else if (!SameTensor(*it->second, t)) {
+        if (!source && destination_replicas) {
+          snapshot.destinations_disagree = true;
+          continue;
+        }
         return absl::InvalidArgumentError(
             absl::StrCat(t.name(), ": ", key.Name(),
                          " declares a dtype, shape or quantization other ranks of its side do "
@@ -358,6 +364,7 @@ absl::StatusOr<ClusterSnapshot> Cluster::Snapshot() const {
       snapshot.source_registrations[key.rank] = record.registration_id;
     } else {
       snapshot.destination_registrations[key.rank] = record.registration_id;
+      snapshot.destination_declarations[key.rank] = record.registration;
     }
     v1::RankPlacement* placement = &snapshot.placement.emplace_back();
     placement->set_role(key.role);

@@ -64,7 +64,16 @@ struct ClusterSnapshot {
   // The oldest and newest versions the source ranks have published (-1: none).
   int64_t published_oldest = -1;
   int64_t published_newest = -1;
+  // Each destination rank's registration as its daemon sent it (shared, not copied).
+  std::map<int64_t, std::shared_ptr<const v1::RankRegistration>> destination_declarations;
+  // Destination ranks declare a tensor differently (a Snapshot taken with replicas):
+  // `destinations.tensors` holds the first declaration of each, until NarrowDestinations
+  // keeps replicas that agree.
+  bool destinations_disagree = false;
 };
+
+// Whether two declarations of a tensor agree (dtype, shape and quantization).
+bool SameTensor(const v1::TensorSpec& a, const v1::TensorSpec& b);
 
 class Cluster {
  public:
@@ -127,8 +136,11 @@ class Cluster {
   // The oldest and newest versions the source ranks published ({-1, -1}: no source rank).
   std::pair<int64_t, int64_t> PublishedRange() const;
 
-  // The registrations as layouts; errors when two daemons disagree about a tensor.
-  absl::StatusOr<ClusterSnapshot> Snapshot() const;
+  // The registrations as layouts; errors when two ranks of a side disagree about a tensor.
+  // With `destination_replicas` the destination ranks may disagree (the replicas an epoch
+  // writes are chosen among those that agree: daemon/replica_vetting.h); the snapshot says
+  // so instead.
+  absl::StatusOr<ClusterSnapshot> Snapshot(bool destination_replicas = false) const;
   // For each connected daemon of daemon `daemon`'s shared-memory domain (none without
   // one): its channel, and the destination ranks of the domain's other daemons that it may
   // write straight into (ClusterSnapshot::shared_destinations), with the tensors they hold.

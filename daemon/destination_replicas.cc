@@ -17,12 +17,6 @@ std::string Listed(const std::vector<int64_t>& values) {
                       named < values.size() ? ", ..." : "");
 }
 
-int64_t VolumeOf(const google::protobuf::RepeatedField<int64_t>& extent) {
-  int64_t volume = 1;
-  for (int64_t e : extent) volume *= e;
-  return volume;
-}
-
 // Erases the entries of `map` whose key is not in `kept`.
 template <typename Key, typename Map>
 void EraseUnless(const std::set<Key>& kept, Map* map) {
@@ -76,50 +70,11 @@ absl::Status DestinationReplicas::CheckEnough(const ReplicaCensus& census) const
   for (const auto& [replica, missing] : census.incomplete) {
     absl::StrAppend(&what, "; ", Describe(replica), " misses ranks ", Listed(missing));
   }
+  for (const auto& [replica, why] : census.held) {
+    absl::StrAppend(&what, "; ", Describe(replica), " is held out of refits (", why, ")");
+  }
   if (!census.absent.empty()) absl::StrAppend(&what, "; absent: ", Listed(census.absent));
   return absl::FailedPreconditionError(what);
-}
-
-absl::Status DestinationReplicas::CheckWhole(const v1::LayoutSpec& destinations,
-                                             const std::vector<int64_t>& replicas) const {
-  std::map<std::string, int64_t> tensor_volume;
-  for (const v1::TensorSpec& t : destinations.tensors()) {
-    tensor_volume[t.name()] = VolumeOf(t.shape());
-  }
-  const std::set<int64_t> wanted(replicas.begin(), replicas.end());
-  // Per replica and tensor, the distinct boxes its ranks hold. The boxes of one side's
-  // layout are disjoint or equal (replicated heads), so their volumes add up to the part of
-  // the tensor the replica holds.
-  using BoxKey = std::pair<std::vector<int64_t>, std::vector<int64_t>>;
-  std::map<int64_t, std::map<std::string, std::set<BoxKey>>> held;
-  for (const v1::RankLayout& rank : destinations.ranks()) {
-    const int64_t replica = ReplicaOf(rank.rank());
-    if (!wanted.count(replica)) continue;
-    for (const v1::ShardView& view : rank.views()) {
-      held[replica][view.tensor()].insert(BoxKey{{view.offset().begin(), view.offset().end()},
-                                                 {view.extent().begin(), view.extent().end()}});
-    }
-  }
-  for (const auto& [replica, tensors] : held) {
-    for (const auto& [name, volume] : tensor_volume) {
-      int64_t covered = 0;
-      if (auto it = tensors.find(name); it != tensors.end()) {
-        for (const BoxKey& box : it->second) {
-          int64_t v = 1;
-          for (int64_t e : box.second) v *= e;
-          covered += v;
-        }
-      }
-      if (covered < volume) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            Describe(replica), " holds ", covered, " of the ", volume, " elements of tensor ", name,
-            ": a replica must hold every destination tensor whole (is the job's "
-            "destinationReplicas.ranksPerReplica ",
-            ranks_per_replica_, " smaller than a replica?)"));
-      }
-    }
-  }
-  return absl::OkStatus();
 }
 
 std::vector<int64_t> DestinationReplicas::Lacking(
@@ -160,9 +115,29 @@ std::string DescribeReplicas(const std::vector<int64_t>& replicas) {
 
 void NarrowDestinations(const std::set<int64_t>& ranks, ClusterSnapshot* snapshot) {
   auto* kept = snapshot->destinations.mutable_ranks();
+  const int before = kept->size();
   kept->erase(std::remove_if(kept->begin(), kept->end(),
                              [&](const v1::RankLayout& r) { return !ranks.count(r.rank()); }),
               kept->end());
+  EraseUnless(ranks, &snapshot->destination_declarations);
+  // The tensors are those the ranks kept declare (a replica left out may have declared
+  // others, or the same ones otherwise).
+  const bool declared = snapshot->destination_declarations.size() == static_cast<size_t>(kept->size());
+  if (declared && (kept->size() != before || snapshot->destinations_disagree)) {
+    snapshot->destinations.clear_tensors();
+    snapshot->destinations_disagree = false;
+    std::map<std::string, const v1::TensorSpec*> named;
+    for (const auto& [rank, declared] : snapshot->destination_declarations) {
+      for (const v1::TensorSpec& t : declared->tensors()) {
+        auto [it, inserted] = named.emplace(t.name(), &t);
+        if (inserted) {
+          *snapshot->destinations.add_tensors() = t;
+        } else if (!SameTensor(*it->second, t)) {
+          snapshot->destinations_disagree = true;
+        }
+      }
+    }
+  }
   std::vector<v1::RankPlacement> placement;
   std::set<int32_t> daemons;  // those holding a rank of the epoch
   for (v1::RankPlacement& p : snapshot->placement) {

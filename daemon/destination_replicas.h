@@ -22,6 +22,9 @@ struct ReplicaCensus {
   std::vector<int64_t> complete;                       // every rank registered
   std::map<int64_t, std::vector<int64_t>> incomplete;  // replica -> the ranks it misses
   std::vector<int64_t> absent;                         // expected, no rank registered
+  // Complete, but held out of refits (daemon/replica_vetting.h): replica -> why. Not in
+  // `complete`.
+  std::map<int64_t, std::string> held;
 };
 
 class DestinationReplicas {
@@ -38,14 +41,9 @@ class DestinationReplicas {
   int64_t min_replicas() const { return min_replicas_; }
   // Of the destination ranks registered.
   ReplicaCensus Census(const std::set<int64_t>& registered_ranks) const;
-  // FAILED_PRECONDITION saying what is missing when fewer replicas are complete than the
-  // policy's minimum.
+  // FAILED_PRECONDITION saying what is missing (or held) when fewer replicas are complete
+  // (and not held) than the policy's minimum.
   absl::Status CheckEnough(const ReplicaCensus& census) const;
-  // INVALID_ARGUMENT naming the replica and the tensor when one of `replicas` does not hold
-  // a destination tensor whole (its ranks share the tensor with another replica's: the
-  // job's ranksPerReplica is smaller than a replica).
-  absl::Status CheckWhole(const v1::LayoutSpec& destinations,
-                          const std::vector<int64_t>& replicas) const;
   // The destination ranks of `replicas`.
   std::set<int64_t> RanksOf(const std::vector<int64_t>& replicas) const;
   // Those of `replicas` with a rank whose registration now (`registrations`: rank ->

@@ -54,20 +54,6 @@ TEST(DestinationReplicasTest, FewerCompleteReplicasThanTheMinimumAreRefusedSayin
                         "absent: 3"));
 }
 
-TEST(DestinationReplicasTest, AReplicaMustHoldEveryTensorWhole) {
-  // Two replicas of TP2 hold w by rows; with ranksPerReplica 1 a "replica" is half of one.
-  testing::LayoutBuilder layout;
-  layout.Tensor("w", {8, 4}).Tensor("norm", {4});
-  layout.Chunked("w", 0, {0, 1}).Chunked("w", 0, {2, 3}).Replicated("norm", {0, 1, 2, 3});
-  const DestinationReplicas whole(Policy(2, 1), 4);
-  EXPECT_TRUE(whole.CheckWhole(layout.spec(), {0, 1}).ok());
-  const DestinationReplicas halves(Policy(1, 1), 4);
-  const absl::Status status = halves.CheckWhole(layout.spec(), {2});
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(status.message(), HasSubstr("replica 2 (destination rank 2) holds 16 of the 32 "
-                                          "elements of tensor w"));
-}
-
 TEST(DestinationReplicasTest, AnEpochSnapshotKeepsOnlyItsReplicasAndTheirDaemons) {
   testing::LayoutBuilder layout;
   layout.Tensor("w", {4}).Replicated("w", {0, 1, 2});
@@ -96,6 +82,31 @@ TEST(DestinationReplicasTest, AnEpochSnapshotKeepsOnlyItsReplicasAndTheirDaemons
   std::vector<int32_t> daemons;
   for (const auto& [index, channel] : snapshot.channels) daemons.push_back(index);
   EXPECT_THAT(daemons, ElementsAre(0, 1, 3));  // daemon 2 held only rank 1
+}
+
+TEST(DestinationReplicasTest, AnEpochSnapshotKeepsTheTensorsItsRanksDeclare) {
+  // Rank 1 (a replica left out) declares w otherwise and a tensor of its own.
+  testing::LayoutBuilder layout;
+  layout.Tensor("w", {4}).Tensor("typo", {4}).Replicated("w", {0, 2}).Replicated("typo", {1});
+  ClusterSnapshot snapshot;
+  snapshot.destinations = layout.spec();
+  snapshot.destinations_disagree = true;
+  for (int64_t rank : {0, 1, 2}) {
+    auto declared = std::make_shared<v1::RankRegistration>();
+    *declared->add_tensors() = layout.spec().tensors(rank == 1 ? 1 : 0);
+    if (rank == 1) {
+      v1::TensorSpec* w = declared->add_tensors();
+      *w = layout.spec().tensors(0);
+      w->set_dtype("BF16");
+    }
+    snapshot.destination_declarations[rank] = declared;
+  }
+  NarrowDestinations({0, 2}, &snapshot);
+  ASSERT_EQ(snapshot.destinations.tensors_size(), 1);
+  EXPECT_EQ(snapshot.destinations.tensors(0).name(), "w");
+  EXPECT_EQ(snapshot.destinations.tensors(0).dtype(), "F32");
+  EXPECT_FALSE(snapshot.destinations_disagree);
+  EXPECT_EQ(snapshot.destination_declarations.size(), 2u);
 }
 
 }  // namespace

@@ -271,10 +271,11 @@ void EpochRunner::SendPlanAhead() {
   }
   std::string sent_ahead;  // the plan's digest once sent
   absl::StatusOr<int> sent = absl::UnknownError("not planned");
-  absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot();
+  absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot(replicas_.has_value());
   if (snapshot.ok() && replicas_.has_value()) {
-    // The replicas complete now, if enough are.
-    const ReplicaCensus census = replicas_->Census(RanksIn(snapshot->destination_registrations));
+    // The replicas complete now and fit, if enough are.
+    ReplicaCensus census = replicas_->Census(RanksIn(snapshot->destination_registrations));
+    HoldMisdeclared(version, *snapshot, &census);
     if (!replicas_->CheckEnough(census).ok()) return;
     NarrowDestinations(replicas_->RanksOf(census.complete), &*snapshot);
   }
@@ -374,7 +375,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, 
               "version ", version, " is older than the committed version ", current_version_)));
     }
   }
-  absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot();
+  absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot(replicas_.has_value());
   if (!snapshot.ok()) return Refused("group_disagrees", snapshot.status());
   Members members;
   if (replicas_.has_value()) {
@@ -559,7 +560,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Du
       if (metrics_ != nullptr) metrics_->replicas_dropped.Increment(lost.size());
       dropped.insert(dropped.end(), lost.begin(), lost.end());
       members->replicas = left;
-      absl::StatusOr<ClusterSnapshot> now = cluster_->Snapshot();
+      absl::StatusOr<ClusterSnapshot> now = cluster_->Snapshot(/*destination_replicas=*/true);
       if (!now.ok()) return now.status();
       *snapshot = *std::move(now);
       NarrowDestinations(replicas_->RanksOf(left), snapshot);
@@ -604,7 +605,8 @@ EpochRunner::EpochRunner(Cluster* cluster, v1::JobSpec job, CoordinatorMetrics* 
 
 absl::StatusOr<EpochRunner::Members> EpochRunner::ChooseReplicas(
     int64_t version, ClusterSnapshot* snapshot, std::optional<v1::RefitReport>* held) {
-  const ReplicaCensus census = replicas_->Census(RanksIn(snapshot->destination_registrations));
+  ReplicaCensus census = replicas_->Census(RanksIn(snapshot->destination_registrations));
+  HoldMisdeclared(version, *snapshot, &census);
   const std::map<int64_t, Cluster::DestinationRank> ranks = cluster_->DestinationRanks();
   const int64_t recovered = cluster_->CommittedVersion();
   Members members;
@@ -649,11 +651,101 @@ absl::StatusOr<EpochRunner::Members> EpochRunner::ChooseReplicas(
             "): refit a newer version")));
   }
   NarrowDestinations(replicas_->RanksOf(members.replicas), snapshot);
-  if (absl::Status whole = replicas_->CheckWhole(snapshot->destinations, members.replicas);
-      !whole.ok()) {
-    return Refused("invalid_layout", whole);
-  }
   return members;
+}
+
+void EpochRunner::HoldMisdeclared(int64_t version, const ClusterSnapshot& snapshot,
+                                  ReplicaCensus* census) {
+  const ReplicaVetting vetting =
+      VetReplicas(*replicas_, census->complete, snapshot.destination_declarations,
+                  [&](int64_t replica) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // run_mu_ is held
+                    ClusterSnapshot alone = snapshot;
+                    NarrowDestinations(replicas_->RanksOf({replica}), &alone);
+                    return PlanEpoch(version, &alone).status();
+                  });
+  census->complete = vetting.fit;
+  std::map<int64_t, HeldReplica> now;
+  for (const auto& [replica, why] : vetting.held) {
+    census->held[replica] = std::string(why.message());
+    HeldReplica& held = now[replica];
+    held.why = why;
+    for (int64_t rank : replicas_->RanksOf({replica})) {
+      auto it = snapshot.destination_registrations.find(rank);
+      if (it != snapshot.destination_registrations.end()) held.registrations[rank] = it->second;
+    }
+  }
+  // What each rank's daemon is told: held (with why) or no longer held.
+  std::vector<v1::CoordinatorMessage> answers;
+  std::vector<int64_t> answered_ranks;
+  auto tell = [&](int64_t rank, uint64_t registration, const absl::Status* why) {
+    v1::RegistrationAnswer* answer = answers.emplace_back().mutable_registration();
+    answer->set_role(v1::ROLE_DESTINATION);
+    answer->set_rank(rank);
+    answer->set_registration_id(registration);
+    answer->set_accepted(true);
+    if (why != nullptr) {
+      answer->set_held(true);
+      answer->set_code(static_cast<int32_t>(why->code()));
+      answer->set_refusal(std::string(why->message()));
+    }
+    answered_ranks.push_back(rank);
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [replica, held] : now) {
+      auto was = held_.find(replica);
+      if (was != held_.end() && was->second.registrations == held.registrations &&
+          was->second.why == held.why) {
+        continue;
+      }
+      spdlog::warn("version {}: {}", version, std::string(held.why.message()));
+      for (const auto& [rank, registration] : held.registrations) tell(rank, registration, &held.why);
+    }
+    for (const auto& [replica, held] : held_) {
+      if (now.count(replica)) continue;
+      for (const auto& [rank, registration] : held.registrations) {
+        auto it = snapshot.destination_registrations.find(rank);
+        if (it != snapshot.destination_registrations.end() && it->second == registration) {
+          tell(rank, registration, nullptr);
+        }
+      }
+    }
+    held_ = std::move(now);
+  }
+  std::map<int64_t, int32_t> daemon_of;
+  for (const v1::RankPlacement& p : snapshot.placement) {
+    if (p.role() == v1::ROLE_DESTINATION) daemon_of[p.rank()] = p.daemon();
+  }
+  for (size_t i = 0; i < answers.size(); ++i) {
+    auto daemon = daemon_of.find(answered_ranks[i]);
+    if (daemon == daemon_of.end()) continue;
+    auto channel = snapshot.channels.find(daemon->second);
+    if (channel != snapshot.channels.end() && channel->second != nullptr) {
+      channel->second->Send(answers[i]);
+    }
+  }
+}
+
+void EpochRunner::ExcludeHeldLocked(const std::map<int64_t, uint64_t>& registrations,
+                                    ReplicaCensus* census) const {
+  std::vector<int64_t> fit;
+  for (int64_t replica : census->complete) {
+    auto held = held_.find(replica);
+    bool same = held != held_.end();
+    for (int64_t rank : replicas_->RanksOf({replica})) {
+      if (!same) break;
+      auto then = held->second.registrations.find(rank);
+      auto now = registrations.find(rank);
+      same = then != held->second.registrations.end() && now != registrations.end() &&
+             then->second == now->second;
+    }
+    if (same) {
+      census->held[replica] = std::string(held->second.why.message());
+    } else {
+      fit.push_back(replica);
+    }
+  }
+  census->complete = std::move(fit);
 }
 
 void EpochRunner::AwaitWoundDown(const ClusterSnapshot& snapshot, Deadline deadline,
@@ -806,8 +898,12 @@ bool EpochRunner::CatchUp() {
   }
   if (holders.empty()) return false;  // nothing committed, or nobody holds it
   const std::map<int64_t, uint64_t> registrations = RegistrationsOf(ranks);
-  const std::vector<int64_t> lacking = replicas_->Lacking(
-      replicas_->Census(RanksIn(registrations)).complete, holders, registrations);
+  ReplicaCensus census = replicas_->Census(RanksIn(registrations));
+  {
+    absl::MutexLock lock(&mu_);
+    ExcludeHeldLocked(registrations, &census);
+  }
+  const std::vector<int64_t> lacking = replicas_->Lacking(census.complete, holders, registrations);
   if (lacking.empty()) return false;
   const auto [oldest, newest] = cluster_->PublishedRange();
   if (oldest != version || newest != version) {
@@ -840,7 +936,7 @@ std::vector<v1::ReplicaStatus> EpochRunner::Replicas() const {
   if (!replicas_.has_value()) return {};
   const std::map<int64_t, Cluster::DestinationRank> ranks = cluster_->DestinationRanks();
   const std::map<int64_t, uint64_t> registrations = RegistrationsOf(ranks);
-  const ReplicaCensus census = replicas_->Census(RanksIn(registrations));
+  ReplicaCensus census = replicas_->Census(RanksIn(registrations));
   std::map<int64_t, v1::ReplicaStatus> replicas;
   auto add = [&](int64_t replica, const char* state) -> v1::ReplicaStatus& {
     v1::ReplicaStatus& status = replicas[replica];
@@ -856,6 +952,8 @@ std::vector<v1::ReplicaStatus> EpochRunner::Replicas() const {
   const int64_t recovered = cluster_->CommittedVersion();
   absl::MutexLock lock(&mu_);
   const std::map<int64_t, uint64_t> holders = HoldersLocked(ranks, recovered);
+  ExcludeHeldLocked(registrations, &census);
+  for (const auto& [replica, why] : census.held) add(replica, "held").set_reason(why);
   for (int64_t replica : census.complete) {
     const bool current = replicas_->Lacking({replica}, holders, registrations).empty();
     // Current as soon as it holds the version (its catch-up may still be finishing).
@@ -972,6 +1070,9 @@ absl::StatusOr<EpochRunner::PlannedEpoch> EpochRunner::PlanEpoch(int64_t version
   if ((!replicas_.has_value() && destinations < job_.destination_ranks()) || sources == 0 ||
       destinations == 0) {
     return absl::FailedPreconditionError(incomplete);
+  }
+  if (snapshot.destinations_disagree) {  // replicas are vetted before they are planned
+    return absl::InvalidArgumentError("the destination replicas planned declare tensors otherwise");
   }
   if (absl::Status quantized =
           planner::SendQuantized(snapshot.destinations, &sent->sources, &sent->quantized_sources);

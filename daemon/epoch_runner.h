@@ -31,6 +31,7 @@
 #include "daemon/destination_replicas.h"
 #include "daemon/epoch_record.h"
 #include "daemon/metrics.h"
+#include "daemon/replica_vetting.h"
 #include "planner/planner.h"
 #include "proto/refit.pb.h"
 
@@ -177,7 +178,17 @@ class EpochRunner {
   // narrowed to them. `*held`: the committed report, when every complete replica holds it.
   absl::StatusOr<Members> ChooseReplicas(int64_t version, ClusterSnapshot* snapshot,
                                          std::optional<v1::RefitReport>* held)
-      ABSL_LOCKS_EXCLUDED(mu_);
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // Vets the complete replicas of `census` (daemon/replica_vetting.h, each kind planned
+  // alone for `version` when they differ), moving those held out into census->held;
+  // remembers them (held_) and tells their ranks' daemons, once per registration and
+  // reason, and again when a hold ends.
+  void HoldMisdeclared(int64_t version, const ClusterSnapshot& snapshot, ReplicaCensus* census)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // Moves the complete replicas of `census` held out by the last vetting (their ranks'
+  // `registrations` unchanged since) into census->held.
+  void ExcludeHeldLocked(const std::map<int64_t, uint64_t>& registrations,
+                         ReplicaCensus* census) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a failed epoch: the replicas of `replicas` it lost (a rank gone or registered
   // anew since `snapshot`), known once every daemon of the epoch spoke since the failure or
   // left (bounded by the lease and `deadline`).
@@ -314,6 +325,13 @@ class EpochRunner {
   int64_t pause_rounds_ ABSL_GUARDED_BY(mu_) = 0;
   // Replicas an epoch skipped or dropped: they catch up once the group is free.
   bool catch_up_wanted_ ABSL_GUARDED_BY(mu_) = false;
+  // Complete replicas the last vetting held out (HoldMisdeclared): their ranks'
+  // registrations then, and why.
+  struct HeldReplica {
+    std::map<int64_t, uint64_t> registrations;
+    absl::Status why;
+  };
+  std::map<int64_t, HeldReplica> held_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace refit::daemon

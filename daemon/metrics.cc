@@ -73,7 +73,7 @@ CoordinatorMetrics::CoordinatorMetrics(std::shared_ptr<prometheus::Registry> r)
                   .Register(*r)),
       replicas(prometheus::BuildGauge()
                    .Name("refit_destination_replicas")
-                   .Help("Destination replicas by state (current, behind, catching_up, "
+                   .Help("Destination replicas by state (current, behind, catching_up, held, "
                          "incomplete, absent)")
                    .Register(*r)),
       replica_current(prometheus::BuildGauge()

@@ -34,8 +34,8 @@ inline constexpr const char* kRefusalReasons[] = {
 };
 
 // The states of a destination replica (v1::ReplicaStatus, refit_destination_replicas).
-inline constexpr const char* kReplicaStates[] = {"current", "behind", "catching_up", "incomplete",
-                                                 "absent"};
+inline constexpr const char* kReplicaStates[] = {"current", "behind",     "catching_up",
+                                                 "held",    "incomplete", "absent"};
 
 struct CoordinatorMetrics {
   explicit CoordinatorMetrics(std::shared_ptr<prometheus::Registry> registry);

@@ -195,13 +195,22 @@ void RankRegistry::Answer(const v1::RegistrationAnswer& answer) {
     return;  // a registration that is gone
   }
   it->second.answered = true;
-  if (answer.accepted()) {
-    it->second.refusal = absl::OkStatus();
-    return;
-  }
   const absl::StatusCode code = answer.code() > 0 && answer.code() <= 16
                                     ? static_cast<absl::StatusCode>(answer.code())
                                     : absl::StatusCode::kUnknown;
+  if (answer.accepted()) {
+    it->second.refusal = absl::OkStatus();
+    it->second.hold =
+        answer.held() ? absl::Status(code, absl::StrCat(RankName(answer.role(), answer.rank()),
+                                                        ": the coordinator holds its replica "
+                                                        "out of refits: ",
+                                                        answer.refusal()))
+                      : absl::OkStatus();
+    if (answer.held()) {
+      spdlog::warn("refitd {}: {}", node_, std::string(it->second.hold.message()));
+    }
+    return;
+  }
   it->second.refusal = absl::Status(
       code, absl::StrCat(RankName(answer.role(), answer.rank()),
                          ": the coordinator refused its registration: ", answer.refusal()));
@@ -360,7 +369,7 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = ranks_.find(key);
     return it == ranks_.end() || it->second.version >= version || it->second.torn >= version ||
-           !it->second.refusal.ok() ||
+           !it->second.refusal.ok() || !it->second.hold.ok() ||
            (aborts_ != aborts_before && last_abort_.version >= version);
   };
   const bool gave_up = !AwaitCancellable(mu_, absl::Condition(&ready), deadline, cancelled) &&
@@ -374,6 +383,7 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
   const Entry& entry = it->second;
   if (entry.version >= version) return entry.version;
   if (!entry.refusal.ok()) return entry.refusal;  // never in the group: nothing will come
+  if (!entry.hold.ok()) return entry.hold;        // nothing comes until the hold ends
   const std::string holds = absl::StrCat(
       "its buffers hold version ", entry.version,
       entry.partial >= 0 ? absl::StrCat(" and may hold parts of version ", entry.partial) : "");

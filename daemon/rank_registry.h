@@ -54,7 +54,8 @@ class RankRegistry {
   static constexpr absl::Duration kAnswerWait = absl::Seconds(5);
   // The coordinator link: a session is up (answers will come) or ended (none will).
   void ExpectAnswers(bool expected) ABSL_LOCKS_EXCLUDED(mu_);
-  // The coordinator's answer to a registration (ignored unless the rank still holds it).
+  // The coordinator's answer to a registration (ignored unless the rank still holds it);
+  // later ones hold the rank's replica out of refits or lift the hold.
   void Answer(const v1::RegistrationAnswer& answer) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status Deregister(v1::Role role, int64_t rank);
   // Deregisters the rank registered under `session`, if it is still registered. With
@@ -75,8 +76,9 @@ class RankRegistry {
 
   // Returns once `version` (or a later one) is committed into the destination rank's
   // buffers; DEADLINE_EXCEEDED at the deadline, FAILED_PRECONDITION if the rank leaves,
-  // ABORTED at once when an epoch moving `version` (or a later one) is aborted while it
-  // waits, or was aborted before it began (after the rank last took a version, with no
+  // the coordinator's reason (INVALID_ARGUMENT, FAILED_PRECONDITION) at once while it holds
+  // the rank's replica out of refits, ABORTED at once when an epoch moving `version` (or a
+  // later one) is aborted while it waits, or was aborted before it began (after the rank last took a version, with no
   // epoch under way since). Errors say which version the buffers hold and whether an aborted epoch may have
   // written parts of a newer one into them.
   // `cancelled` (checked every 100 ms) ends the wait early with CANCELLED: a caller that
@@ -158,6 +160,7 @@ class RankRegistry {
     int64_t aborts_seen = 0;
     bool answered = false;  // by the coordinator
     absl::Status refusal;   // the coordinator's, if it refused the registration
+    absl::Status hold;      // the coordinator's, while it holds the rank's replica out of refits
   };
   struct AbortRecord {
     int64_t version = -1;

@@ -10,6 +10,7 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <random>
 #include <set>
@@ -94,6 +95,26 @@ class ReplicaMembershipTest : public ::testing::Test {
         testing::RegistrationOf(v1::ROLE_DESTINATION, layout, destinations_));
     EXPECT_TRUE(session.ok()) << session.status();
     return session.ok() ? *session : "";
+  }
+  // Registers destination rank `rank` with its request changed by `change` first (a
+  // misdeclared rank).
+  void RegisterDeclaring(int64_t rank, const std::function<void(v1::RegisterRankRequest*)>& change) {
+    v1::RegisterRankRequest request =
+        testing::RegistrationOf(v1::ROLE_DESTINATION, destinations_.ranks(rank), destinations_);
+    change(&request);
+    const absl::StatusOr<std::string> session = replicas_[rank / 2]->Register(request);
+    EXPECT_TRUE(session.ok()) << session.status();
+  }
+  // Each replica's reason to be held, as the coordinator's Status says it.
+  std::map<int64_t, std::string> HeldReasons() {
+    grpc::ClientContext context;
+    v1::StatusResponse status;
+    EXPECT_TRUE(stub_->Status(&context, v1::StatusRequest(), &status).ok());
+    std::map<int64_t, std::string> reasons;
+    for (const v1::ReplicaStatus& replica : status.replicas()) {
+      if (replica.state() == "held") reasons[replica.replica()] = replica.reason();
+    }
+    return reasons;
   }
   void Publish(int64_t version) {
     for (const v1::RankLayout& r : sources_.ranks()) {
@@ -410,6 +431,73 @@ TEST_F(ReplicaMembershipTest, FewerCompleteReplicasThanTheMinimumAreRefusedNamin
   ASSERT_TRUE(GroupSeen(4));
   ASSERT_TRUE(Refit(1, &report).ok());
   EXPECT_THAT(report.replicas(), ElementsAre(0, 1));
+}
+
+// Misdeclared replicas are held out, each with its reason (in Status, and in its ranks'
+// WaitForVersion, at once), while the others refit; one fixed catches up by itself.
+TEST_F(ReplicaMembershipTest, MisdeclaredReplicasAreHeldWithTheirReasonAndTheOthersRefit) {
+  Start(/*min_replicas=*/1, /*pause_deadline_ms=*/0, /*replicas=*/3);
+  RegisterDestination(0);
+  RegisterDestination(1);
+  // Replica 1 misspells the norm (declaration and views alike).
+  auto misspell = [](v1::RegisterRankRequest* request) {
+    for (v1::TensorSpec& t : *request->mutable_tensors()) {
+      if (t.name() == "norm") t.set_name("nrom");
+    }
+    for (v1::ShardView& view : *request->mutable_layout()->mutable_views()) {
+      if (view.tensor() == "norm") view.set_tensor("nrom");
+    }
+  };
+  RegisterDeclaring(2, misspell);
+  RegisterDeclaring(3, misspell);
+  // Replica 2 declares the norm in another dtype than the sources hold. (Ranks of one
+  // replica that disagree are refused at registration by their refitd when they share a
+  // node, held by the coordinator otherwise: replica_vetting_test.)
+  auto retype = [](v1::RegisterRankRequest* request) {
+    for (v1::TensorSpec& t : *request->mutable_tensors()) {
+      if (t.name() == "norm") t.set_dtype("F16");
+    }
+  };
+  RegisterDeclaring(4, retype);
+  RegisterDeclaring(5, retype);
+  ASSERT_TRUE(GroupSeen(6));
+  Publish(1);
+  v1::RefitReport report;
+  const grpc::Status refit = Refit(1, &report);
+  ASSERT_TRUE(refit.ok()) << refit.error_message();
+  EXPECT_THAT(report.replicas(), ElementsAre(0));
+  for (int64_t rank : {0, 1}) EXPECT_EQ(WrongBytesAfter(rank, 1), 0) << rank;
+  EXPECT_THAT(ReplicaStates(), ElementsAre("0 current", "1 held", "2 held"));
+  const std::map<int64_t, std::string> reasons = HeldReasons();
+  EXPECT_THAT(reasons.at(1), HasSubstr("replica 1 (destination ranks 2-3) cannot be written from "
+                                       "the sources: nrom: the destinations declare this tensor "
+                                       "but the sources do not"));
+  EXPECT_THAT(reasons.at(2),
+              HasSubstr("replica 2 (destination ranks 4-5) cannot be written from the sources: "
+                        "norm: destination dtype F16 shape [12] disagrees with source dtype F32 "
+                        "shape [12]"));
+  EXPECT_EQ(metrics_.replicas.Add({{"state", "held"}}).Value(), 2);
+  // A held rank's wait hears why at once, not at its deadline.
+  const absl::Time start = absl::Now();
+  const absl::StatusOr<int64_t> waited =
+      replicas_[1]->WaitForVersion(2, 1, absl::Now() + absl::Seconds(20));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
+  EXPECT_EQ(waited.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(waited.status().message(),
+              HasSubstr("destination rank 2: the coordinator holds its replica out of refits: "
+                        "replica 1 (destination ranks 2-3) cannot be written from the sources: "
+                        "nrom"));
+
+  // Replica 1 registers again, declared right: it catches up while the sources hold 1.
+  for (int64_t rank : {2, 3}) ASSERT_TRUE(replicas_[1]->Deregister(v1::ROLE_DESTINATION, rank).ok());
+  for (int64_t rank : {2, 3}) RegisterDestination(rank);
+  for (int64_t rank : {2, 3}) EXPECT_EQ(WrongBytesAfter(rank, 1), 0) << rank;
+  for (int i = 0; i < 250 && ReplicaStates() != std::vector<std::string>{"0 current", "1 current",
+                                                                          "2 held"};
+       ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_THAT(ReplicaStates(), ElementsAre("0 current", "1 current", "2 held"));
 }
 
 TEST_F(ReplicaMembershipTest, EnginesPauseBeforeTheWritesAndOneTooSlowIsSkippedThenCatchesUp) {
