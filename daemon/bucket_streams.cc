@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/monotonic_clock.h"
 #include "spdlog/spdlog.h"
 
 namespace refit::daemon {
@@ -139,6 +140,7 @@ absl::Status BucketStreams::Done(int64_t rank, const std::string& session,
         channel.taken + 1, " of epoch ", channel.epoch_id, ", ", channel.sent, " sent)"));
   }
   channel.taken = sequence;
+  channel.last_taken = MonotonicNow();
   if (!error.empty() && channel.failed == 0) {
     channel.failed = sequence;
     channel.error = error;
@@ -165,6 +167,7 @@ absl::StatusOr<int64_t> BucketStreams::Send(int64_t rank,
     channel.taken = 0;
     channel.failed = 0;
     channel.error.clear();
+    channel.last_taken = MonotonicNow();
   }
   if (channel.failed > 0) {  // the process already said it could not take one
     return absl::AbortedError(absl::StrCat(Who(rank), ": its process could not take bucket ",
@@ -214,6 +217,14 @@ absl::Status BucketStreams::AwaitTaken(int64_t rank, int64_t sequence, const Epo
                                                       ": its process did not take bucket ",
                                                       channel.taken + 1, " before the deadline"));
     }
+    if (MonotonicNow() - channel.last_taken >= epoch.stall) {
+      channel.outgoing.clear();
+      channel.stalled_epoch = epoch.epoch_id;
+      return absl::DeadlineExceededError(absl::StrCat(
+          Who(rank), ": its process took no bucket for ", absl::ToInt64Milliseconds(epoch.stall),
+          " ms (it holds bucket ", channel.taken + 1, " of epoch ", epoch.epoch_id,
+          "): it stopped draining its buckets"));
+    }
     auto settled = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       auto now = channels_.find(rank);
       return now == channels_.end() || now->second.attachment != attachment ||
@@ -222,6 +233,15 @@ absl::Status BucketStreams::AwaitTaken(int64_t rank, int64_t sequence, const Epo
     mu_.AwaitWithDeadline(absl::Condition(&settled),
                           std::min(epoch.deadline, absl::Now() + absl::Milliseconds(50)));
   }
+}
+
+std::vector<int64_t> BucketStreams::StalledIn(const std::string& epoch_id) {
+  absl::MutexLock lock(&mu_);
+  std::vector<int64_t> stalled;
+  for (const auto& [rank, channel] : channels_) {
+    if (channel.stalled_epoch == epoch_id) stalled.push_back(rank);
+  }
+  return stalled;
 }
 
 }  // namespace refit::daemon

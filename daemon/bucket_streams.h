@@ -36,6 +36,9 @@ class BucketStreams {
     int64_t version = -1;
     absl::Time deadline = absl::InfiniteFuture();
     const std::atomic<bool>* interrupt = nullptr;
+    // A process that takes no bucket for this long stopped draining: its rank's wait ends
+    // (DEADLINE_EXCEEDED naming it) and the rank counts as stalled (StalledIn).
+    absl::Duration stall = absl::InfiniteDuration();
   };
 
   // A sink for the executor over the bucketed ranks of `buffers` among `planned` (this
@@ -65,6 +68,8 @@ class BucketStreams {
                                bool last, const EpochContext& epoch) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Status AwaitTaken(int64_t rank, int64_t sequence, const EpochContext& epoch)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // The ranks whose processes stopped taking buckets of epoch `epoch_id` (its stall).
+  std::vector<int64_t> StalledIn(const std::string& epoch_id) ABSL_LOCKS_EXCLUDED(mu_);
   // The epoch's run is over (done or failed): hand-overs of it not yet sent are dropped,
   // so a failed epoch sends the process nothing more.
   void EndEpoch(int64_t rank, const std::string& epoch_id) ABSL_LOCKS_EXCLUDED(mu_);
@@ -79,6 +84,8 @@ class BucketStreams {
     int64_t taken = 0;   // the last sequence the process said it took (they come in order)
     std::string error;   // what the process said it could not do
     int64_t failed = 0;  // the sequence it said that of (0: none)
+    absl::Duration last_taken;  // MonotonicNow() of the epoch's first hand-over or last take
+    std::string stalled_epoch;  // the epoch it stopped taking buckets in
   };
 
   absl::Mutex mu_;

@@ -12,9 +12,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "client/daemon_clients.h"
 #include "daemon/coordinator_link.h"
 #include "daemon/coordinator_server.h"
+#include "daemon/testing/bucketed_ranks.h"
 #include "daemon/testing/epoch_faults.h"
 #include "daemon/testing/registration.h"
 #include "gmock/gmock.h"
@@ -34,6 +36,7 @@ class ControlPlaneTest : public ::testing::Test {
     job.set_source_ranks(2);
     job.set_destination_ranks(2);
     job.set_staging_budget_bytes(256);  // several batches
+    job.set_data_plane_stall_ms(stall_ms_);
     coordinator_job_ = job;
     auto server = CoordinatorServer::Start("127.0.0.1:0", job, absl::Seconds(30), &metrics_);
     ASSERT_TRUE(server.ok()) << server.status();
@@ -121,6 +124,7 @@ class ControlPlaneTest : public ::testing::Test {
   // (empty, with a test failure, when it did not).
   std::string FailedRefitOfVersionOne();
 
+  int64_t stall_ms_ = 0;  // the job's dataPlaneStallMs (0: the default), set before SetUp
   CoordinatorMetrics metrics_{std::make_shared<prometheus::Registry>()};
   DaemonMetrics inference_metrics_{std::make_shared<prometheus::Registry>(), "inference"};
   v1::JobSpec coordinator_job_;
@@ -441,6 +445,37 @@ TEST_F(ControlPlaneTest, TheDaemonsPrepareForTheFirstEpochOnceTheGroupIsComplete
   EXPECT_EQ(allocations(), 1) << "an epoch allocated staging the preparation had not";
 }
 
+// The trainer's refitd takes 1.5 s to prepare for its slice (as creating a large outbox on
+// a loaded host does) under a stall limit of 300 ms, and the first refit comes at once: the
+// epoch is executed once every daemon prepared, so no peer counts the preparation as a
+// stalled link.
+class SlowPreparationTest : public ControlPlaneTest {
+ protected:
+  void SetUp() override {
+    stall_ms_ = 300;
+    faults::SlowPreparation("trainer", absl::Milliseconds(1500));
+    ControlPlaneTest::SetUp();
+  }
+  void TearDown() override {
+    ControlPlaneTest::TearDown();
+    faults::SlowPreparation("trainer", absl::ZeroDuration());
+  }
+};
+
+TEST_F(SlowPreparationTest, ADaemonStillPreparingIsNotAStalledPeer) {
+  ASSERT_TRUE(GroupSeen(2, 2));
+  PublishAll(&trainer_, sources_, 1);
+  v1::RefitReport report;
+  const grpc::Status committed = Refit(1, &report);
+  ASSERT_TRUE(committed.ok()) << committed.error_message();
+  for (const v1::RankLayout& r : destinations_.ranks()) {
+    ASSERT_TRUE(inference_.WaitForVersion(r.rank(), 1, absl::Now() + absl::Seconds(5)).ok());
+    EXPECT_EQ(transport::testing::WrongBytes(inference_.HoldBuffers().buffers(),
+                                             v1::ROLE_DESTINATION, r),
+              0);
+  }
+}
+
 TEST_F(ControlPlaneTest, AnUnpublishedVersionFailsAtTheDeadlineNamingTheRanks) {
   ASSERT_TRUE(GroupSeen(2, 2));
   ASSERT_TRUE(trainer_.Publish(0, 4).ok());  // rank 1 never publishes
@@ -582,89 +617,6 @@ TEST_F(ControlPlaneTest, AStagedDestinationKeepsItsBuffersThroughAFailedEpoch) {
   }
 }
 
-// The inference ranks of the fixture, registered again bucketed: their views keep their
-// boxes and lose their memory, and each rank's one buffer is a `bucket_bytes` bucket. The
-// processes are stood for by threads serving each rank's bucket stream: `take` sees every
-// bucket and returns what BucketDone says (empty: taken).
-class BucketedRanks {
- public:
-  using Take =
-      std::function<std::string(int64_t rank, const v1::Bucket& bucket, const uint8_t* memory)>;
-
-  BucketedRanks(RankRegistry* registry, const v1::LayoutSpec& destinations, int64_t bucket_bytes)
-      : registry_(registry) {
-    for (v1::RankLayout r : destinations.ranks()) {
-      EXPECT_TRUE(registry->Deregister(v1::ROLE_DESTINATION, r.rank()).ok());
-      r.set_bucketed(true);
-      r.clear_buffers();
-      for (v1::ShardView& v : *r.mutable_views()) {
-        v.clear_buffer();
-        v.clear_byte_offset();
-        v.clear_strides();
-      }
-      const std::string name = transport::testing::UniqueShmName("bucket");
-      auto bucket = transport::SharedMemorySegment::Create(name, bucket_bytes);
-      EXPECT_TRUE(bucket.ok()) << bucket.status();
-      v1::BufferSpec* spec = r.add_buffers();
-      spec->set_name("bucket");
-      spec->set_bytes(bucket_bytes);
-      spec->set_shm_name(name);
-      memory_[r.rank()] = (*bucket)->data();
-      buckets_.push_back(std::move(*bucket));
-      v1::RegisterRankRequest request;
-      request.set_role(v1::ROLE_DESTINATION);
-      *request.mutable_layout() = r;
-      *request.mutable_tensors() = destinations.tensors();
-      absl::StatusOr<std::string> session = registry->Register(request);
-      EXPECT_TRUE(session.ok()) << session.status();
-      sessions_[r.rank()] = session.ok() ? *session : "";
-      layouts_.push_back(r);
-    }
-  }
-
-  // Opens every rank's stream (returns once each is attached).
-  void Attach(Take take) {
-    take_ = std::move(take);
-    for (const auto& [rank, session] : sessions_) {
-      auto attached = std::make_shared<std::atomic<bool>>(false);
-      threads_.emplace_back([this, rank = rank, session = session, attached] {
-        registry_->bucket_streams().Serve(
-            rank, session,
-            [&](const v1::Bucket& bucket) {
-              if (bucket.sequence() == 0) {
-                *attached = true;
-                return true;
-              }
-              const std::string error = take_(rank, bucket, memory_.at(rank));
-              return registry_->bucket_streams()
-                  .Done(rank, session, bucket.epoch_id(), bucket.sequence(), error)
-                  .ok();
-            },
-            [this] { return stop_.load(); });
-      });
-      for (int i = 0; i < 500 && !*attached; ++i) absl::SleepFor(absl::Milliseconds(2));
-      EXPECT_TRUE(*attached) << "destination rank " << rank;
-    }
-  }
-
-  ~BucketedRanks() {
-    stop_ = true;
-    for (std::thread& t : threads_) t.join();
-  }
-
-  const std::vector<v1::RankLayout>& layouts() const { return layouts_; }
-
- private:
-  RankRegistry* registry_;
-  std::vector<std::unique_ptr<transport::SharedMemorySegment>> buckets_;
-  std::map<int64_t, uint8_t*> memory_;
-  std::map<int64_t, std::string> sessions_;
-  std::vector<v1::RankLayout> layouts_;
-  Take take_;
-  std::atomic<bool> stop_{false};
-  std::vector<std::thread> threads_;
-};
-
 std::string ControlPlaneTest::FailedRefitOfVersionOne() {
   EXPECT_TRUE(GroupSeen(2, 2));
   PublishAll(&trainer_, sources_, 1);
@@ -709,7 +661,7 @@ TEST_F(ControlPlaneTest, AWatchByVersionOpenedAfterItsEpochEndedHearsHowItEnded)
 // holds the weights' values, every byte of every view arrives once, each rank's last bucket
 // comes once per epoch, and the pieces are checksummed on the way.
 TEST_F(ControlPlaneTest, BucketedDestinationsTakeTheirWeightsBucketByBucket) {
-  BucketedRanks ranks(&inference_, destinations_, 256);
+  testing::BucketedRanks ranks(&inference_, destinations_, 256);
   absl::Mutex mu;
   std::map<int64_t, int64_t> bytes, wrong, lasts, buckets;
   const transport::TensorTable shapes = transport::testing::TensorsOf(destinations_);
@@ -756,7 +708,7 @@ TEST_F(ControlPlaneTest, BucketedDestinationsTakeTheirWeightsBucketByBucket) {
 // The process of rank 1 cannot take its second bucket of version 1: the epoch fails with
 // its words. The stream stays: version 2, taken whole, commits, every byte right.
 TEST_F(ControlPlaneTest, ABucketedRankThatCannotTakeABucketFailsTheEpochSayingWhy) {
-  BucketedRanks ranks(&inference_, destinations_, 256);
+  testing::BucketedRanks ranks(&inference_, destinations_, 256);
   const transport::TensorTable shapes = transport::testing::TensorsOf(destinations_);
   std::atomic<int64_t> wrong{0}, lasts{0};
   ranks.Attach([&](int64_t rank, const v1::Bucket& bucket, const uint8_t* memory) {
@@ -787,8 +739,28 @@ TEST_F(ControlPlaneTest, ABucketedRankThatCannotTakeABucketFailsTheEpochSayingWh
   EXPECT_EQ(lasts, 2);  // one last bucket per rank
 }
 
+// The process of rank 1 stops taking buckets (it holds its first one of version 1): the
+// epoch fails within half the stall limit (10 s by default), naming the rank, not the
+// daemons waiting on it.
+TEST_F(ControlPlaneTest, ABucketedRankThatStopsTakingBucketsFailsTheEpochNamingIt) {
+  absl::Notification release;  // outlives the ranks: their threads wait on it
+  testing::BucketedRanks ranks(&inference_, destinations_, 256);
+  ranks.Attach([&](int64_t rank, const v1::Bucket& bucket, const uint8_t*) {
+    if (rank == 1 && bucket.version() == 1) release.WaitForNotificationWithTimeout(absl::Seconds(30));
+    return std::string();
+  });
+  const absl::Time start = absl::Now();
+  const std::string failure = FailedRefitOfVersionOne();
+  const absl::Duration took = absl::Now() - start;
+  release.Notify();
+  EXPECT_THAT(failure, ::testing::HasSubstr("destination rank 1: its process took no bucket for "
+                                            "5000 ms"));
+  EXPECT_THAT(failure, ::testing::HasSubstr("it stopped draining its buckets"));
+  EXPECT_LT(took, absl::Seconds(9)) << failure;
+}
+
 TEST_F(ControlPlaneTest, ABucketedRankWithNoStreamOpenFailsTheEpochNamingIt) {
-  BucketedRanks ranks(&inference_, destinations_, 256);  // never attached
+  testing::BucketedRanks ranks(&inference_, destinations_, 256);  // never attached
   EXPECT_THAT(FailedRefitOfVersionOne(),
               ::testing::HasSubstr("receives its weights in buckets, but its process holds no "
                                    "bucket stream open"));

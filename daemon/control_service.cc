@@ -202,6 +202,9 @@ grpc::Status ControlService::Control(
       case v1::DaemonMessage::kPaused:
         runner_->OnPaused(session.index, message.paused());
         break;
+      case v1::DaemonMessage::kPrepared:
+        runner_->OnPrepared(session.index, message.prepared());
+        break;
       default:  // heartbeats only renew the lease
         break;
     }

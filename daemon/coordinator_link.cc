@@ -89,15 +89,26 @@ void CoordinatorLink::Start() {
       &interrupt_,
       [this]() {
         MapPeerDestinations();
-        if (!executor_->EnsureWorker()) return false;
         std::shared_ptr<const v1::PlanSlice> slice;
+        const bool worker = executor_->EnsureWorker();
         {
           absl::MutexLock lock(&mu_);
           slice = std::move(slice_to_prepare_);
           slice_to_prepare_.reset();
         }
-        executor_->Prepare(slice);
-        return true;
+        // The coordinator executes an epoch once every daemon said how its preparation went.
+        const absl::Time start = absl::Now();
+        const absl::Status prepared = executor_->Prepare(slice);
+        if (slice != nullptr) {
+          v1::DaemonMessage said;
+          v1::SlicePrepared* what = said.mutable_prepared();
+          what->set_plan_digest(slice->digest());
+          what->set_ok(prepared.ok());
+          what->set_error(std::string(prepared.message()));
+          what->set_seconds(absl::ToDoubleSeconds(absl::Now() - start));
+          Write(said);
+        }
+        return worker;
       },
       [this](const EpochQueue::Job& job) { RunEpoch(job.execute, job.slice); });
   thread_ = std::thread([this]() { Run(); });

@@ -164,10 +164,14 @@ absl::Status EpochExecutor::UseKeptMemory(const v1::PlanSlice& slice,
   return absl::OkStatus();
 }
 
-void EpochExecutor::Prepare(const std::shared_ptr<const v1::PlanSlice>& slice) {
-  if (slice == nullptr || slice == prepared_ || data_plane_.worker() == nullptr) return;
+absl::Status EpochExecutor::Prepare(const std::shared_ptr<const v1::PlanSlice>& slice) {
+  if (slice == nullptr || slice == prepared_) return absl::OkStatus();
+  if (data_plane_.worker() == nullptr) {
+    return absl::UnavailableError("this refitd has no data-plane (UCX) worker yet");
+  }
   prepared_ = slice;
   const absl::Time start = absl::Now();
+  OnPrepare(node_);
   const SliceFacts& facts = FactsOf(slice);
   absl::Status ready;
   absl::StatusOr<std::vector<transport::UcxEndpoint*>> peers =
@@ -189,7 +193,7 @@ void EpochExecutor::Prepare(const std::shared_ptr<const v1::PlanSlice>& slice) {
         "refitd {}: could not prepare for plan {} ahead of its epochs (the first "
         "epoch sets up what it needs): {}",
         node_, slice->digest(), std::string(ready.message()));
-    return;
+    return ready;
   }
   RecordKeptMemory();
   const int64_t connected =
@@ -199,6 +203,7 @@ void EpochExecutor::Prepare(const std::shared_ptr<const v1::PlanSlice>& slice) {
       "staging, {:.1f} MB of shared-memory outbox",
       node_, slice->digest(), absl::ToDoubleSeconds(absl::Now() - start), connected,
       host_staging_.HeldBytes(-1) / 1e6, outbox_.held_bytes() / 1e6);
+  return absl::OkStatus();
 }
 
 absl::Status EpochExecutor::Quantize(v1::Role role, const v1::PlanSlice& slice,
@@ -253,6 +258,9 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const Slic
   auto fail = [&](const absl::Status& status) {
     done.set_ok(false);
     done.set_code(static_cast<int32_t>(status.code()));
+    for (int64_t rank : registry_->bucket_streams().StalledIn(execute.epoch_id())) {
+      done.add_stalled_destination_ranks(rank);
+    }
     done.set_error(
         absl::StrCat(*stopping_ ? "refitd is shutting down; the epoch was interrupted: " : "",
                      status.message()));
@@ -276,7 +284,9 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const Slic
                                    *peers);
   // A link that died under the epoch, while both ends still reach the coordinator, ends
   // it within this bound rather than at its deadline.
-  executor.SetStallLimit(absl::Milliseconds(execute.stall_ms() > 0 ? execute.stall_ms() : 10000));
+  const absl::Duration stall_limit =
+      absl::Milliseconds(execute.stall_ms() > 0 ? execute.stall_ms() : 10000);
+  executor.SetStallLimit(stall_limit);
   executor.SetInterrupt(interrupt_);
   executor.SetCopyThreads(copy_threads_);
   // Source views the destinations hold quantized are read as their codes and scales from
@@ -311,7 +321,10 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const Slic
   // processes, each bucket hashed on the way when the epoch checks its pieces.
   std::unique_ptr<transport::DestinationSink> buckets = registry_->bucket_streams().SinkFor(
       buffers, facts.destinations_here,
-      BucketStreams::EpochContext{execute.epoch_id(), execute.version(), deadline, interrupt_});
+      // A process that stopped taking buckets is found before its senders' links count as
+      // stalled, so the epoch's failure names its rank (and a replica drops it).
+      BucketStreams::EpochContext{execute.epoch_id(), execute.version(), deadline, interrupt_,
+                                  stall_limit / 2});
   executor.UseSink(buckets.get());
   executor.HashPieces(execute.checksums());
   executor.OnProgress(progress);

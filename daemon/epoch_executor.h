@@ -54,8 +54,9 @@ class EpochExecutor {
   // Sets up now, between epochs, what the epochs of `slice` need and keep (connections to
   // the daemons it exchanges pieces with, host staging and the shared-memory outbox at its
   // largest batch's size), so that its first epoch costs what a later one does. Once per
-  // slice; what fails is logged and left to the epoch (which fails or succeeds as without).
-  void Prepare(const std::shared_ptr<const v1::PlanSlice>& slice);
+  // slice (OK at once for the slice already prepared); what fails is logged, returned and
+  // left to the epoch (which fails or succeeds as without).
+  absl::Status Prepare(const std::shared_ptr<const v1::PlanSlice>& slice);
 
   using Progress = std::function<void(int64_t delivered_bytes)>;
   // Runs `execute` with `slice` (null: none was received) and returns the report: ok with

@@ -82,6 +82,11 @@ absl::Status EpochRecord::Abort() {
 }
 
 void EpochRecord::OnDone(int32_t daemon, const std::string& node, const v1::EpochDone& done) {
+  // Whose process stopped draining is worth knowing also from a report after the decision.
+  if (awaiting_.count(daemon)) {
+    stalled_destinations_.insert(done.stalled_destination_ranks().begin(),
+                                 done.stalled_destination_ranks().end());
+  }
   if (!running() || !awaiting_.erase(daemon)) return;
   if (!done.ok()) {
     if (failure_.ok()) failure_ = DaemonFailure(node, done);

@@ -76,6 +76,10 @@ class EpochRecord {
   // not reported (DEADLINE_EXCEEDED naming them), else OK. Prefixed with the epoch id.
   absl::Status ExecutionOutcome(const NodeName& node_name) const;
 
+  // The bucketed destination ranks whose processes stopped taking buckets, as the daemons
+  // reported (also after the epoch was decided).
+  const std::set<int64_t>& stalled_destinations() const { return stalled_destinations_; }
+
   const std::vector<v1::ViewChecksum>& view_checksums() const { return view_checksums_; }
   const std::vector<v1::PieceChecksum>& piece_checksums() const { return piece_checksums_; }
 
@@ -101,6 +105,7 @@ class EpochRecord {
   std::vector<v1::PieceChecksum> piece_checksums_;
   std::map<int32_t, double> daemon_seconds_;
   std::map<int64_t, double> rank_finish_seconds_;
+  std::set<int64_t> stalled_destinations_;
 };
 
 // A daemon's failed epoch as the client will see it: the daemon's own kind of failure

@@ -193,8 +193,13 @@ absl::StatusOr<int> EpochRunner::SendSlices(const ClusterSnapshot& snapshot, con
 absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& snapshot,
                                                       const v1::Plan& plan,
                                                       const std::string& epoch_id, uint32_t number,
-                                                      int64_t version, Deadline deadline) {
+                                                      int64_t version, Deadline deadline,
+                                                      const Cancelled& cancelled) {
   if (absl::StatusOr<int> sent = SendSlices(snapshot, plan); !sent.ok()) return sent.status();
+  if (absl::Status prepared = AwaitPrepared(snapshot, plan.digest(), deadline, cancelled);
+      !prepared.ok()) {
+    return prepared;
+  }
   std::set<int32_t> asked;
   for (const auto& [index, channel] : snapshot.channels) {
     v1::CoordinatorMessage execute_message;
@@ -216,6 +221,53 @@ absl::StatusOr<std::set<int32_t>> EpochRunner::Launch(const ClusterSnapshot& sna
     asked.insert(index);
   }
   return asked;
+}
+
+absl::Status EpochRunner::AwaitPrepared(const ClusterSnapshot& snapshot, const std::string& digest,
+                                        Deadline deadline, const Cancelled& cancelled) {
+  const absl::Duration start = MonotonicNow();
+  std::vector<int32_t> waiting;
+  {
+  absl::MutexLock lock(&mu_);
+  auto unprepared = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<int32_t> waiting;
+    for (const auto& [index, channel] : snapshot.channels) {
+      auto it = prepared_.find(index);
+      if (it == prepared_.end() || it->second != digest) waiting.push_back(index);
+    }
+    return waiting;
+  };
+  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return unprepared().empty() || (epoch_ && epoch_->Settled());
+  };
+  AwaitCancellable(mu_, absl::Condition(&done), deadline.ToTime(), cancelled);
+  waiting = unprepared();
+  // A failed epoch's failure is the outcome.
+  if (!waiting.empty() && epoch_ && epoch_->Settled()) return absl::OkStatus();
+  }
+  if (waiting.empty()) {
+    const absl::Duration waited = MonotonicNow() - start;
+    if (waited > absl::Seconds(1)) {
+      spdlog::info("plan {}: the daemons took {:.3f} s to prepare for their slices", digest,
+                   absl::ToDoubleSeconds(waited));
+    }
+    return absl::OkStatus();
+  }
+  std::vector<std::string> nodes;
+  for (int32_t index : waiting) nodes.push_back(cluster_->NodeOf(index));
+  const std::string who = absl::StrCat("refitd on ", absl::StrJoin(nodes, ", "),
+                                       " had not prepared for plan ", digest);
+  if (cancelled && cancelled()) return absl::CancelledError(absl::StrCat(who, " when the caller cancelled"));
+  return absl::DeadlineExceededError(absl::StrCat(who, " by the deadline"));
+}
+
+void EpochRunner::OnPrepared(int32_t daemon, const v1::SlicePrepared& prepared) {
+  if (!prepared.ok()) {
+    spdlog::warn("refitd on {} could not prepare for plan {} (its epoch sets up what it needs): {}",
+                 cluster_->NodeOf(daemon), prepared.plan_digest(), prepared.error());
+  }
+  absl::MutexLock lock(&mu_);
+  prepared_[daemon] = prepared.plan_digest();
 }
 
 EpochRunner::~EpochRunner() {
@@ -513,7 +565,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Du
     const absl::Duration epoch_start = MonotonicNow();
     const auto [epoch_id, number] = StartEpoch(version, planned->wire, *snapshot);
     const absl::Status launched =
-        Launch(*snapshot, planned->wire, epoch_id, number, version, deadline).status();
+        Launch(*snapshot, planned->wire, epoch_id, number, version, deadline, cancelled).status();
     std::pair<int64_t, int64_t> checksummed{0, 0};
     const absl::Status outcome =
         Decide(launched, deadline, cancelled, *snapshot, planned->wire, &checksummed);
@@ -783,9 +835,24 @@ std::vector<int64_t> EpochRunner::LostReplicas(const ClusterSnapshot& snapshot,
   // heartbeats within a quarter of it.
   const absl::Duration lease = Lease();
   cluster_->AwaitHeardSince(daemons, MonotonicNow(), deadline.Within(lease * 1.5).ToTime());
-  // Lost: a rank gone, or registered anew, since the epoch's snapshot.
-  return replicas_->Lacking(replicas, snapshot.destination_registrations,
-                            RegistrationsOf(cluster_->DestinationRanks()));
+  // Lost: a rank gone, or registered anew, since the epoch's snapshot, or whose process
+  // stopped taking buckets.
+  std::vector<int64_t> lost = replicas_->Lacking(replicas, snapshot.destination_registrations,
+                                                 RegistrationsOf(cluster_->DestinationRanks()));
+  std::set<int64_t> stalled;
+  {
+    absl::MutexLock lock(&mu_);
+    if (epoch_) {
+      for (int64_t rank : epoch_->stalled_destinations()) stalled.insert(replicas_->ReplicaOf(rank));
+    }
+  }
+  for (int64_t replica : replicas) {
+    if (stalled.count(replica) && std::find(lost.begin(), lost.end(), replica) == lost.end()) {
+      lost.push_back(replica);
+    }
+  }
+  std::sort(lost.begin(), lost.end());
+  return lost;
 }
 
 std::vector<int64_t> EpochRunner::PauseEngines(int64_t version, const ClusterSnapshot& snapshot,
@@ -1367,6 +1434,7 @@ void EpochRunner::OnDaemonLost(int32_t daemon, const std::string& how) {
   // A pause round stops waiting for it: its engines cannot answer now; nor does a retry.
   if (pause_.has_value() && pause_->awaiting.erase(daemon) > 0) pause_->gone.insert(daemon);
   winding_down_.erase(daemon);
+  prepared_.erase(daemon);  // a new session prepares anew
   if (epoch_)
     epoch_->OnDaemonLost(daemon,
                          absl::UnavailableError(absl::StrCat("refitd on ", node, " ", how)));

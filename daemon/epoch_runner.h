@@ -72,6 +72,7 @@ class EpochRunner {
   void OnDone(int32_t daemon, const v1::EpochDone& done);
   void OnProgress(int32_t daemon, const v1::EpochProgress& progress);
   void OnPaused(int32_t daemon, const v1::RanksPaused& paused) ABSL_LOCKS_EXCLUDED(mu_);
+  void OnPrepared(int32_t daemon, const v1::SlicePrepared& prepared) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Calls `emit` with the progress of `epoch_id` (empty: the running or next epoch; with
   // `version` > 0, the epoch moving that version: the running one, the next to start, or
@@ -109,10 +110,20 @@ class EpochRunner {
   void PrepareGroup();
   // Plans the group as registered now and sends each daemon its slice (PrepareSoon).
   void SendPlanAhead() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // Sends the slices, waits until every daemon prepared for its slice (AwaitPrepared),
+  // then sends each the execute command; the daemons asked.
   absl::StatusOr<std::set<int32_t>> Launch(const ClusterSnapshot& snapshot, const v1::Plan& plan,
                                            const std::string& epoch_id, uint32_t number,
-                                           int64_t version, Deadline deadline)
+                                           int64_t version, Deadline deadline,
+                                           const Cancelled& cancelled)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
+  // Waits (within `deadline`) until every daemon of `snapshot` said it prepared for its
+  // slice of plan `digest` (or could not: the epoch then sets up what it needs), so that
+  // no daemon's stall limit runs while a peer still creates its outbox; ends early when the
+  // running epoch fails (a daemon lost) or the caller gives up.
+  absl::Status AwaitPrepared(const ClusterSnapshot& snapshot, const std::string& digest,
+                             Deadline deadline, const Cancelled& cancelled)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // The NCCL group for a plan whose GPU pieces cross daemons (none otherwise).
   absl::StatusOr<std::optional<v1::NcclSetup>> NcclSetupFor(const ClusterSnapshot& snapshot,
@@ -189,15 +200,17 @@ class EpochRunner {
   // `registrations` unchanged since) into census->held.
   void ExcludeHeldLocked(const std::map<int64_t, uint64_t>& registrations,
                          ReplicaCensus* census) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After a failed epoch: the replicas of `replicas` it lost (a rank gone or registered
-  // anew since `snapshot`), known once every daemon of the epoch spoke since the failure or
-  // left (bounded by the lease and `deadline`).
   // Waits (within `deadline`) until no daemon of `snapshot` is still winding down the last
   // aborted epoch.
   void AwaitWoundDown(const ClusterSnapshot& snapshot, Deadline deadline,
                       const Cancelled& cancelled) ABSL_LOCKS_EXCLUDED(mu_);
+  // After a failed epoch: the replicas of `replicas` it lost (a rank gone or registered
+  // anew since `snapshot`, or a bucketed rank whose process stopped taking buckets), known
+  // once every daemon of the epoch spoke since the failure or left (bounded by the lease
+  // and `deadline`); ascending.
   std::vector<int64_t> LostReplicas(const ClusterSnapshot& snapshot,
-                                    const std::vector<int64_t>& replicas, Deadline deadline);
+                                    const std::vector<int64_t>& replicas, Deadline deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Catches up complete replicas lacking the committed version, if any and the sources
   // still hold it; true if it ran an epoch. Holding the group.
   bool CatchUp() ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
@@ -332,6 +345,9 @@ class EpochRunner {
     absl::Status why;
   };
   std::map<int64_t, HeldReplica> held_ ABSL_GUARDED_BY(mu_);
+  // Per daemon, the plan digest of the last slice it said it prepared for, in its current
+  // control session (forgotten when the session ends).
+  std::map<int32_t, std::string> prepared_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace refit::daemon

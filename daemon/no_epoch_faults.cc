@@ -5,4 +5,6 @@ namespace refit::daemon {
 
 void OnMessageReceived(const std::string&, const std::string&, int64_t, uint8_t*, int64_t) {}
 
+void OnPrepare(const std::string&) {}
+
 }  // namespace refit::daemon

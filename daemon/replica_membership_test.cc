@@ -19,8 +19,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "daemon/coordinator_link.h"
 #include "daemon/coordinator_server.h"
+#include "daemon/testing/bucketed_ranks.h"
 #include "daemon/testing/registration.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -40,6 +42,7 @@ class ReplicaMembershipTest : public ::testing::Test {
   void Start(int32_t min_replicas, int64_t pause_deadline_ms = 0, int replicas = 2) {
     v1::JobSpec job;
     job.set_pause_deadline_ms(pause_deadline_ms);
+    job.set_data_plane_stall_ms(stall_ms_);
     job.set_name("members");
     job.set_source_ranks(2);
     job.set_destination_ranks(2 * replicas);
@@ -271,6 +274,7 @@ class ReplicaMembershipTest : public ::testing::Test {
   }
 
   CoordinatorMetrics metrics_{std::make_shared<prometheus::Registry>()};
+  int64_t stall_ms_ = 0;  // the job's dataPlaneStallMs (0: the default), set before Start
   v1::JobSpec job_;
   std::unique_ptr<CoordinatorServer> coordinator_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
@@ -498,6 +502,34 @@ TEST_F(ReplicaMembershipTest, MisdeclaredReplicasAreHeldWithTheirReasonAndTheOth
     absl::SleepFor(absl::Milliseconds(20));
   }
   EXPECT_THAT(ReplicaStates(), ElementsAre("0 current", "1 current", "2 held"));
+}
+
+// Replica 1 takes its weights in buckets and its processes stop taking them: it is
+// dropped (within half the stall limit) and replica 0 takes the version.
+TEST_F(ReplicaMembershipTest, ABucketedReplicaThatStopsDrainingIsDroppedAndTheOthersRefit) {
+  stall_ms_ = 2000;
+  Start(/*min_replicas=*/1);
+  for (int64_t rank = 0; rank < 4; ++rank) RegisterDestination(rank);
+  v1::LayoutSpec replica_one = destinations_;
+  replica_one.mutable_ranks()->DeleteSubrange(0, 2);
+  absl::Notification release;  // outlives the ranks: their threads wait on it
+  testing::BucketedRanks stalled(replicas_[1].get(), replica_one, 256);
+  stalled.Attach([&](int64_t, const v1::Bucket& bucket, const uint8_t*) {
+    if (bucket.version() == 1) release.WaitForNotificationWithTimeout(absl::Seconds(30));
+    return std::string();
+  });
+  ASSERT_TRUE(GroupSeen(4));
+  Publish(1);
+  const absl::Time start = absl::Now();
+  v1::RefitReport report;
+  const grpc::Status refit = Refit(1, &report);
+  const absl::Duration took = absl::Now() - start;
+  release.Notify();
+  ASSERT_TRUE(refit.ok()) << refit.error_message();
+  EXPECT_THAT(report.replicas(), ElementsAre(0));
+  EXPECT_THAT(report.dropped_replicas(), ElementsAre(1));
+  EXPECT_LT(took, absl::Seconds(8));
+  for (int64_t rank : {0, 1}) EXPECT_EQ(WrongBytesAfter(rank, 1), 0) << rank;
 }
 
 TEST_F(ReplicaMembershipTest, EnginesPauseBeforeTheWritesAndOneTooSlowIsSkippedThenCatchesUp) {

@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "planner/box.h"
 #include "planner/dtype.h"
 #include "transport/gpu/cuda_ipc_buffer.h"
@@ -44,8 +45,15 @@ absl::Status BufferMap::DeclareTensor(v1::Role role, const std::string& name,
       (it->second.element_bytes == shape.element_bytes && it->second.shape == shape.shape)) {
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat(name, ": declared again with a different dtype or shape"));
+  auto text = [](const TensorShape& t) {
+    return absl::StrCat(t.element_bytes, "-byte elements, shape [", absl::StrJoin(t.shape, ", "),
+                        "]");
+  };
+  return absl::InvalidArgumentError(absl::StrCat(
+      name, ": declared again with a different dtype or shape (", text(shape),
+      "; another rank of this side on this node declared ", text(it->second),
+      "): the ranks of a side on one node share one declaration of each tensor, so a replica "
+      "of another format needs a node, or a job, of its own"));
 }
 
 absl::StatusOr<TensorTable> TensorTableOf(const v1::LayoutSpec& spec) {
