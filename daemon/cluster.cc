@@ -413,6 +413,15 @@ std::vector<Cluster::PeerDestinationList> Cluster::PeerDestinationsAround(int32_
   return lists;
 }
 
+std::map<int32_t, std::shared_ptr<DaemonChannel>> Cluster::Channels() const {
+  absl::MutexLock lock(&mu_);
+  std::map<int32_t, std::shared_ptr<DaemonChannel>> channels;
+  for (const auto& [index, record] : daemons_) {
+    if (record.connected) channels[index] = record.channel;
+  }
+  return channels;
+}
+
 std::vector<std::string> Cluster::DaemonNames() const {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> names;

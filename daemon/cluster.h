@@ -149,6 +149,8 @@ class Cluster {
     v1::LayoutSpec ranks;
   };
   std::vector<PeerDestinationList> PeerDestinationsAround(int32_t daemon) const;
+  // The channel of each connected daemon's current session, by daemon index.
+  std::map<int32_t, std::shared_ptr<DaemonChannel>> Channels() const;
   std::vector<std::string> DaemonNames() const;
   // What each daemon said of its GPUs, in DaemonNames order.
   std::vector<std::string> DaemonGpus() const;

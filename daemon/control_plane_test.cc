@@ -476,6 +476,36 @@ TEST_F(SlowPreparationTest, ADaemonStillPreparingIsNotAStalledPeer) {
   }
 }
 
+// The inference node's refitd reconnects (a new session and UCX worker: a new data-plane
+// address) while a refit waits for the trainers to publish: the epoch is planned again from
+// the group as it is now, not sent down the old session to the old address.
+TEST_F(ControlPlaneTest, ADaemonThatReconnectsWhileARefitWaitsIsPlannedAgain) {
+  ASSERT_TRUE(GroupSeen(2, 2));
+  const std::string before = coordinator_->cluster().IncarnationOf("inference");
+  v1::RefitReport report;
+  grpc::Status committed;
+  std::thread refit([&] { committed = Refit(1, &report); });
+  // Not a wait for an outcome: time for the refit to take its snapshot and wait.
+  absl::SleepFor(absl::Milliseconds(300));
+  inference_link_ =
+      std::make_unique<CoordinatorLink>(address_, "inference", &inference_, &inference_metrics_);
+  inference_link_->Start();
+  for (int i = 0; i < 250 && coordinator_->cluster().IncarnationOf("inference") == before; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_NE(coordinator_->cluster().IncarnationOf("inference"), before);
+  ASSERT_TRUE(GroupSeen(2, 2));
+  PublishAll(&trainer_, sources_, 1);
+  refit.join();
+  ASSERT_TRUE(committed.ok()) << committed.error_message();
+  for (const v1::RankLayout& r : destinations_.ranks()) {
+    ASSERT_TRUE(inference_.WaitForVersion(r.rank(), 1, absl::Now() + absl::Seconds(5)).ok());
+    EXPECT_EQ(transport::testing::WrongBytes(inference_.HoldBuffers().buffers(),
+                                             v1::ROLE_DESTINATION, r),
+              0);
+  }
+}
+
 TEST_F(ControlPlaneTest, AnUnpublishedVersionFailsAtTheDeadlineNamingTheRanks) {
   ASSERT_TRUE(GroupSeen(2, 2));
   ASSERT_TRUE(trainer_.Publish(0, 4).ok());  // rank 1 never publishes

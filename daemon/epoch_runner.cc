@@ -562,6 +562,19 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Du
     // is over for them.
     SettleDaemonsInDoubt(/*superseded=*/true);
     AwaitWoundDown(*snapshot, deadline, cancelled);
+    // Planned from a snapshot a reconnection made stale (a daemon that replaced its UCX
+    // worker has a new address): taken and planned again.
+    bool refreshed = false;
+    if (absl::Status fresh = RefreshIfStale(snapshot, members, needed, &refreshed); !fresh.ok()) {
+      return end_before_epoch("incomplete_group", fresh);
+    }
+    if (refreshed && deadline.Passed()) {
+      return end_before_epoch("other", absl::DeadlineExceededError(absl::StrCat(
+                                           "the refit of version ", version,
+                                           " was planned again (daemons reconnected) until its "
+                                           "deadline")));
+    }
+    if (refreshed) continue;
     const absl::Duration epoch_start = MonotonicNow();
     const auto [epoch_id, number] = StartEpoch(version, planned->wire, *snapshot);
     const absl::Status launched =
@@ -798,6 +811,47 @@ void EpochRunner::ExcludeHeldLocked(const std::map<int64_t, uint64_t>& registrat
     }
   }
   census->complete = std::move(fit);
+}
+
+absl::Status EpochRunner::RefreshIfStale(ClusterSnapshot* snapshot, Members* members,
+                                         size_t needed, bool* refreshed) {
+  *refreshed = false;
+  const std::map<int32_t, std::shared_ptr<DaemonChannel>> now = cluster_->Channels();
+  std::vector<std::string> changed;
+  for (const auto& [index, channel] : snapshot->channels) {
+    auto it = now.find(index);
+    if (it == now.end() || it->second != channel) changed.push_back(cluster_->NodeOf(index));
+  }
+  if (changed.empty()) return absl::OkStatus();
+  spdlog::info("refitd on {} reconnected or left since the epoch was planned: planning it again",
+               absl::StrJoin(changed, ", "));
+  absl::StatusOr<ClusterSnapshot> fresh = cluster_->Snapshot(replicas_.has_value());
+  if (!fresh.ok()) return fresh.status();
+  if (replicas_.has_value()) {
+    const std::vector<int64_t> lost = replicas_->Lacking(
+        members->replicas, snapshot->destination_registrations, fresh->destination_registrations);
+    std::vector<int64_t> left;
+    for (int64_t replica : members->replicas) {
+      if (std::find(lost.begin(), lost.end(), replica) == lost.end()) left.push_back(replica);
+    }
+    if (left.size() < needed) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "before the epoch began, ", DescribeReplicas(lost), " lost ranks (",
+          absl::StrJoin(changed, ", "), " reconnected or left); ", left.size(), " left of the ",
+          needed, " needed"));
+    }
+    if (!lost.empty()) {
+      spdlog::warn("dropping {}: ranks gone or registered anew before the epoch began",
+                   DescribeReplicas(lost));
+      if (metrics_ != nullptr) metrics_->replicas_dropped.Increment(lost.size());
+      members->dropped.insert(members->dropped.end(), lost.begin(), lost.end());
+    }
+    members->replicas = left;
+    NarrowDestinations(replicas_->RanksOf(left), &*fresh);
+  }
+  *snapshot = *std::move(fresh);
+  *refreshed = true;
+  return absl::OkStatus();
 }
 
 void EpochRunner::AwaitWoundDown(const ClusterSnapshot& snapshot, Deadline deadline,

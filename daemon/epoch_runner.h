@@ -200,6 +200,12 @@ class EpochRunner {
   // `registrations` unchanged since) into census->held.
   void ExcludeHeldLocked(const std::map<int64_t, uint64_t>& registrations,
                          ReplicaCensus* census) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // When a daemon of `snapshot` reconnected (a new session, perhaps a new data-plane
+  // address) or left since it was taken, takes it again (`*refreshed`), narrowed to the
+  // members; with replicas, those with a rank gone or registered anew since are dropped
+  // (FAILED_PRECONDITION when fewer than `needed` are left).
+  absl::Status RefreshIfStale(ClusterSnapshot* snapshot, Members* members, size_t needed,
+                              bool* refreshed);
   // Waits (within `deadline`) until no daemon of `snapshot` is still winding down the last
   // aborted epoch.
   void AwaitWoundDown(const ClusterSnapshot& snapshot, Deadline deadline,
