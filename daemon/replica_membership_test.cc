@@ -532,6 +532,36 @@ TEST_F(ReplicaMembershipTest, ABucketedReplicaThatStopsDrainingIsDroppedAndTheOt
   for (int64_t rank : {0, 1}) EXPECT_EQ(WrongBytesAfter(rank, 1), 0) << rank;
 }
 
+// A replica is lost when its daemon is gone, not when its session was renewed: replica 1's
+// refitd reconnects (a new session and UCX worker) while a refit waits for the trainers;
+// its ranks come back with the registrations they had, so the epoch, planned again, still
+// writes both replicas.
+TEST_F(ReplicaMembershipTest, AReplicaWhoseDaemonReconnectsIsNotDropped) {
+  Start(/*min_replicas=*/1);
+  for (int64_t rank = 0; rank < 4; ++rank) RegisterDestination(rank);
+  ASSERT_TRUE(GroupSeen(4));
+  const std::string before = coordinator_->cluster().IncarnationOf("inference-1");
+  v1::RefitReport report;
+  grpc::Status committed;
+  std::thread refit([&] { committed = Refit(1, &report); });
+  // Not a wait for an outcome: time for the refit to take its snapshot and wait.
+  absl::SleepFor(absl::Milliseconds(300));
+  links_[2] = std::make_unique<CoordinatorLink>(coordinator_->address(), "inference-1",
+                                                replicas_[1].get());
+  links_[2]->Start();
+  for (int i = 0; i < 250 && coordinator_->cluster().IncarnationOf("inference-1") == before; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_NE(coordinator_->cluster().IncarnationOf("inference-1"), before);
+  ASSERT_TRUE(GroupSeen(4));
+  Publish(1);
+  refit.join();
+  ASSERT_TRUE(committed.ok()) << committed.error_message();
+  EXPECT_THAT(report.replicas(), ElementsAre(0, 1));
+  EXPECT_THAT(report.dropped_replicas(), ElementsAre());
+  for (int64_t rank = 0; rank < 4; ++rank) EXPECT_EQ(WrongBytesAfter(rank, 1), 0) << rank;
+}
+
 TEST_F(ReplicaMembershipTest, EnginesPauseBeforeTheWritesAndOneTooSlowIsSkippedThenCatchesUp) {
   Start(/*min_replicas=*/1, /*pause_deadline_ms=*/1000);
   std::vector<std::unique_ptr<Engine>> engines;
