@@ -111,6 +111,22 @@ class ControlPlaneTest : public ::testing::Test {
     return false;
   }
 
+  // Whether every inference rank takes `version` (bounded) with every byte right (each
+  // failure reported).
+  bool InferenceHolds(int64_t version) {
+    bool right = true;
+    for (const v1::RankLayout& r : destinations_.ranks()) {
+      const absl::StatusOr<int64_t> taken =
+          inference_.WaitForVersion(r.rank(), version, absl::Now() + absl::Seconds(5));
+      EXPECT_TRUE(taken.ok()) << taken.status();
+      const int64_t wrong = transport::testing::WrongBytes(inference_.HoldBuffers().buffers(),
+                                                           v1::ROLE_DESTINATION, r);
+      EXPECT_EQ(wrong, 0) << "destination rank " << r.rank();
+      right = right && taken.ok() && wrong == 0;
+    }
+    return right;
+  }
+
   grpc::Status Refit(int64_t version, v1::RefitReport* report) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
@@ -358,13 +374,7 @@ TEST_F(ControlPlaneTest, RefitMovesEveryByteAndCommitsTheVersion) {
   ASSERT_TRUE(status.ok()) << status.error_message();
   EXPECT_EQ(report.version(), 1);
   EXPECT_EQ(report.bytes(), 16 * 12 * 4 + 2 * 12 * 4);
-  for (const v1::RankLayout& r : destinations_.ranks()) {
-    EXPECT_TRUE(inference_.WaitForVersion(r.rank(), 1, absl::Now() + absl::Seconds(5)).ok());
-    EXPECT_EQ(
-        transport::testing::WrongBytes(inference_.HoldBuffers().buffers(), v1::ROLE_DESTINATION, r),
-        0)
-        << "destination rank " << r.rank();
-  }
+  EXPECT_TRUE(InferenceHolds(1));
   // A repeat of a committed version returns its report; 0 and negative numbers are no
   // versions.
   v1::RefitReport again;
@@ -468,12 +478,7 @@ TEST_F(SlowPreparationTest, ADaemonStillPreparingIsNotAStalledPeer) {
   v1::RefitReport report;
   const grpc::Status committed = Refit(1, &report);
   ASSERT_TRUE(committed.ok()) << committed.error_message();
-  for (const v1::RankLayout& r : destinations_.ranks()) {
-    ASSERT_TRUE(inference_.WaitForVersion(r.rank(), 1, absl::Now() + absl::Seconds(5)).ok());
-    EXPECT_EQ(transport::testing::WrongBytes(inference_.HoldBuffers().buffers(),
-                                             v1::ROLE_DESTINATION, r),
-              0);
-  }
+  EXPECT_TRUE(InferenceHolds(1));
 }
 
 // The inference node's refitd reconnects (a new session and UCX worker: a new data-plane
@@ -498,12 +503,7 @@ TEST_F(ControlPlaneTest, ADaemonThatReconnectsWhileARefitWaitsIsPlannedAgain) {
   PublishAll(&trainer_, sources_, 1);
   refit.join();
   ASSERT_TRUE(committed.ok()) << committed.error_message();
-  for (const v1::RankLayout& r : destinations_.ranks()) {
-    ASSERT_TRUE(inference_.WaitForVersion(r.rank(), 1, absl::Now() + absl::Seconds(5)).ok());
-    EXPECT_EQ(transport::testing::WrongBytes(inference_.HoldBuffers().buffers(),
-                                             v1::ROLE_DESTINATION, r),
-              0);
-  }
+  EXPECT_TRUE(InferenceHolds(1));
 }
 
 TEST_F(ControlPlaneTest, AnUnpublishedVersionFailsAtTheDeadlineNamingTheRanks) {
@@ -820,12 +820,7 @@ TEST_F(ControlPlaneTest, ARestartedCoordinatorRecoversTheVersionFromTheDaemons) 
   PublishAll(&trainer_, sources_, 2);
   const grpc::Status next = Refit(2, &report);
   ASSERT_TRUE(next.ok()) << next.error_message();
-  for (const v1::RankLayout& r : destinations_.ranks()) {
-    EXPECT_TRUE(inference_.WaitForVersion(r.rank(), 2, absl::Now() + absl::Seconds(5)).ok());
-    EXPECT_EQ(
-        transport::testing::WrongBytes(inference_.HoldBuffers().buffers(), v1::ROLE_DESTINATION, r),
-        0);
-  }
+  EXPECT_TRUE(InferenceHolds(2));
 }
 
 }  // namespace
