@@ -776,7 +776,8 @@ TEST_F(ControlPlaneTest, ABucketedRankThatStopsTakingBucketsFailsTheEpochNamingI
   absl::Notification release;  // outlives the ranks: their threads wait on it
   testing::BucketedRanks ranks(&inference_, destinations_, 256);
   ranks.Attach([&](int64_t rank, const v1::Bucket& bucket, const uint8_t*) {
-    if (rank == 1 && bucket.version() == 1) release.WaitForNotificationWithTimeout(absl::Seconds(30));
+    if (rank == 1 && bucket.version() == 1)
+      release.WaitForNotificationWithTimeout(absl::Seconds(30));
     return std::string();
   });
   const absl::Time start = absl::Now();

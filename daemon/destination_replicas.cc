@@ -122,7 +122,8 @@ void NarrowDestinations(const std::set<int64_t>& ranks, ClusterSnapshot* snapsho
   EraseUnless(ranks, &snapshot->destination_declarations);
   // The tensors are those the ranks kept declare (a replica left out may have declared
   // others, or the same ones otherwise).
-  const bool declared = snapshot->destination_declarations.size() == static_cast<size_t>(kept->size());
+  const bool declared =
+      snapshot->destination_declarations.size() == static_cast<size_t>(kept->size());
   if (declared && (kept->size() != before || snapshot->destinations_disagree)) {
     snapshot->destinations.clear_tensors();
     snapshot->destinations_disagree = false;

@@ -1,8 +1,9 @@
 // The points where a test may damage an epoch on purpose: a message from another daemon,
 // received and not yet unpacked (what a link that changes a byte would do), to prove that
-// the checksums catch it; and the preparation for a plan slice, made slow. Declared here and defined twice: refitd and every release
-// binary link daemon:no_epoch_faults, which does nothing; only test binaries link
-// daemon/testing:epoch_faults (testonly), so no fault can be switched on in a release.
+// the checksums catch it; and the preparation for a plan slice, made slow. Declared here and
+// defined twice: refitd and every release binary link daemon:no_epoch_faults, which does nothing;
+// only test binaries link daemon/testing:epoch_faults (testonly), so no fault can be switched on in
+// a release.
 #ifndef REFIT_DAEMON_EPOCH_FAULTS_H_
 #define REFIT_DAEMON_EPOCH_FAULTS_H_
 

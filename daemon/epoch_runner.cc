@@ -228,22 +228,22 @@ absl::Status EpochRunner::AwaitPrepared(const ClusterSnapshot& snapshot, const s
   const absl::Duration start = MonotonicNow();
   std::vector<int32_t> waiting;
   {
-  absl::MutexLock lock(&mu_);
-  auto unprepared = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    std::vector<int32_t> waiting;
-    for (const auto& [index, channel] : snapshot.channels) {
-      auto it = prepared_.find(index);
-      if (it == prepared_.end() || it->second != digest) waiting.push_back(index);
-    }
-    return waiting;
-  };
-  auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return unprepared().empty() || (epoch_ && epoch_->Settled());
-  };
-  AwaitCancellable(mu_, absl::Condition(&done), deadline.ToTime(), cancelled);
-  waiting = unprepared();
-  // A failed epoch's failure is the outcome.
-  if (!waiting.empty() && epoch_ && epoch_->Settled()) return absl::OkStatus();
+    absl::MutexLock lock(&mu_);
+    auto unprepared = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      std::vector<int32_t> waiting;
+      for (const auto& [index, channel] : snapshot.channels) {
+        auto it = prepared_.find(index);
+        if (it == prepared_.end() || it->second != digest) waiting.push_back(index);
+      }
+      return waiting;
+    };
+    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return unprepared().empty() || (epoch_ && epoch_->Settled());
+    };
+    AwaitCancellable(mu_, absl::Condition(&done), deadline.ToTime(), cancelled);
+    waiting = unprepared();
+    // A failed epoch's failure is the outcome.
+    if (!waiting.empty() && epoch_ && epoch_->Settled()) return absl::OkStatus();
   }
   if (waiting.empty()) {
     const absl::Duration waited = MonotonicNow() - start;
@@ -255,9 +255,10 @@ absl::Status EpochRunner::AwaitPrepared(const ClusterSnapshot& snapshot, const s
   }
   std::vector<std::string> nodes;
   for (int32_t index : waiting) nodes.push_back(cluster_->NodeOf(index));
-  const std::string who = absl::StrCat("refitd on ", absl::StrJoin(nodes, ", "),
-                                       " had not prepared for plan ", digest);
-  if (cancelled && cancelled()) return absl::CancelledError(absl::StrCat(who, " when the caller cancelled"));
+  const std::string who =
+      absl::StrCat("refitd on ", absl::StrJoin(nodes, ", "), " had not prepared for plan ", digest);
+  if (cancelled && cancelled())
+    return absl::CancelledError(absl::StrCat(who, " when the caller cancelled"));
   return absl::DeadlineExceededError(absl::StrCat(who, " by the deadline"));
 }
 
@@ -721,13 +722,26 @@ absl::StatusOr<EpochRunner::Members> EpochRunner::ChooseReplicas(
 
 void EpochRunner::HoldMisdeclared(int64_t version, const ClusterSnapshot& snapshot,
                                   ReplicaCensus* census) {
-  const ReplicaVetting vetting =
-      VetReplicas(*replicas_, census->complete, snapshot.destination_declarations,
-                  [&](int64_t replica) ABSL_NO_THREAD_SAFETY_ANALYSIS {  // run_mu_ is held
-                    ClusterSnapshot alone = snapshot;
-                    NarrowDestinations(replicas_->RanksOf({replica}), &alone);
-                    return PlanEpoch(version, &alone).status();
-                  });
+  // A vetting depends only on the registrations it read (each kind's plan, on the sources'
+  // too): the last one stands while they are unchanged, so a refit of a steady group does
+  // not merge and hash every replica's declarations again.
+  VettedRegistrations read{{}, snapshot.source_registrations};
+  for (int64_t rank : replicas_->RanksOf(census->complete)) {
+    auto it = snapshot.destination_registrations.find(rank);
+    if (it != snapshot.destination_registrations.end()) read.first.insert(*it);
+  }
+  if (!last_vetting_.has_value() || last_vetting_->first != read) {
+    last_vetting_.emplace(
+        std::move(read),
+        VetReplicas(*replicas_, census->complete, snapshot.destination_declarations,
+                    [&](int64_t replica) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                      // run_mu_ is held
+                      ClusterSnapshot alone = snapshot;
+                      NarrowDestinations(replicas_->RanksOf({replica}), &alone);
+                      return PlanEpoch(version, &alone).status();
+                    }));
+  }
+  const ReplicaVetting& vetting = last_vetting_->second;
   census->complete = vetting.fit;
   std::map<int64_t, HeldReplica> now;
   for (const auto& [replica, why] : vetting.held) {
@@ -764,7 +778,8 @@ void EpochRunner::HoldMisdeclared(int64_t version, const ClusterSnapshot& snapsh
         continue;
       }
       spdlog::warn("version {}: {}", version, std::string(held.why.message()));
-      for (const auto& [rank, registration] : held.registrations) tell(rank, registration, &held.why);
+      for (const auto& [rank, registration] : held.registrations)
+        tell(rank, registration, &held.why);
     }
     for (const auto& [replica, held] : held_) {
       if (now.count(replica)) continue;
@@ -796,15 +811,9 @@ void EpochRunner::ExcludeHeldLocked(const std::map<int64_t, uint64_t>& registrat
   std::vector<int64_t> fit;
   for (int64_t replica : census->complete) {
     auto held = held_.find(replica);
-    bool same = held != held_.end();
-    for (int64_t rank : replicas_->RanksOf({replica})) {
-      if (!same) break;
-      auto then = held->second.registrations.find(rank);
-      auto now = registrations.find(rank);
-      same = then != held->second.registrations.end() && now != registrations.end() &&
-             then->second == now->second;
-    }
-    if (same) {
+    // Held while its ranks hold the registrations it was held for.
+    if (held != held_.end() &&
+        replicas_->Lacking({replica}, held->second.registrations, registrations).empty()) {
       census->held[replica] = std::string(held->second.why.message());
     } else {
       fit.push_back(replica);
@@ -813,8 +822,8 @@ void EpochRunner::ExcludeHeldLocked(const std::map<int64_t, uint64_t>& registrat
   census->complete = std::move(fit);
 }
 
-absl::Status EpochRunner::RefreshIfStale(ClusterSnapshot* snapshot, Members* members,
-                                         size_t needed, bool* refreshed) {
+absl::Status EpochRunner::RefreshIfStale(ClusterSnapshot* snapshot, Members* members, size_t needed,
+                                         bool* refreshed) {
   *refreshed = false;
   const std::map<int32_t, std::shared_ptr<DaemonChannel>> now = cluster_->Channels();
   std::vector<std::string> changed;
@@ -835,10 +844,10 @@ absl::Status EpochRunner::RefreshIfStale(ClusterSnapshot* snapshot, Members* mem
       if (std::find(lost.begin(), lost.end(), replica) == lost.end()) left.push_back(replica);
     }
     if (left.size() < needed) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "before the epoch began, ", DescribeReplicas(lost), " lost ranks (",
-          absl::StrJoin(changed, ", "), " reconnected or left); ", left.size(), " left of the ",
-          needed, " needed"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("before the epoch began, ", DescribeReplicas(lost), " lost ranks (",
+                       absl::StrJoin(changed, ", "), " reconnected or left); ", left.size(),
+                       " left of the ", needed, " needed"));
     }
     if (!lost.empty()) {
       spdlog::warn("dropping {}: ranks gone or registered anew before the epoch began",
@@ -897,7 +906,8 @@ std::vector<int64_t> EpochRunner::LostReplicas(const ClusterSnapshot& snapshot,
   {
     absl::MutexLock lock(&mu_);
     if (epoch_) {
-      for (int64_t rank : epoch_->stalled_destinations()) stalled.insert(replicas_->ReplicaOf(rank));
+      for (int64_t rank : epoch_->stalled_destinations())
+        stalled.insert(replicas_->ReplicaOf(rank));
     }
   }
   for (int64_t replica : replicas) {

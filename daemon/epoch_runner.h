@@ -351,6 +351,11 @@ class EpochRunner {
     absl::Status why;
   };
   std::map<int64_t, HeldReplica> held_ ABSL_GUARDED_BY(mu_);
+  // The last vetting of the replicas (HoldMisdeclared) and what it read: the destination
+  // registrations of the replicas it vetted and the source registrations.
+  using VettedRegistrations = std::pair<std::map<int64_t, uint64_t>, std::map<int64_t, uint64_t>>;
+  std::optional<std::pair<VettedRegistrations, ReplicaVetting>> last_vetting_
+      ABSL_GUARDED_BY(run_mu_);
   // Per daemon, the plan digest of the last slice it said it prepared for, in its current
   // control session (forgotten when the session ends).
   std::map<int32_t, std::string> prepared_ ABSL_GUARDED_BY(mu_);

@@ -200,12 +200,12 @@ void RankRegistry::Answer(const v1::RegistrationAnswer& answer) {
                                     : absl::StatusCode::kUnknown;
   if (answer.accepted()) {
     it->second.refusal = absl::OkStatus();
-    it->second.hold =
-        answer.held() ? absl::Status(code, absl::StrCat(RankName(answer.role(), answer.rank()),
-                                                        ": the coordinator holds its replica "
-                                                        "out of refits: ",
-                                                        answer.refusal()))
-                      : absl::OkStatus();
+    it->second.hold = answer.held()
+                          ? absl::Status(code, absl::StrCat(RankName(answer.role(), answer.rank()),
+                                                            ": the coordinator holds its replica "
+                                                            "out of refits: ",
+                                                            answer.refusal()))
+                          : absl::OkStatus();
     if (answer.held()) {
       spdlog::warn("refitd {}: {}", node_, std::string(it->second.hold.message()));
     }

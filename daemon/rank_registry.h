@@ -78,11 +78,10 @@ class RankRegistry {
   // buffers; DEADLINE_EXCEEDED at the deadline, FAILED_PRECONDITION if the rank leaves,
   // the coordinator's reason (INVALID_ARGUMENT, FAILED_PRECONDITION) at once while it holds
   // the rank's replica out of refits, ABORTED at once when an epoch moving `version` (or a
-  // later one) is aborted while it waits, or was aborted before it began (after the rank last took a version, with no
-  // epoch under way since). Errors say which version the buffers hold and whether an aborted epoch may have
-  // written parts of a newer one into them.
-  // `cancelled` (checked every 100 ms) ends the wait early with CANCELLED: a caller that
-  // went away holds no thread.
+  // later one) is aborted while it waits, or was aborted before it began (after the rank last took
+  // a version, with no epoch under way since). Errors say which version the buffers hold and
+  // whether an aborted epoch may have written parts of a newer one into them. `cancelled` (checked
+  // every 100 ms) ends the wait early with CANCELLED: a caller that went away holds no thread.
   absl::StatusOr<int64_t> WaitForVersion(int64_t rank, int64_t version, absl::Time deadline,
                                          const std::function<bool()>& cancelled = nullptr);
 

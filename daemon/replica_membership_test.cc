@@ -101,7 +101,8 @@ class ReplicaMembershipTest : public ::testing::Test {
   }
   // Registers destination rank `rank` with its request changed by `change` first (a
   // misdeclared rank).
-  void RegisterDeclaring(int64_t rank, const std::function<void(v1::RegisterRankRequest*)>& change) {
+  void RegisterDeclaring(int64_t rank,
+                         const std::function<void(v1::RegisterRankRequest*)>& change) {
     v1::RegisterRankRequest request =
         testing::RegistrationOf(v1::ROLE_DESTINATION, destinations_.ranks(rank), destinations_);
     change(&request);
@@ -493,11 +494,12 @@ TEST_F(ReplicaMembershipTest, MisdeclaredReplicasAreHeldWithTheirReasonAndTheOth
                         "nrom"));
 
   // Replica 1 registers again, declared right: it catches up while the sources hold 1.
-  for (int64_t rank : {2, 3}) ASSERT_TRUE(replicas_[1]->Deregister(v1::ROLE_DESTINATION, rank).ok());
+  for (int64_t rank : {2, 3})
+    ASSERT_TRUE(replicas_[1]->Deregister(v1::ROLE_DESTINATION, rank).ok());
   for (int64_t rank : {2, 3}) RegisterDestination(rank);
   for (int64_t rank : {2, 3}) EXPECT_EQ(WrongBytesAfter(rank, 1), 0) << rank;
-  for (int i = 0; i < 250 && ReplicaStates() != std::vector<std::string>{"0 current", "1 current",
-                                                                          "2 held"};
+  for (int i = 0;
+       i < 250 && ReplicaStates() != std::vector<std::string>{"0 current", "1 current", "2 held"};
        ++i) {
     absl::SleepFor(absl::Milliseconds(20));
   }
@@ -546,8 +548,8 @@ TEST_F(ReplicaMembershipTest, AReplicaWhoseDaemonReconnectsIsNotDropped) {
   std::thread refit([&] { committed = Refit(1, &report); });
   // Not a wait for an outcome: time for the refit to take its snapshot and wait.
   absl::SleepFor(absl::Milliseconds(300));
-  links_[2] = std::make_unique<CoordinatorLink>(coordinator_->address(), "inference-1",
-                                                replicas_[1].get());
+  links_[2] =
+      std::make_unique<CoordinatorLink>(coordinator_->address(), "inference-1", replicas_[1].get());
   links_[2]->Start();
   for (int i = 0; i < 250 && coordinator_->cluster().IncarnationOf("inference-1") == before; ++i) {
     absl::SleepFor(absl::Milliseconds(20));

@@ -20,9 +20,9 @@ std::string Describe(const v1::TensorSpec& t) {
   std::string text = absl::StrCat(t.dtype(), " [", absl::StrJoin(t.shape(), ", "), "]");
   if (t.has_quantization()) {
     const v1::Quantization& q = t.quantization();
-    absl::StrAppend(&text, " (", q.scheme().empty() ? "quantized" : q.scheme(),
-                    q.block().empty() ? "" : absl::StrCat(", block ", absl::StrJoin(q.block(), " x ")),
-                    ")");
+    absl::StrAppend(
+        &text, " (", q.scheme().empty() ? "quantized" : q.scheme(),
+        q.block().empty() ? "" : absl::StrCat(", block ", absl::StrJoin(q.block(), " x ")), ")");
   }
   return text;
 }
@@ -73,8 +73,8 @@ absl::Status Merge(const DestinationReplicas& replicas, int64_t replica,
     auto it = declarations.find(rank);
     if (it == declarations.end()) continue;
     for (const v1::ShardView& view : it->second->layout().views()) {
-      boxes[view.tensor()].insert(
-          {{view.offset().begin(), view.offset().end()}, {view.extent().begin(), view.extent().end()}});
+      boxes[view.tensor()].insert({{view.offset().begin(), view.offset().end()},
+                                   {view.extent().begin(), view.extent().end()}});
     }
   }
   std::string format;
@@ -88,12 +88,12 @@ absl::Status Merge(const DestinationReplicas& replicas, int64_t replica,
       covered += v;
     }
     if (covered < volume) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          replicas.Describe(replica), " holds ", covered, " of the ", volume,
-          " elements of tensor ", name,
-          ": a replica must hold every tensor it declares whole (is the job's "
-          "destinationReplicas.ranksPerReplica ",
-          replicas.ranks_per_replica(), " smaller than a replica?)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(replicas.Describe(replica), " holds ", covered, " of the ", volume,
+                       " elements of tensor ", name,
+                       ": a replica must hold every tensor it declares whole (is the job's "
+                       "destinationReplicas.ranksPerReplica ",
+                       replicas.ranks_per_replica(), " smaller than a replica?)"));
     }
     absl::StrAppend(&format, name, "=", t->SerializeAsString(), ";");
   }
@@ -146,9 +146,9 @@ ReplicaVetting VetReplicas(const DestinationReplicas& replicas,
       const absl::Status planned = plan_alone(members.front());
       if (planned.code() != absl::StatusCode::kInvalidArgument) continue;
       for (int64_t replica : members) {
-        vetting.held[replica] = absl::InvalidArgumentError(absl::StrCat(
-            replicas.Describe(replica), " cannot be written from the sources: ",
-            planned.message()));
+        vetting.held[replica] = absl::InvalidArgumentError(
+            absl::StrCat(replicas.Describe(replica),
+                         " cannot be written from the sources: ", planned.message()));
         declared.erase(replica);
       }
     }

@@ -24,8 +24,8 @@
 namespace refit::daemon {
 
 struct ReplicaVetting {
-  std::vector<int64_t> fit;                // ascending
-  std::map<int64_t, absl::Status> held;    // replica -> why, naming it
+  std::vector<int64_t> fit;              // ascending
+  std::map<int64_t, absl::Status> held;  // replica -> why, naming it
 };
 
 // Plans an epoch that writes replica `replica` alone; its error when it cannot be planned.

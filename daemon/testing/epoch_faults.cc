@@ -20,7 +20,8 @@ std::set<std::pair<std::string, int64_t>>& Corruptions() ABSL_EXCLUSIVE_LOCKS_RE
   return *corruptions;
 }
 
-std::map<std::string, absl::Duration>& PreparationDelays() ABSL_EXCLUSIVE_LOCKS_REQUIRED(faults_mu) {
+std::map<std::string, absl::Duration>& PreparationDelays()
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(faults_mu) {
   static auto* delays = new std::map<std::string, absl::Duration>();
   return *delays;
 }
