@@ -1,0 +1,259 @@
+"""refit as a vLLM weight-transfer engine (vLLM 0.32's `WeightTransferEngine`).
+
+Each vLLM worker is one refit destination rank, registered with the node's refitd at
+`init_weight_transfer_engine`: its boxes of the checkpoint tensors are what its own loaders
+read (refit.vllm.loader_layout), so with tensor parallelism a worker receives only its
+share. The rank is bucketed: vLLM's parameters are not refit's to write in place (on CPU
+its linears are repacked into kernel formats and the parameters emptied; quantized
+layers are post-processed), so pieces arrive in a bounded bucket, are assembled per
+checkpoint tensor, and each complete tensor goes through the model's `load_weights`
+inside vLLM's layerwise reload session (started by `start_weight_update`, finished by
+`finish_weight_update`), exactly as a checkpoint-format engine of vLLM's own does.
+
+`update_weights({"version": v})` returns once version v is in this worker's parameters
+and refit has committed it (refitd's `wait_for_version`); it raises when the epoch
+aborts, when a tensor never arrives, when refitd goes away, or at the update's timeout.
+A refit that reaches a worker outside start..finish is refused, and fails its epoch.
+
+After finish_weight_update, the caller resets vLLM's prefix cache (`LLM.reset_prefix_cache`,
+or the server's `/pause?clear_cache=true` ... `/resume`): cached KV blocks were computed
+with the old weights and vLLM's weight-update path keeps them.
+
+Threading: refit's client calls `_on_bucket` on its stream thread; it only copies pieces
+out of the bucket into assembly tensors and queues complete ones, under `_lock`. Every
+call from vLLM (init, start, update, finish, shutdown) comes on the worker's thread, the
+only one that touches the model."""
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Dict, Optional
+
+import torch
+from vllm.distributed.weight_transfer.base import (WeightTransferEngine,
+                                                   WeightTransferInitInfo,
+                                                   WeightTransferUpdateInfo)
+
+from ..errors import RefitError, RefitInvalidInput
+from .checkpoint import checkpoint_specs
+from .loader_layout import check_every_parameter_filled, loader_layout
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RefitInitInfo(WeightTransferInitInfo):
+    """`socket`: the node's refitd. The worker registers destination rank `rank_offset` +
+    its index among the engine's workers (data-parallel rank x world size + pipeline rank
+    x tensor-parallel size + tensor-parallel rank). `bucket_bytes`: refitd's staging
+    bucket for this worker (the extra memory a refit costs it)."""
+
+    socket: str
+    rank_offset: int = 0
+    bucket_bytes: int = 64 << 20
+    register_timeout: float = 60.0
+
+
+@dataclass
+class RefitUpdateInfo(WeightTransferUpdateInfo):
+    """The version to wait for, and how long to wait for it."""
+
+    version: int
+    timeout: float = 600.0
+
+
+def worker_index(parallel_config) -> int:
+    """This worker's index among the engine's workers (vLLM's data-parallel, pipeline and
+    tensor-parallel ranks, in that order)."""
+    from vllm.distributed import parallel_state
+
+    tensor_rank = parallel_state.get_tensor_model_parallel_rank()
+    pipeline_rank = parallel_state.get_pp_group().rank_in_group
+    return (parallel_config.data_parallel_rank * parallel_config.world_size
+            + pipeline_rank * parallel_config.tensor_parallel_size + tensor_rank)
+
+
+class _Assembly:
+    """Checkpoint tensors arriving in pieces, each complete when its box is.
+
+    Threading: used under the engine's lock."""
+
+    def __init__(self, boxes, dtypes):
+        self.boxes = boxes
+        self.dtypes = dtypes
+        self.partial: Dict[str, list] = {}  # name -> [full-shape tensor, elements in]
+
+    def add(self, piece) -> Optional[torch.Tensor]:
+        """Copies `piece` in; returns its tensor once every element of its box arrived."""
+        entry = self.partial.get(piece.name)
+        if entry is None:
+            box = self.boxes[piece.name]
+            # Full-shaped, as vLLM's loaders index it; only the box is written (a large
+            # tensor's untouched pages are never backed by memory).
+            entry = self.partial[piece.name] = [
+                torch.empty(box.global_shape, dtype=self.dtypes[piece.name]), 0]
+        region = tuple(slice(o, o + e) for o, e in zip(piece.box.offset, piece.box.extent))
+        entry[0][region].copy_(piece.tensor)
+        entry[1] += piece.box.elements
+        if entry[1] < self.boxes[piece.name].elements:
+            return None
+        del self.partial[piece.name]
+        return entry[0]
+
+    def clear(self):
+        self.partial.clear()
+
+
+class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateInfo]):
+    """vLLM's weight-transfer engine named "refit" (see the module's docstring)."""
+
+    init_info_cls = RefitInitInfo
+    update_info_cls = RefitUpdateInfo
+
+    def __init__(self, config, vllm_config, device, model):
+        super().__init__(config, vllm_config, device, model)
+        self.daemon = None
+        self.rank: Optional[int] = None
+        self.layout = None
+        self.stats: Dict[str, object] = {}
+        self._lock = threading.Lock()
+        self._armed = False  # between start_weight_update and finish_weight_update
+        self._arrivals: "queue.Queue" = queue.Queue()
+        self._assembly: Optional[_Assembly] = None
+        self._epoch: Optional[str] = None
+
+    # ---- init: the worker's destination rank ------------------------------------------
+    def init_transfer_engine(self, init_info: RefitInitInfo) -> None:
+        import refit
+
+        self.shutdown()  # a second init registers afresh
+        started = time.monotonic()
+        specs = checkpoint_specs(self.model_config.model)
+        self.layout = loader_layout(self.model, self.model_config, specs)
+        check_every_parameter_filled(self.layout, [n for n, _ in self.model.named_parameters()])
+        if not self.layout.boxes:
+            raise RefitInvalidInput("refit's vLLM backend: this worker's loaders read none of "
+                                    "the checkpoint's tensors")
+        laid_out = time.monotonic()
+        self.rank = init_info.rank_offset + worker_index(self.parallel_config)
+        with self._lock:
+            self._assembly = _Assembly(self.layout.boxes, self.layout.dtypes)
+        self.daemon = refit.LocalDaemon(init_info.socket)
+        self.daemon.register_destination(
+            self.rank, boxes=self.layout.boxes, dtypes=self.layout.dtypes,
+            bucket_bytes=init_info.bucket_bytes, on_bucket=self._on_bucket,
+            timeout=init_info.register_timeout)
+        needed = sum(b.elements * torch.empty(0, dtype=self.layout.dtypes[n]).element_size()
+                     for n, b in self.layout.boxes.items())
+        self.stats = dict(rank=self.rank, tensors=len(self.layout.boxes), bytes=needed,
+                          whole=len(self.layout.whole), skipped=len(self.layout.skipped),
+                          layout_s=round(laid_out - started, 4),
+                          register_s=round(time.monotonic() - laid_out, 4))
+        logger.info("refit: worker registered destination rank %d with %s: %d checkpoint "
+                    "tensors, %d bytes (%d needed whole, %d not this model's or rank's)",
+                    self.rank, init_info.socket, len(self.layout.boxes), needed,
+                    len(self.layout.whole), len(self.layout.skipped))
+
+    # ---- refit's stream thread ----------------------------------------------------------
+    def _on_bucket(self, bucket) -> None:
+        with self._lock:
+            if not self._armed:
+                raise RefitError(f"vLLM worker (destination rank {self.rank}) is not in a weight "
+                                 f"update: call start_weight_update before refitting version "
+                                 f"{bucket.version}")
+            if self._epoch != bucket.epoch_id:
+                self._assembly.clear()  # what an earlier, failed epoch left
+                self._epoch = bucket.epoch_id
+                self._arrivals.put(("epoch", bucket.epoch_id, bucket.version))
+            for piece in bucket.pieces:
+                complete = self._assembly.add(piece)
+                if complete is not None:
+                    self._arrivals.put(("tensor", piece.name, complete))
+            if bucket.last:
+                self._arrivals.put(("last", bucket.epoch_id, bucket.version))
+
+    # ---- vLLM's calls, on the worker's thread -------------------------------------------
+    def start_weight_update(self) -> None:
+        from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+        if self.daemon is None:
+            raise RefitError("refit: init_weight_transfer_engine was not called on this worker")
+        initialize_layerwise_reload(self.model)
+        with self._lock:
+            self._assembly.clear()
+            self._epoch = None
+            self._arrivals = queue.Queue()
+            self._armed = True
+
+    def receive_weights(self, update_info: RefitUpdateInfo) -> None:
+        version = int(update_info.version)
+        deadline = time.monotonic() + update_info.timeout
+        started = time.monotonic()
+        loaded, filled, loading_s, epoch = set(), set(), 0.0, None
+        while True:
+            kind, first, second = self._next_arrival(version, deadline, len(loaded))
+            if kind == "epoch":
+                if second != version:
+                    raise RefitError(f"refit: destination rank {self.rank} waits for version "
+                                     f"{version} but epoch {first} brings version {second}")
+                if loaded:
+                    raise RefitError(f"refit: epoch {first} started over after {len(loaded)} "
+                                     f"tensors of version {version} were loaded: start the "
+                                     f"weight update again")
+                epoch = first
+            elif kind == "tensor":
+                began = time.monotonic()
+                names = self.model.load_weights([(first, second)])
+                loading_s += time.monotonic() - began
+                loaded.add(first)
+                filled |= set(names or ())
+            else:  # the epoch's last bucket
+                break
+        missing = sorted(set(self.layout.boxes) - loaded)
+        if missing:
+            raise RefitError(f"refit: epoch {epoch} of version {version} ended without "
+                             f"{len(missing)} tensor(s) destination rank {self.rank} needs: "
+                             f"{', '.join(missing[:5])}")
+        arrived = time.monotonic()
+        # The epoch commits once every destination took its last bucket: this returns
+        # then (or raises when it aborted instead).
+        self.daemon.wait_for_version(version, timeout=max(1.0, deadline - time.monotonic()))
+        unfilled = sorted(set(p for names in self.layout.params_of.values() for p in names)
+                          - filled)
+        if unfilled:
+            raise RefitError(f"refit: vLLM's load_weights left parameter(s) "
+                             f"{', '.join(unfilled[:5])} of destination rank {self.rank} "
+                             f"unwritten for version {version}")
+        self.stats.update(version=version, epoch=epoch, tensors_loaded=len(loaded),
+                          load_weights_s=round(loading_s, 4),
+                          receive_s=round(arrived - started, 4),
+                          commit_wait_s=round(time.monotonic() - arrived, 4))
+
+    def _next_arrival(self, version, deadline, loaded_count):
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RefitError(f"refit: version {version} did not reach destination rank "
+                                 f"{self.rank} in time ({loaded_count} of "
+                                 f"{len(self.layout.boxes)} tensors arrived)")
+            try:
+                return self._arrivals.get(timeout=min(left, 0.5))
+            except queue.Empty:
+                lost = self.daemon.refitd_lost
+                if lost is not None:
+                    raise RefitError(f"refit: refitd went away during version {version}: {lost}")
+
+    def finish_weight_update(self) -> None:
+        from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+        with self._lock:
+            self._armed = False
+            if self._assembly is not None:
+                self._assembly.clear()
+        finalize_layerwise_reload(self.model, self.model_config)
+
+    def shutdown(self) -> None:
+        if self.daemon is not None:
+            self.daemon.close()  # refitd forgets the rank
+            self.daemon = None
