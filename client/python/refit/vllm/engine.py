@@ -39,7 +39,8 @@ from ..errors import RefitError, RefitInvalidInput
 from .checkpoint import checkpoint_specs
 from .loader_layout import check_every_parameter_filled, loader_layout
 
-logger = logging.getLogger(__name__)
+# Under vLLM's logger: its format, its level (VLLM_LOGGING_LEVEL), its handlers.
+logger = logging.getLogger("vllm.refit")
 
 
 @dataclass

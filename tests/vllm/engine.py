@@ -1,0 +1,139 @@
+"""A vLLM engine (CPU) serving the model make_model.py wrote, with refit as its weight
+transfer backend chosen by name, refitted after each of the trainers' steps through vLLM's
+own calls: init_weight_transfer_engine once; per version start_weight_update,
+update_weights (while refit moves the version), finish_weight_update, reset_prefix_cache.
+
+After each version its greedy tokens and their logprobs for fixed prompts are compared with
+a reference forward of transformers' model loaded with the trainers' full weights of that
+version (WORK/weights-V.safetensors); a mismatch fails the run.
+    engine.py --tp N --model DIR --socket REFITD --coordinator HOST:PORT --work DIR"""
+import argparse
+import os
+import threading
+import time
+
+import psutil
+import torch
+from safetensors.torch import load_file
+from transformers import AutoConfig, LlamaForCausalLM
+from vllm import LLM, SamplingParams
+
+import refit
+
+PROMPTS = [[1, 17, 99, 230, 45, 8], [1] + list(range(40, 80)), [1, 300, 301, 302]]
+NEW_TOKENS = 8
+LOGPROB_TOLERANCE = 1e-3  # float32 throughout; vLLM's CPU kernels against torch's
+
+
+def reference(model_dir, weights):
+    """Greedy tokens and their logprobs from transformers' model with `weights`."""
+    model = LlamaForCausalLM(AutoConfig.from_pretrained(model_dir)).eval()
+    model.load_state_dict(weights if weights is not None else
+                          load_file(f"{model_dir}/model.safetensors"))
+    results = []
+    with torch.no_grad():
+        for prompt in PROMPTS:
+            tokens, logprobs = list(prompt), []
+            for _ in range(NEW_TOKENS):
+                logits = model(input_ids=torch.tensor([tokens])).logits[0, -1]
+                chosen = int(torch.argmax(logits))
+                logprobs.append(float(torch.log_softmax(logits, -1)[chosen]))
+                tokens.append(chosen)
+            results.append((tokens[len(prompt):], logprobs))
+    return results
+
+
+def served(llm):
+    outputs = llm.generate([{"prompt_token_ids": p} for p in PROMPTS],
+                           SamplingParams(max_tokens=NEW_TOKENS, temperature=0, logprobs=0),
+                           use_tqdm=False)
+    results = []
+    for output in outputs:
+        completion = output.outputs[0]
+        tokens = list(completion.token_ids)
+        results.append((tokens, [step[t].logprob for step, t in zip(completion.logprobs, tokens)]))
+    return results
+
+
+def check(label, got, expected):
+    for prompt, ((tokens, logprobs), (want_tokens, want_logprobs)) in enumerate(zip(got, expected)):
+        if tokens != want_tokens:
+            raise SystemExit(f"{label}: prompt {prompt}: vLLM's greedy tokens {tokens} differ from "
+                             f"the reference's {want_tokens}")
+        worst = max(abs(a - b) for a, b in zip(logprobs, want_logprobs))
+        if worst > LOGPROB_TOLERANCE:
+            raise SystemExit(f"{label}: prompt {prompt}: logprobs differ by {worst:.2e} "
+                             f"(vLLM {logprobs}, reference {want_logprobs})")
+
+
+def tree_rss(process):
+    total = 0
+    for p in [process] + process.children(recursive=True):
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def wait_for(path, timeout=600.0):
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"engine: {path} did not appear in {timeout} s")
+        time.sleep(0.05)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--tp", type=int, default=1)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--coordinator", required=True)
+    parser.add_argument("--work", required=True)
+    parser.add_argument("--versions", type=int, default=3)
+    args = parser.parse_args()
+    llm = LLM(model=args.model, dtype="float32", enforce_eager=True, seed=0,
+              tensor_parallel_size=args.tp, max_model_len=256, max_num_seqs=4,
+              distributed_executor_backend="mp" if args.tp > 1 else None,
+              weight_transfer_config={"backend": "refit"})
+    check("version 0", served(llm), reference(args.model, None))
+    me = psutil.Process()
+    before = tree_rss(me)
+    llm.init_weight_transfer_engine({"init_info": {"socket": args.socket,
+                                                   "bucket_bytes": 1 << 20}})
+    print(f"engine: {args.tp} worker(s) registered with refitd; the engine grew by "
+          f"{tree_rss(me) - before} bytes", flush=True)
+    coordinator = refit.RefitClient(args.coordinator)
+    for version in range(1, args.versions + 1):
+        wait_for(f"{args.work}/published-{version}")
+        started = time.monotonic()
+        llm.start_weight_update()
+        failure = []
+
+        def receive():
+            try:
+                llm.update_weights({"update_info": {"version": version, "timeout": 120}})
+            except Exception as error:  # reported below, on the main thread
+                failure.append(error)
+
+        receiver = threading.Thread(target=receive)
+        receiver.start()
+        report = coordinator.refit(version, timeout=120)
+        receiver.join()
+        if failure:
+            raise SystemExit(f"engine: update_weights for version {version}: {failure[0]}")
+        llm.finish_weight_update(weight_version=str(version))
+        llm.reset_prefix_cache()
+        window = time.monotonic() - started
+        check(f"version {version}", served(llm),
+              reference(args.model, load_file(f"{args.work}/weights-{version}.safetensors")))
+        print(f"engine: version {version}: greedy tokens and logprobs equal the reference's; "
+              f"{report.bytes} bytes moved, update window {window:.3f} s, weight version "
+              f"{llm.get_weight_version()}", flush=True)
+        open(f"{args.work}/refitted-{version}", "w").close()
+    print("engine: done", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# A real vLLM engine (vllm-cpu 0.32.0, tensor parallel TP) with refit as its weight-transfer
+# backend, chosen by name, fed by two torch 2.13 trainer processes (PARALLEL: FSDP2 or
+# DTensor tensor parallelism over gloo) through a coordinator and two refitd daemons
+# (trainer-node, inference-node). Three optimizer steps, a refit after each; after each,
+# vLLM's greedy tokens and logprobs equal a transformers forward with the trainers' full
+# weights (tests/vllm/engine.py), and every worker received only its tensor-parallel share.
+# refit is pip-installed into a folder of its own beside the engine's environment, as a
+# user installs it: vLLM finds the backend through the package's entry point.
+#   with_binaries.sh tests/vllm/vllm_refit.sh PARALLEL TP      (bazel test: BIN_DIR first)
+set -euo pipefail
+bin=$1 parallel=$2 tp=$3
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/../e2e/cluster.sh"
+python=${REFIT_VLLM_PYTHON:-}
+if [[ -z $python || ! -x $python ]]; then
+  echo "vllm_refit.sh: REFIT_VLLM_PYTHON does not name the vLLM test environment's python" \
+       "('$python'): tests/vllm/install_venv.sh creates it and prints its path; tests/run_all.sh" \
+       "does both (bazel test --test_env=REFIT_VLLM_PYTHON=...)" >&2
+  exit 1
+fi
+open_work "vllm-$parallel-tp$tp"
+
+# pip install of the client (and its vLLM plugin entry point) into $work/site.
+mkdir -p "$work/src/client/python" "$work/src/proto"
+cp -rL "$here/../../client/python/refit" "$here/../../client/python/setup.py" \
+  "$here/../../client/python/pyproject.toml" "$work/src/client/python/"
+rm -f "$work/src/client/python/refit/_proto/refit_pb2"*.py
+cp -L "$here/../../proto/refit.proto" "$work/src/proto/"
+"$python" -m pip install --quiet --no-build-isolation --no-index --no-deps \
+  --target "$work/site" "$work/src/client/python" > "$work/pip.log" 2>&1 ||
+  { cat "$work/pip.log"; false; }
+export PYTHONPATH=$work/site PYTHONDONTWRITEBYTECODE=1
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1
+export VLLM_CPU_OMP_THREADS_BIND=$( ((tp == 1)) && echo 0 || echo "0|1")
+"$python" "$here/make_model.py" "$work/model" > "$work/make_model.log" 2>&1 ||
+  { cat "$work/make_model.log"; false; }
+
+cat > "$work/job.json" << JSON
+{"name": "vllm-$parallel", "sourceRanks": 2, "destinationRanks": $tp, "epochDeadlineMs": 60000}
+JSON
+start_coordinator "$work/job.json"
+start_daemons trainer-node inference-node
+
+"$python" "$here/engine.py" --tp="$tp" --model="$work/model" --socket="$work/inference-node.sock" \
+  --coordinator="$coordinator" --work="$work" > "$work/engine.log" 2>&1 &
+engine=$!
+trainers=()
+for rank in 0 1; do
+  "$python" "$here/trainer.py" --rank=$rank --parallel="$parallel" --model="$work/model" \
+    --socket="$work/trainer-node.sock" --work="$work" > "$work/trainer-$rank.log" 2>&1 &
+  trainers+=($!)
+done
+pids+=("$engine" "${trainers[@]}")
+show_logs() {
+  for log in engine trainer-0 trainer-1; do
+    echo "--- $log.log"; grep -v -E "it/s\]|^\s*$" "$work/$log.log" | tail -n 40
+  done
+}
+status=0
+wait "$engine" || status=$?
+for trainer in "${trainers[@]}"; do wait "$trainer" || status=$?; done
+if ((status != 0)); then show_logs; echo "--- coordinator.log"; tail -n 20 "$work/coordinator.log"; exit 1; fi
+grep -E "^(engine|trainer)" "$work/engine.log" "$work/trainer-"*.log | cut -d: -f2-
+for version in 1 2 3; do
+  grep -q "^engine: version $version: greedy tokens and logprobs equal" "$work/engine.log"
+done
+# Each worker declared only what its loaders read: with TP 2, half of every sharded tensor.
+weights=$(stat -c %s "$work/model/model.safetensors")
+declared=$(sed -nE 's/.*registered destination rank [0-9]+ with .*: [0-9]+ checkpoint tensors, ([0-9]+) bytes.*/\1/p' \
+  "$work/engine.log" | head -1)
+if ((tp > 1 && declared * 10 > weights * 7 || declared == 0)); then
+  echo "a worker declared $declared bytes of the checkpoint's $weights: more than its share" >&2
+  exit 1
+fi
+stop_all
+echo "vLLM TP $tp, trainers $parallel: three versions refitted into the live engine, equal to the reference; a worker declared $declared of $weights bytes"
