@@ -8,7 +8,6 @@ a reference forward of transformers' model loaded with the trainers' full weight
 version (WORK/weights-V.safetensors); a mismatch fails the run.
     engine.py --tp N --model DIR --socket REFITD --coordinator HOST:PORT --work DIR"""
 import argparse
-import os
 import threading
 import time
 
@@ -19,6 +18,7 @@ from transformers import AutoConfig, LlamaForCausalLM
 from vllm import LLM, SamplingParams
 
 import refit
+from markers import wait_for
 
 PROMPTS = [[1, 17, 99, 230, 45, 8], [1] + list(range(40, 80)), [1, 300, 301, 302]]
 NEW_TOKENS = 8
@@ -76,12 +76,6 @@ def tree_rss(process):
     return total
 
 
-def wait_for(path, timeout=600.0):
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise SystemExit(f"engine: {path} did not appear in {timeout} s")
-        time.sleep(0.05)
 
 
 def main():
@@ -106,7 +100,7 @@ def main():
           f"{tree_rss(me) - before} bytes", flush=True)
     coordinator = refit.RefitClient(args.coordinator)
     for version in range(1, args.versions + 1):
-        wait_for(f"{args.work}/published-{version}")
+        wait_for(f"{args.work}/published-{version}", "engine")
         started = time.monotonic()
         llm.start_weight_update()
         failure = []

@@ -8,8 +8,6 @@ then WORK/published-V), and every rank waits for WORK/refitted-V before the next
 an RL loop waits for its rollouts.
     trainer.py --rank R --parallel fsdp2|tp --model DIR --socket REFITD --work DIR"""
 import argparse
-import os
-import time
 
 import torch
 import torch.distributed as dist
@@ -18,6 +16,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from transformers import LlamaForCausalLM
 
 import refit
+from markers import wait_for
 
 WORLD = 2
 
@@ -43,12 +42,6 @@ def shard(model, parallel, mesh):
     parallelize_module(model, mesh, plan)
 
 
-def wait_for(path, timeout=600.0):
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"trainer: {path} did not appear in {timeout} s")
-        time.sleep(0.05)
 
 
 def main():
@@ -89,7 +82,7 @@ def main():
             with open(f"{args.work}/published-{version}", "w") as marker:
                 marker.write(f"{loss.item()}\n")
         print(f"trainer {args.rank}: step {version}, loss {loss.item():.4f}, published", flush=True)
-        wait_for(f"{args.work}/refitted-{version}")
+        wait_for(f"{args.work}/refitted-{version}", f"trainer {args.rank}")
     dist.barrier()
     daemon.close()
     dist.destroy_process_group()
