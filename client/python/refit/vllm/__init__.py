@@ -17,9 +17,14 @@ BACKEND = "refit"
 
 def register() -> None:
     """vLLM's `vllm.general_plugins` entry point: makes the "refit" backend known to
-    vLLM's weight-transfer factory (once per process; vLLM may call it again)."""
-    from vllm.distributed.weight_transfer import WeightTransferEngineFactory
+    vLLM's weight-transfer factories, the workers' and the trainers' (once per process;
+    vLLM may call it again). A trainer process calls it itself."""
+    from vllm.distributed.weight_transfer import (WeightTransferEngineFactory,
+                                                  WeightTransferTrainerFactory)
 
     if BACKEND not in WeightTransferEngineFactory._registry:
         WeightTransferEngineFactory.register_engine(BACKEND, "refit.vllm.engine",
                                                     "RefitWeightTransferEngine")
+    if BACKEND not in WeightTransferTrainerFactory._registry:
+        WeightTransferTrainerFactory.register_engine(BACKEND, "refit.vllm.trainer",
+                                                     "RefitTrainerWeightTransferEngine")

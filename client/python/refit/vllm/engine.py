@@ -30,12 +30,14 @@ import time
 from dataclasses import dataclass
 from typing import Dict, Optional
 
+import grpc
 import torch
 from vllm.distributed.weight_transfer.base import (WeightTransferEngine,
                                                    WeightTransferInitInfo,
                                                    WeightTransferUpdateInfo)
 
-from ..errors import RefitError, RefitInvalidInput
+from ..errors import (RefitAborted, RefitDataLoss, RefitInvalidInput, RefitRejected,
+                      RefitTimeout)
 from .checkpoint import checkpoint_specs
 from .loader_layout import check_every_parameter_filled, loader_layout
 
@@ -132,7 +134,7 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
         started = time.monotonic()
         specs = checkpoint_specs(self.model_config.model)
         self.layout = loader_layout(self.model, self.model_config, specs)
-        check_every_parameter_filled(self.layout, [n for n, _ in self.model.named_parameters()])
+        check_every_parameter_filled(self.layout)
         if not self.layout.boxes:
             raise RefitInvalidInput("refit's vLLM backend: this worker's loaders read none of "
                                     "the checkpoint's tensors")
@@ -160,9 +162,10 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
     def _on_bucket(self, bucket) -> None:
         with self._lock:
             if not self._armed:
-                raise RefitError(f"vLLM worker (destination rank {self.rank}) is not in a weight "
-                                 f"update: call start_weight_update before refitting version "
-                                 f"{bucket.version}")
+                raise RefitRejected(grpc.StatusCode.FAILED_PRECONDITION,
+                                    f"vLLM worker (destination rank {self.rank}) is not in a "
+                                    f"weight update: call start_weight_update before refitting "
+                                    f"version {bucket.version}")
             if self._epoch != bucket.epoch_id:
                 self._assembly.clear()  # what an earlier, failed epoch left
                 self._epoch = bucket.epoch_id
@@ -179,7 +182,8 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
         from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
         if self.daemon is None:
-            raise RefitError("refit: init_weight_transfer_engine was not called on this worker")
+            raise RefitRejected(grpc.StatusCode.FAILED_PRECONDITION,
+                                "refit: init_weight_transfer_engine was not called on this worker")
         initialize_layerwise_reload(self.model)
         with self._lock:
             self._assembly.clear()
@@ -188,20 +192,40 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
             self._armed = True
 
     def receive_weights(self, update_info: RefitUpdateInfo) -> None:
-        version = int(update_info.version)
-        deadline = time.monotonic() + update_info.timeout
+        try:
+            self._receive(int(update_info.version), update_info.timeout)
+        except BaseException:
+            self._abandon_update()
+            raise
+
+    def _abandon_update(self) -> None:
+        """Ends a failed update's layerwise session: layers it loaded hold the new version,
+        layers it began hold a mix, the others the old one. The caller keeps the engine
+        paused and starts the update again (the version's epoch can be run again)."""
+        self.finish_weight_update()
+
+    def _receive(self, version: int, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
         started = time.monotonic()
+        arrivals = self._arrivals
+        # refitd says when the version is committed to this rank, or that its epoch
+        # aborted (a failure anywhere in it), on a thread of its own: both end the wait.
+        threading.Thread(target=self._await_commit, args=(version, deadline, arrivals),
+                         name=f"refit-commit-{version}", daemon=True).start()
         loaded, filled, loading_s, epoch = set(), set(), 0.0, None
-        while True:
-            kind, first, second = self._next_arrival(version, deadline, len(loaded))
+        last_seen = committed = False
+        while not (last_seen and committed):
+            kind, first, second = self._next_arrival(arrivals, version, deadline, len(loaded))
             if kind == "epoch":
                 if second != version:
-                    raise RefitError(f"refit: destination rank {self.rank} waits for version "
-                                     f"{version} but epoch {first} brings version {second}")
+                    raise RefitAborted(grpc.StatusCode.ABORTED,
+                                       f"refit: destination rank {self.rank} waits for version "
+                                       f"{version} but epoch {first} brings version {second}")
                 if loaded:
-                    raise RefitError(f"refit: epoch {first} started over after {len(loaded)} "
-                                     f"tensors of version {version} were loaded: start the "
-                                     f"weight update again")
+                    raise RefitAborted(grpc.StatusCode.ABORTED,
+                                       f"refit: epoch {first} started over after {len(loaded)} "
+                                       f"tensors of version {version} were loaded: start the "
+                                       f"weight update again")
                 epoch = first
             elif kind == "tensor":
                 began = time.monotonic()
@@ -209,41 +233,50 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
                 loading_s += time.monotonic() - began
                 loaded.add(first)
                 filled |= set(names or ())
-            else:  # the epoch's last bucket
-                break
-        missing = sorted(set(self.layout.boxes) - loaded)
-        if missing:
-            raise RefitError(f"refit: epoch {epoch} of version {version} ended without "
-                             f"{len(missing)} tensor(s) destination rank {self.rank} needs: "
-                             f"{', '.join(missing[:5])}")
-        arrived = time.monotonic()
-        # The epoch commits once every destination took its last bucket: this returns
-        # then (or raises when it aborted instead).
-        self.daemon.wait_for_version(version, timeout=max(1.0, deadline - time.monotonic()))
+            elif kind == "last":
+                last_seen = True
+                missing = sorted(set(self.layout.boxes) - loaded)
+                if missing:
+                    raise RefitDataLoss(grpc.StatusCode.DATA_LOSS,
+                                        f"refit: epoch {epoch} of version {version} ended without "
+                                        f"{len(missing)} tensor(s) destination rank {self.rank} "
+                                        f"needs: {', '.join(missing[:5])}")
+            elif kind == "committed":
+                committed = True
+                if epoch is None:  # held already (an earlier update): nothing comes
+                    logger.info("refit: destination rank %d already holds version %d (%s)",
+                                self.rank, version, first)
+                    return
+            else:  # "aborted"
+                raise first
         unfilled = sorted(set(p for names in self.layout.params_of.values() for p in names)
                           - filled)
         if unfilled:
-            raise RefitError(f"refit: vLLM's load_weights left parameter(s) "
-                             f"{', '.join(unfilled[:5])} of destination rank {self.rank} "
-                             f"unwritten for version {version}")
+            raise RefitDataLoss(grpc.StatusCode.DATA_LOSS,
+                                f"refit: vLLM's load_weights left parameter(s) "
+                                f"{', '.join(unfilled[:5])} of destination rank {self.rank} "
+                                f"unwritten for version {version}")
         self.stats.update(version=version, epoch=epoch, tensors_loaded=len(loaded),
                           load_weights_s=round(loading_s, 4),
-                          receive_s=round(arrived - started, 4),
-                          commit_wait_s=round(time.monotonic() - arrived, 4))
+                          receive_s=round(time.monotonic() - started, 4))
 
-    def _next_arrival(self, version, deadline, loaded_count):
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise RefitError(f"refit: version {version} did not reach destination rank "
-                                 f"{self.rank} in time ({loaded_count} of "
-                                 f"{len(self.layout.boxes)} tensors arrived)")
-            try:
-                return self._arrivals.get(timeout=min(left, 0.5))
-            except queue.Empty:
-                lost = self.daemon.refitd_lost
-                if lost is not None:
-                    raise RefitError(f"refit: refitd went away during version {version}: {lost}")
+    def _await_commit(self, version, deadline, arrivals):
+        try:
+            held = self.daemon.wait_for_version(version,
+                                                timeout=max(1.0, deadline - time.monotonic()))
+            arrivals.put(("committed", held, None))
+        except Exception as error:  # ABORTED, a timeout, refitd gone: the update fails
+            arrivals.put(("aborted", error, None))
+
+    def _next_arrival(self, arrivals, version, deadline, loaded_count):
+        left = deadline - time.monotonic()
+        try:
+            return arrivals.get(timeout=max(left, 0.001))
+        except queue.Empty:
+            raise RefitTimeout(grpc.StatusCode.DEADLINE_EXCEEDED,
+                               f"refit: version {version} did not reach destination rank "
+                               f"{self.rank} in time ({loaded_count} of "
+                               f"{len(self.layout.boxes)} tensors arrived)") from None
 
     def finish_weight_update(self) -> None:
         from vllm.model_executor.model_loader.reload import finalize_layerwise_reload

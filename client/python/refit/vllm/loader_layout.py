@@ -106,14 +106,16 @@ class LoaderLayout:
     """What one worker needs of the checkpoint: `boxes[name]` (the part of checkpoint
     tensor `name` its loaders read), `dtypes[name]` (the dtype its parameters hold it in),
     `whole` (names needed whole because a loader copies from a computed tensor), `skipped`
-    (checkpoint tensors the model loads nothing from: never declared) and `params_of[name]`
-    (the vLLM parameters each one fills)."""
+    (checkpoint tensors the model loads nothing from: never declared), `params_of[name]`
+    (the vLLM parameters each one fills) and `parameters` (the model's parameters in its
+    checkpoint format, those the loaders fill)."""
 
     boxes: Dict[str, Box] = field(default_factory=dict)
     dtypes: Dict[str, torch.dtype] = field(default_factory=dict)
     whole: List[str] = field(default_factory=list)
     skipped: List[str] = field(default_factory=list)
     params_of: Dict[str, Set[str]] = field(default_factory=dict)
+    parameters: List[str] = field(default_factory=list)
 
 
 def _unwrap_layerwise_loaders(model: torch.nn.Module) -> None:
@@ -142,6 +144,7 @@ def loader_layout(model: torch.nn.Module, model_config,
     initialize_layerwise_reload(model)  # parameters on meta, in the checkpoint's format
     try:
         _unwrap_layerwise_loaders(model)
+        layout.parameters = [name for name, _ in model.named_parameters()]
         for name, (shape, dtype) in specs.items():
             checkpoint_tensor = torch.empty(shape, dtype=dtype, device="meta")
             recorder = _CopyRecorder(checkpoint_tensor)
@@ -175,8 +178,9 @@ def loader_layout(model: torch.nn.Module, model_config,
     return layout
 
 
-def check_every_parameter_filled(layout: LoaderLayout, parameter_names: Sequence[str]) -> None:
+def check_every_parameter_filled(layout: LoaderLayout) -> None:
     """Refuses a layout that leaves a vLLM parameter unwritten, naming it."""
+    parameter_names = layout.parameters
     filled = set().union(*layout.params_of.values()) if layout.params_of else set()
     unfilled = [p for p in parameter_names if p not in filled]
     if unfilled:

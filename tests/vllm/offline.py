@@ -6,41 +6,17 @@ update_weights (while refit moves the version), finish_weight_update, reset_pref
 After each version its greedy tokens and their logprobs for fixed prompts are compared with
 a reference forward of transformers' model loaded with the trainers' full weights of that
 version (WORK/weights-V.safetensors); a mismatch fails the run.
-    engine.py --tp N --model DIR --socket REFITD --coordinator HOST:PORT --work DIR"""
+    offline.py --tp N --model DIR --socket REFITD --coordinator HOST:PORT --work DIR"""
 import argparse
 import threading
 import time
 
 import psutil
-import torch
-from safetensors.torch import load_file
-from transformers import AutoConfig, LlamaForCausalLM
 from vllm import LLM, SamplingParams
 
 import refit
 from markers import wait_for
-
-PROMPTS = [[1, 17, 99, 230, 45, 8], [1] + list(range(40, 80)), [1, 300, 301, 302]]
-NEW_TOKENS = 8
-LOGPROB_TOLERANCE = 1e-3  # float32 throughout; vLLM's CPU kernels against torch's
-
-
-def reference(model_dir, weights):
-    """Greedy tokens and their logprobs from transformers' model with `weights`."""
-    model = LlamaForCausalLM(AutoConfig.from_pretrained(model_dir)).eval()
-    model.load_state_dict(weights if weights is not None else
-                          load_file(f"{model_dir}/model.safetensors"))
-    results = []
-    with torch.no_grad():
-        for prompt in PROMPTS:
-            tokens, logprobs = list(prompt), []
-            for _ in range(NEW_TOKENS):
-                logits = model(input_ids=torch.tensor([tokens])).logits[0, -1]
-                chosen = int(torch.argmax(logits))
-                logprobs.append(float(torch.log_softmax(logits, -1)[chosen]))
-                tokens.append(chosen)
-            results.append((tokens[len(prompt):], logprobs))
-    return results
+from reference import NEW_TOKENS, PROMPTS, check, reference, tree_rss
 
 
 def served(llm):
@@ -55,27 +31,18 @@ def served(llm):
     return results
 
 
-def check(label, got, expected):
-    for prompt, ((tokens, logprobs), (want_tokens, want_logprobs)) in enumerate(zip(got, expected)):
-        if tokens != want_tokens:
-            raise SystemExit(f"{label}: prompt {prompt}: vLLM's greedy tokens {tokens} differ from "
-                             f"the reference's {want_tokens}")
-        worst = max(abs(a - b) for a, b in zip(logprobs, want_logprobs))
-        if worst > LOGPROB_TOLERANCE:
-            raise SystemExit(f"{label}: prompt {prompt}: logprobs differ by {worst:.2e} "
-                             f"(vLLM {logprobs}, reference {want_logprobs})")
-
-
-def tree_rss(process):
-    total = 0
-    for p in [process] + process.children(recursive=True):
-        try:
-            total += p.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
-
-
+def refused_outside_an_update(llm, coordinator, model_dir):
+    """A refit while vLLM is not in a weight update fails its epoch, naming why, and the
+    engine goes on serving what it held (the version can be refitted afterwards)."""
+    try:
+        coordinator.refit(1, timeout=60)
+    except refit.RefitError as error:
+        if "not in a weight update" not in str(error):
+            raise SystemExit(f"engine: a refit outside an update failed otherwise: {error}")
+        print(f"engine: a refit outside a weight update is refused: {error}", flush=True)
+    else:
+        raise SystemExit("engine: a refit outside a weight update was not refused")
+    check("version 0 after the refused refit", served(llm), reference(model_dir))
 
 
 def main():
@@ -91,7 +58,7 @@ def main():
               tensor_parallel_size=args.tp, max_model_len=256, max_num_seqs=4,
               distributed_executor_backend="mp" if args.tp > 1 else None,
               weight_transfer_config={"backend": "refit"})
-    check("version 0", served(llm), reference(args.model, None))
+    check("version 0", served(llm), reference(args.model))
     me = psutil.Process()
     before = tree_rss(me)
     llm.init_weight_transfer_engine({"init_info": {"socket": args.socket,
@@ -101,6 +68,8 @@ def main():
     coordinator = refit.RefitClient(args.coordinator)
     for version in range(1, args.versions + 1):
         wait_for(f"{args.work}/published-{version}", "engine")
+        if version == 1:
+            refused_outside_an_update(llm, coordinator, args.model)
         started = time.monotonic()
         llm.start_weight_update()
         failure = []
@@ -121,7 +90,7 @@ def main():
         llm.reset_prefix_cache()
         window = time.monotonic() - started
         check(f"version {version}", served(llm),
-              reference(args.model, load_file(f"{args.work}/weights-{version}.safetensors")))
+              reference(args.model, f"{args.work}/weights-{version}.safetensors"))
         print(f"engine: version {version}: greedy tokens and logprobs equal the reference's; "
               f"{report.bytes} bytes moved, update window {window:.3f} s, weight version "
               f"{llm.get_weight_version()}", flush=True)
