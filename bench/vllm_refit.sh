@@ -54,5 +54,5 @@ if ! wait "$engine"; then
   tail -n 30 "$work/engine.log" "$work"/trainer-*.log
   exit 1
 fi
-grep -E "^(\||vLLM TP)" "$work/engine.log"
+grep -E "^(\||vLLM TP|engine: version)" "$work/engine.log"
 stop_all

@@ -92,6 +92,7 @@ def engine(args):
                                                    "bucket_bytes": 64 << 20}})
     coordinator = refit.RefitClient(args.coordinator)
     memory = PeakMemory(tree=True)
+    open(f"{args.work}/engine-ready", "w").close()
     rows = []
     for round_ in range(args.rounds):
         for way, version in (("refit", 2 * round_ + 1), ("gather", 2 * round_ + 2)):
@@ -114,12 +115,19 @@ def engine(args):
                 llm.collective_rpc(load_checkpoint, args=(trainer["path"],))
             window = time.monotonic() - started
             llm.reset_prefix_cache()
+            if way == "refit":
+                stats = llm.collective_rpc(_engine_stats)[0]
+                print(f"engine: version {version}: worker 0 {stats}", flush=True)
             rows.append(dict(way=way, round=round_, window=window,
                              seconds=time.monotonic() - trainer["stepped"],
                              engine_extra=memory.extra_since(base),
                              trainer_extra=trainer["extra"]))
             open(f"{args.work}/done-{version}", "w").close()
     report(rows, args)
+
+
+def _engine_stats(worker):
+    return dict(worker.weight_transfer_engine.stats)
 
 
 def _update(llm, version, failure):
@@ -174,6 +182,7 @@ def trainer(args):
     memory = PeakMemory(tree=False)
     generator = torch.Generator().manual_seed(1234)
     path = f"/dev/shm/refit-bench-{os.getpid()}.safetensors"
+    wait_for(f"{args.work}/engine-ready", f"trainer {args.rank}", timeout=600)
     for version in range(1, 2 * args.rounds + 1):
         tokens = torch.randint(0, 512, (1, 16), generator=generator)
         model(input_ids=tokens, labels=tokens).loss.backward()

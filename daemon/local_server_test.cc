@@ -59,12 +59,14 @@ class LocalServerTest : public ::testing::Test {
     return stub_->RegisterRank(&context, request, &response);
   }
 
-  grpc::Status Wait(int64_t rank, int64_t version, int64_t deadline_ms) {
+  grpc::Status Wait(int64_t rank, int64_t version, int64_t deadline_ms,
+                    bool ignore_earlier_aborts = false) {
     grpc::ClientContext context;
     v1::WaitForVersionRequest request;
     request.set_rank(rank);
     request.set_version(version);
     request.set_deadline_ms(deadline_ms);
+    request.set_ignore_earlier_aborts(ignore_earlier_aborts);
     v1::WaitForVersionResponse response;
     return stub_->WaitForVersion(&context, request, &response);
   }
@@ -330,6 +332,19 @@ TEST_F(LocalServerTest, AWaitThatStartsAfterAnAbortHearsOfItAtOnce) {
   }
   // A later version is not the aborted one's business.
   EXPECT_EQ(Wait(1, 6, 200).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // A retry's wait, begun before its epoch, ignores the abort before it, and hears of the
+  // next epoch's abort.
+  EXPECT_EQ(Wait(1, 5, 200, /*ignore_earlier_aborts=*/true).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  std::thread aborter([&]() {
+    absl::SleepFor(absl::Milliseconds(100));
+    registry_.BeginEpoch({1});
+    registry_.Abort(5, "epoch-11", "source rank 2 went away");
+  });
+  const grpc::Status retried = Wait(1, 5, 10000, /*ignore_earlier_aborts=*/true);
+  aborter.join();
+  EXPECT_EQ(retried.error_code(), grpc::StatusCode::ABORTED) << retried.error_message();
+  EXPECT_NE(retried.error_message().find("epoch epoch-11"), std::string::npos);
   // A rank registered after the abort was not in it.
   ASSERT_TRUE(Register(Request(v1::ROLE_DESTINATION, 2)).ok());
   EXPECT_EQ(Wait(2, 5, 200).error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);

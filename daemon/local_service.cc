@@ -147,7 +147,7 @@ grpc::Status LocalService::WaitForVersion(grpc::ServerContext* context,
   }
   absl::StatusOr<int64_t> version = registry_->WaitForVersion(
       request->rank(), request->version(), DeadlineOf(*context, request->deadline_ms()),
-      [context]() { return context->IsCancelled(); });
+      [context]() { return context->IsCancelled(); }, request->ignore_earlier_aborts());
   if (!version.ok()) return ToGrpc(version.status());
   response->set_version(*version);
   return grpc::Status::OK;

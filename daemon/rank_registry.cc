@@ -353,7 +353,8 @@ absl::Status RankRegistry::Publish(int64_t rank, int64_t version) {
 
 absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t version,
                                                      absl::Time deadline,
-                                                     const std::function<bool()>& cancelled) {
+                                                     const std::function<bool()>& cancelled,
+                                                     bool ignore_earlier_aborts) {
   const transport::RankKey key = {v1::ROLE_DESTINATION, rank};
   absl::MutexLock lock(&mu_);
   if (!ranks_.count(key)) {
@@ -363,7 +364,8 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
   // An abort already settled, of this version or a later one, that concerned this rank and
   // that no epoch followed yet: the caller hears of it now rather than at its deadline.
   const Entry& waiting = ranks_.at(key);
-  const bool settled_abort = !epoch_open_ && waiting.aborts_seen < aborts_ &&
+  const bool settled_abort = !ignore_earlier_aborts && !epoch_open_ &&
+                             waiting.aborts_seen < aborts_ &&
                              waiting.version < version && last_abort_.version >= version;
   const int64_t aborts_before = settled_abort ? aborts_ - 1 : aborts_;
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

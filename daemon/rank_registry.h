@@ -82,8 +82,10 @@ class RankRegistry {
   // a version, with no epoch under way since). Errors say which version the buffers hold and
   // whether an aborted epoch may have written parts of a newer one into them. `cancelled` (checked
   // every 100 ms) ends the wait early with CANCELLED: a caller that went away holds no thread.
+  // With `ignore_earlier_aborts`, an abort before the call is not reported: only one during it.
   absl::StatusOr<int64_t> WaitForVersion(int64_t rank, int64_t version, absl::Time deadline,
-                                         const std::function<bool()>& cancelled = nullptr);
+                                         const std::function<bool()>& cancelled = nullptr,
+                                         bool ignore_earlier_aborts = false);
 
   // Marks `version` committed into the destination ranks the last epoch wrote (those of
   // its plan registered when it began: a rank registered later, or registered again, was

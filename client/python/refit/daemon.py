@@ -256,18 +256,22 @@ class LocalDaemon:
             except grpc.RpcError as e:
                 raise from_rpc_error(e) from None
 
-    def wait_for_version(self, version: int, timeout: float = 60.0) -> Optional[int]:
+    def wait_for_version(self, version: int, timeout: float = 60.0, *,
+                         ignore_earlier_aborts: bool = False) -> Optional[int]:
         """Returns once every destination rank registered here holds `version` (or a later
         one); returns the version they hold. RefitError with DEADLINE_EXCEEDED at the
-        timeout, ABORTED when the epoch failed, saying what the buffers hold."""
+        timeout, ABORTED when the epoch failed, saying what the buffers hold (also when it
+        failed before the call, unless `ignore_earlier_aborts`: a wait begun before the
+        attempt it waits for, such as a retry)."""
         held = None
         for registered in self._ranks:
             if registered.role != refit_pb2.ROLE_DESTINATION:
                 continue
             if registered.refitd_lost is not None:
                 raise registered.refitd_lost
-            request = refit_pb2.WaitForVersionRequest(rank=registered.rank, version=int(version),
-                                                      deadline_ms=int(timeout * 1000))
+            request = refit_pb2.WaitForVersionRequest(
+                rank=registered.rank, version=int(version), deadline_ms=int(timeout * 1000),
+                ignore_earlier_aborts=ignore_earlier_aborts)
             try:
                 got = self._stub.WaitForVersion(request, timeout=timeout + 5).version
             except grpc.RpcError as e:

@@ -20,7 +20,8 @@ or the server's `/pause?clear_cache=true` ... `/resume`): cached KV blocks were 
 with the old weights and vLLM's weight-update path keeps them.
 
 Threading: refit's client calls `_on_bucket` on its stream thread; it only copies pieces
-out of the bucket into assembly tensors and queues complete ones, under `_lock`. Every
+out of the bucket into assembly tensors and queues complete ones, under `_lock`, and waits
+(`_drained`) while more than two buckets' worth of them wait for the worker. Every
 call from vLLM (init, start, update, finish, shutdown) comes on the worker's thread, the
 only one that touches the model."""
 import logging
@@ -86,6 +87,8 @@ class _Assembly:
         self.boxes = boxes
         self.dtypes = dtypes
         self.partial: Dict[str, list] = {}  # name -> [full-shape tensor, elements in]
+        self.partial_bytes = 0  # of the tensors begun and not complete (their boxes)
+        self.peak_partial_bytes = 0
 
     def add(self, piece) -> Optional[torch.Tensor]:
         """Copies `piece` in; returns its tensor once every element of its box arrived."""
@@ -96,16 +99,20 @@ class _Assembly:
             # tensor's untouched pages are never backed by memory).
             entry = self.partial[piece.name] = [
                 torch.empty(box.global_shape, dtype=self.dtypes[piece.name]), 0]
+            self.partial_bytes += box.elements * entry[0].element_size()
+            self.peak_partial_bytes = max(self.peak_partial_bytes, self.partial_bytes)
         region = tuple(slice(o, o + e) for o, e in zip(piece.box.offset, piece.box.extent))
         entry[0][region].copy_(piece.tensor)
         entry[1] += piece.box.elements
         if entry[1] < self.boxes[piece.name].elements:
             return None
         del self.partial[piece.name]
+        self.partial_bytes -= entry[1] * entry[0].element_size()
         return entry[0]
 
     def clear(self):
         self.partial.clear()
+        self.partial_bytes = self.peak_partial_bytes = 0
 
 
 class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateInfo]):
@@ -121,7 +128,10 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
         self.layout = None
         self.stats: Dict[str, object] = {}
         self._lock = threading.Lock()
+        self._drained = threading.Condition(self._lock)  # the worker loaded a queued tensor
         self._armed = False  # between start_weight_update and finish_weight_update
+        self._queued_bytes = 0  # complete tensors waiting for the worker to load them
+        self._queue_limit = 0
         self._arrivals: "queue.Queue" = queue.Queue()
         self._assembly: Optional[_Assembly] = None
         self._epoch: Optional[str] = None
@@ -140,8 +150,13 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
                                     "the checkpoint's tensors")
         laid_out = time.monotonic()
         self.rank = init_info.rank_offset + worker_index(self.parallel_config)
+        largest = max(b.elements * torch.empty(0, dtype=self.layout.dtypes[n]).element_size()
+                      for n, b in self.layout.boxes.items())
         with self._lock:
             self._assembly = _Assembly(self.layout.boxes, self.layout.dtypes)
+            # Tensors run ahead of the worker's loading by at most this much (and one
+            # tensor, whatever its size): the engine's extra memory stays bounded.
+            self._queue_limit = max(2 * init_info.bucket_bytes, largest)
         self.daemon = refit.LocalDaemon(init_info.socket)
         self.daemon.register_destination(
             self.rank, boxes=self.layout.boxes, dtypes=self.layout.dtypes,
@@ -174,6 +189,16 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
                 complete = self._assembly.add(piece)
                 if complete is not None:
                     self._arrivals.put(("tensor", piece.name, complete))
+                    self._queued_bytes += complete.numel() * complete.element_size()
+            # Backpressure: the bucket is handed back (and the epoch goes on) once the
+            # worker has loaded enough of what is queued; a finished or failed update wakes
+            # this and fails the epoch.
+            while self._armed and self._queued_bytes > self._queue_limit:
+                self._drained.wait()
+            if not self._armed:
+                raise RefitRejected(grpc.StatusCode.FAILED_PRECONDITION,
+                                    f"vLLM worker (destination rank {self.rank}): the weight "
+                                    f"update ended while version {bucket.version} arrived")
             if bucket.last:
                 self._arrivals.put(("last", bucket.epoch_id, bucket.version))
 
@@ -189,6 +214,7 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
             self._assembly.clear()
             self._epoch = None
             self._arrivals = queue.Queue()
+            self._queued_bytes = 0
             self._armed = True
 
     def receive_weights(self, update_info: RefitUpdateInfo) -> None:
@@ -231,6 +257,9 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
                 began = time.monotonic()
                 names = self.model.load_weights([(first, second)])
                 loading_s += time.monotonic() - began
+                with self._lock:
+                    self._queued_bytes -= second.numel() * second.element_size()
+                    self._drained.notify_all()
                 loaded.add(first)
                 filled |= set(names or ())
             elif kind == "last":
@@ -257,13 +286,16 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
                                 f"{', '.join(unfilled[:5])} of destination rank {self.rank} "
                                 f"unwritten for version {version}")
         self.stats.update(version=version, epoch=epoch, tensors_loaded=len(loaded),
+                          peak_partial_bytes=self._assembly.peak_partial_bytes,
                           load_weights_s=round(loading_s, 4),
                           receive_s=round(time.monotonic() - started, 4))
 
     def _await_commit(self, version, deadline, arrivals):
         try:
+            # Begun before this attempt's epoch: an earlier attempt's abort is not this one's.
             held = self.daemon.wait_for_version(version,
-                                                timeout=max(1.0, deadline - time.monotonic()))
+                                                timeout=max(1.0, deadline - time.monotonic()),
+                                                ignore_earlier_aborts=True)
             arrivals.put(("committed", held, None))
         except Exception as error:  # ABORTED, a timeout, refitd gone: the update fails
             arrivals.put(("aborted", error, None))
@@ -283,6 +315,7 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
 
         with self._lock:
             self._armed = False
+            self._drained.notify_all()
             if self._assembly is not None:
                 self._assembly.clear()
         finalize_layerwise_reload(self.model, self.model_config)
