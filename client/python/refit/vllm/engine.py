@@ -39,6 +39,7 @@ from vllm.distributed.weight_transfer.base import (WeightTransferEngine,
 
 from ..errors import (RefitAborted, RefitDataLoss, RefitInvalidInput, RefitRejected,
                       RefitTimeout)
+from .assembly import TensorAssembly
 from .checkpoint import checkpoint_specs
 from .loader_layout import check_every_parameter_filled, loader_layout
 
@@ -78,43 +79,6 @@ def worker_index(parallel_config) -> int:
             + pipeline_rank * parallel_config.tensor_parallel_size + tensor_rank)
 
 
-class _Assembly:
-    """Checkpoint tensors arriving in pieces, each complete when its box is.
-
-    Threading: used under the engine's lock."""
-
-    def __init__(self, boxes, dtypes):
-        self.boxes = boxes
-        self.dtypes = dtypes
-        self.partial: Dict[str, list] = {}  # name -> [full-shape tensor, elements in]
-        self.partial_bytes = 0  # of the tensors begun and not complete (their boxes)
-        self.peak_partial_bytes = 0
-
-    def add(self, piece) -> Optional[torch.Tensor]:
-        """Copies `piece` in; returns its tensor once every element of its box arrived."""
-        entry = self.partial.get(piece.name)
-        if entry is None:
-            box = self.boxes[piece.name]
-            # Full-shaped, as vLLM's loaders index it; only the box is written (a large
-            # tensor's untouched pages are never backed by memory).
-            entry = self.partial[piece.name] = [
-                torch.empty(box.global_shape, dtype=self.dtypes[piece.name]), 0]
-            self.partial_bytes += box.elements * entry[0].element_size()
-            self.peak_partial_bytes = max(self.peak_partial_bytes, self.partial_bytes)
-        region = tuple(slice(o, o + e) for o, e in zip(piece.box.offset, piece.box.extent))
-        entry[0][region].copy_(piece.tensor)
-        entry[1] += piece.box.elements
-        if entry[1] < self.boxes[piece.name].elements:
-            return None
-        del self.partial[piece.name]
-        self.partial_bytes -= entry[1] * entry[0].element_size()
-        return entry[0]
-
-    def clear(self):
-        self.partial.clear()
-        self.partial_bytes = self.peak_partial_bytes = 0
-
-
 class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateInfo]):
     """vLLM's weight-transfer engine named "refit" (see the module's docstring)."""
 
@@ -133,7 +97,7 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
         self._queued_bytes = 0  # complete tensors waiting for the worker to load them
         self._queue_limit = 0
         self._arrivals: "queue.Queue" = queue.Queue()
-        self._assembly: Optional[_Assembly] = None
+        self._assembly: Optional[TensorAssembly] = None
         self._epoch: Optional[str] = None
 
     # ---- init: the worker's destination rank ------------------------------------------
@@ -153,7 +117,7 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
         largest = max(b.elements * torch.empty(0, dtype=self.layout.dtypes[n]).element_size()
                       for n, b in self.layout.boxes.items())
         with self._lock:
-            self._assembly = _Assembly(self.layout.boxes, self.layout.dtypes)
+            self._assembly = TensorAssembly(self.layout.boxes, self.layout.dtypes)
             # Tensors run ahead of the worker's loading by at most this much (and one
             # tensor, whatever its size): the engine's extra memory stays bounded.
             self._queue_limit = max(2 * init_info.bucket_bytes, largest)
