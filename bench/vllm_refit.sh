@@ -22,14 +22,7 @@ model_flags=("$@")
 python=$("$root/tests/vllm/install_venv.sh")
 source "$root/tests/e2e/cluster.sh"
 open_work vllm-bench
-mkdir -p "$work/src/client/python" "$work/src/proto"
-cp -r "$root/client/python/refit" "$root/client/python/setup.py" \
-  "$root/client/python/pyproject.toml" "$work/src/client/python/"
-rm -f "$work/src/client/python/refit/_proto/refit_pb2"*.py
-cp "$root/proto/refit.proto" "$work/src/proto/"
-"$python" -m pip install --quiet --no-build-isolation --no-index --no-deps \
-  --target "$work/site" "$work/src/client/python" > "$work/pip.log" 2>&1 ||
-  { cat "$work/pip.log"; exit 1; }
+install_python_client "$python"
 export PYTHONPATH=$work/site:$root/tests/vllm PYTHONDONTWRITEBYTECODE=1
 export HF_HUB_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1 VLLM_ALLOW_INSECURE_SERIALIZATION=1
 export VLLM_CPU_OMP_THREADS_BIND=$( ((tp == 1)) && echo 0 || echo "0|1")

@@ -24,6 +24,7 @@ import psutil
 import torch
 
 from markers import wait_for
+from reference import tree_rss
 
 WORLD = 2
 
@@ -40,14 +41,7 @@ class PeakMemory:
         threading.Thread(target=self._sample, daemon=True).start()
 
     def rss(self):
-        processes = [self.process] + (self.process.children(recursive=True) if self.tree else [])
-        total = 0
-        for p in processes:
-            try:
-                total += p.memory_info().rss
-            except psutil.Error:
-                pass
-        return total
+        return tree_rss(self.process) if self.tree else self.process.memory_info().rss
 
     def _sample(self):
         while True:
@@ -82,14 +76,15 @@ def load_checkpoint(worker, path):
 
 def engine(args):
     import refit
+    from refit.vllm.trainer import LLMSyncClient, refit_engine
     from vllm import LLM
 
     llm = LLM(model=args.model, dtype="float32", enforce_eager=True, seed=0,
               tensor_parallel_size=args.tp, max_model_len=256, max_num_seqs=4,
               distributed_executor_backend="mp" if args.tp > 1 else None,
               weight_transfer_config={"backend": "refit"})
-    llm.init_weight_transfer_engine({"init_info": {"socket": args.socket,
-                                                   "bucket_bytes": 64 << 20}})
+    engine_client = LLMSyncClient(llm)
+    engine_client.init_weight_transfer_engine({"socket": args.socket, "bucket_bytes": 64 << 20})
     coordinator = refit.RefitClient(args.coordinator)
     memory = PeakMemory(tree=True)
     open(f"{args.work}/engine-ready", "w").close()
@@ -102,15 +97,7 @@ def engine(args):
             base = memory.reset()
             started = time.monotonic()
             if way == "refit":
-                llm.start_weight_update()
-                failure = []
-                receiver = threading.Thread(target=lambda: _update(llm, version, failure))
-                receiver.start()
-                coordinator.refit(version, timeout=600)
-                receiver.join()
-                if failure:
-                    raise SystemExit(f"engine: update_weights: {failure[0]}")
-                llm.finish_weight_update(weight_version=str(version))
+                refit_engine(engine_client, coordinator, version, timeout=600)
             else:
                 llm.collective_rpc(load_checkpoint, args=(trainer["path"],))
             window = time.monotonic() - started
@@ -128,13 +115,6 @@ def engine(args):
 
 def _engine_stats(worker):
     return dict(worker.weight_transfer_engine.stats)
-
-
-def _update(llm, version, failure):
-    try:
-        llm.update_weights({"update_info": {"version": version, "timeout": 600}})
-    except Exception as error:  # reported by the engine's thread
-        failure.append(error)
 
 
 def report(rows, args):

@@ -175,6 +175,23 @@ use_python_client() {
   export PYTHONDONTWRITEBYTECODE=1
 }
 
+# install_python_client PYTHON: `pip install` of the Python client (with its vLLM plugin's
+# entry point) by PYTHON into $work/site, as a user installs it, built from a copy laid out
+# as the repository is (no stubs: the build generates them). The caller puts $work/site on
+# PYTHONPATH.
+install_python_client() {
+  local root
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+  mkdir -p "$work/src/client/python" "$work/src/proto"
+  cp -rL "$root/client/python/refit" "$root/client/python/setup.py" \
+    "$root/client/python/pyproject.toml" "$work/src/client/python/"
+  rm -f "$work/src/client/python/refit/_proto/refit_pb2"*.py
+  cp -L "$root/proto/refit.proto" "$work/src/proto/"
+  "$1" -m pip install --quiet --no-build-isolation --no-index --no-deps \
+    --target "$work/site" "$work/src/client/python" > "$work/pip.log" 2>&1 ||
+    { cat "$work/pip.log"; return 1; }
+}
+
 # run_dense_example ENGINE_SCRIPT [ARGS...] [-- ENGINE_ARGS...]: the dense example of the
 # Python client on a started coordinator and the daemons trainer-node and inference-node:
 # the engine process (client/python/examples/ENGINE_SCRIPT, inference.log), then TP trainer

@@ -8,13 +8,13 @@ a reference forward of transformers' model loaded with the trainers' full weight
 version (WORK/weights-V.safetensors); a mismatch fails the run.
     offline.py --tp N --model DIR --socket REFITD --coordinator HOST:PORT --work DIR"""
 import argparse
-import threading
 import time
 
 import psutil
 from vllm import LLM, SamplingParams
 
 import refit
+from refit.vllm.trainer import LLMSyncClient, refit_engine
 from markers import wait_for
 from reference import NEW_TOKENS, PROMPTS, check, reference, tree_rss
 
@@ -61,8 +61,8 @@ def main():
     check("version 0", served(llm), reference(args.model))
     me = psutil.Process()
     before = tree_rss(me)
-    llm.init_weight_transfer_engine({"init_info": {"socket": args.socket,
-                                                   "bucket_bytes": 1 << 20}})
+    engine = LLMSyncClient(llm)
+    engine.init_weight_transfer_engine({"socket": args.socket, "bucket_bytes": 1 << 20})
     print(f"engine: {args.tp} worker(s) registered with refitd; the engine grew by "
           f"{tree_rss(me) - before} bytes", flush=True)
     coordinator = refit.RefitClient(args.coordinator)
@@ -71,22 +71,7 @@ def main():
         if version == 1:
             refused_outside_an_update(llm, coordinator, args.model)
         started = time.monotonic()
-        llm.start_weight_update()
-        failure = []
-
-        def receive():
-            try:
-                llm.update_weights({"update_info": {"version": version, "timeout": 120}})
-            except Exception as error:  # reported below, on the main thread
-                failure.append(error)
-
-        receiver = threading.Thread(target=receive)
-        receiver.start()
-        report = coordinator.refit(version, timeout=120)
-        receiver.join()
-        if failure:
-            raise SystemExit(f"engine: update_weights for version {version}: {failure[0]}")
-        llm.finish_weight_update(weight_version=str(version))
+        report = refit_engine(engine, coordinator, version, timeout=120)
         llm.reset_prefix_cache()
         window = time.monotonic() - started
         check(f"version {version}", served(llm),

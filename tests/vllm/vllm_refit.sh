@@ -23,15 +23,7 @@ if [[ -z $python || ! -x $python ]]; then
 fi
 open_work "vllm-$driver-$parallel-tp$tp"
 
-# pip install of the client (and its vLLM plugin entry point) into $work/site.
-mkdir -p "$work/src/client/python" "$work/src/proto"
-cp -rL "$here/../../client/python/refit" "$here/../../client/python/setup.py" \
-  "$here/../../client/python/pyproject.toml" "$work/src/client/python/"
-rm -f "$work/src/client/python/refit/_proto/refit_pb2"*.py
-cp -L "$here/../../proto/refit.proto" "$work/src/proto/"
-"$python" -m pip install --quiet --no-build-isolation --no-index --no-deps \
-  --target "$work/site" "$work/src/client/python" > "$work/pip.log" 2>&1 ||
-  { cat "$work/pip.log"; false; }
+install_python_client "$python"
 export PYTHONPATH=$work/site PYTHONDONTWRITEBYTECODE=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1
 export VLLM_CPU_OMP_THREADS_BIND=$( ((tp == 1)) && echo 0 || echo "0|1")

@@ -11,7 +11,7 @@ are not the tensor's."""
 from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .errors import RefitInvalidInput
-from .shards import Box
+from .shards import Box, replicated
 
 
 def _dtensor_class():
@@ -64,6 +64,5 @@ def local_shards(tensors: Mapping[str, Any], boxes: Optional[Mapping[str, Box]] 
             continue
         local_tensors[name] = tensor
         if plain_tensors_whole:
-            shape = tuple(tensor.shape)
-            boxes[name] = Box(shape, (0,) * len(shape), shape)
+            boxes[name] = replicated(tensor.shape)
     return local_tensors, boxes

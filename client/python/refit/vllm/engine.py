@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from typing import Dict, Optional
 
 import grpc
-import torch
 from vllm.distributed.weight_transfer.base import (WeightTransferEngine,
                                                    WeightTransferInitInfo,
                                                    WeightTransferUpdateInfo)
@@ -114,20 +113,19 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
                                     "the checkpoint's tensors")
         laid_out = time.monotonic()
         self.rank = init_info.rank_offset + worker_index(self.parallel_config)
-        largest = max(b.elements * torch.empty(0, dtype=self.layout.dtypes[n]).element_size()
-                      for n, b in self.layout.boxes.items())
+        box_bytes = [b.elements * self.layout.dtypes[n].itemsize
+                     for n, b in self.layout.boxes.items()]
         with self._lock:
             self._assembly = TensorAssembly(self.layout.boxes, self.layout.dtypes)
             # Tensors run ahead of the worker's loading by at most this much (and one
             # tensor, whatever its size): the engine's extra memory stays bounded.
-            self._queue_limit = max(2 * init_info.bucket_bytes, largest)
+            self._queue_limit = max(2 * init_info.bucket_bytes, max(box_bytes))
         self.daemon = refit.LocalDaemon(init_info.socket)
         self.daemon.register_destination(
             self.rank, boxes=self.layout.boxes, dtypes=self.layout.dtypes,
             bucket_bytes=init_info.bucket_bytes, on_bucket=self._on_bucket,
             timeout=init_info.register_timeout)
-        needed = sum(b.elements * torch.empty(0, dtype=self.layout.dtypes[n]).element_size()
-                     for n, b in self.layout.boxes.items())
+        needed = sum(box_bytes)
         self.stats = dict(rank=self.rank, tensors=len(self.layout.boxes), bytes=needed,
                           whole=len(self.layout.whole), skipped=len(self.layout.skipped),
                           layout_s=round(laid_out - started, 4),
@@ -185,14 +183,11 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
         try:
             self._receive(int(update_info.version), update_info.timeout)
         except BaseException:
-            self._abandon_update()
+            # Ends the failed update's layerwise session: layers it loaded hold the new
+            # version, layers it began a mix, the others the old one. The caller keeps the
+            # engine paused and starts the update again (the version's epoch can run again).
+            self.finish_weight_update()
             raise
-
-    def _abandon_update(self) -> None:
-        """Ends a failed update's layerwise session: layers it loaded hold the new version,
-        layers it began hold a mix, the others the old one. The caller keeps the engine
-        paused and starts the update again (the version's epoch can be run again)."""
-        self.finish_weight_update()
 
     def _receive(self, version: int, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -242,8 +237,7 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
                     return
             else:  # "aborted"
                 raise first
-        unfilled = sorted(set(p for names in self.layout.params_of.values() for p in names)
-                          - filled)
+        unfilled = sorted(self.layout.filled_parameters() - filled)
         if unfilled:
             raise RefitDataLoss(grpc.StatusCode.DATA_LOSS,
                                 f"refit: vLLM's load_weights left parameter(s) "

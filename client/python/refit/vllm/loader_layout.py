@@ -25,7 +25,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..errors import RefitInvalidInput
-from ..shards import Box
+from ..shards import Box, replicated
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +117,10 @@ class LoaderLayout:
     params_of: Dict[str, Set[str]] = field(default_factory=dict)
     parameters: List[str] = field(default_factory=list)
 
+    def filled_parameters(self) -> Set[str]:
+        """The vLLM parameters some checkpoint tensor fills."""
+        return set().union(*self.params_of.values())
+
 
 def _unwrap_layerwise_loaders(model: torch.nn.Module) -> None:
     """Puts each parameter's own loader back in place of the layerwise session's
@@ -162,7 +166,7 @@ def loader_layout(model: torch.nn.Module, model_config,
             reads = recorder.reads
             if any(r is None for r in reads):
                 layout.whole.append(name)
-                layout.boxes[name] = Box(shape, (0,) * len(shape), tuple(shape))
+                layout.boxes[name] = replicated(shape)
             else:
                 layout.boxes[name] = bounding_box(reads)
             written = recorder.written_dtypes
@@ -181,7 +185,7 @@ def loader_layout(model: torch.nn.Module, model_config,
 def check_every_parameter_filled(layout: LoaderLayout) -> None:
     """Refuses a layout that leaves a vLLM parameter unwritten, naming it."""
     parameter_names = layout.parameters
-    filled = set().union(*layout.params_of.values()) if layout.params_of else set()
+    filled = layout.filled_parameters()
     unfilled = [p for p in parameter_names if p not in filled]
     if unfilled:
         raise RefitInvalidInput(

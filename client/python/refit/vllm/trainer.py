@@ -38,6 +38,54 @@ import refit
 from ..errors import RefitAborted, RefitInvalidInput
 
 
+def refit_engine(client, coordinator, version: int, timeout: float):
+    """One refit of `version` into the engine behind `client` (a `VLLMWeightSyncClient`):
+    start_weight_update, update_weights while `coordinator` (refit.RefitClient) moves the
+    version, finish_weight_update. Returns the coordinator's RefitReport; RefitAborted
+    when the engine's update failed (its workers closed that update: start again)."""
+    client.start_weight_update()
+    failure = []
+
+    def update():
+        try:
+            client.update_weights({"version": version, "timeout": timeout})
+        except BaseException as error:  # reported on the calling thread
+            failure.append(error)
+
+    receiver = threading.Thread(target=update, name=f"refit-update-{version}")
+    receiver.start()
+    try:
+        report = coordinator.refit(version, timeout=timeout)
+    finally:
+        receiver.join()
+    if failure:
+        raise RefitAborted(grpc.StatusCode.ABORTED,
+                           f"refit: the engine's update_weights for version {version} failed: "
+                           f"{failure[0]}") from failure[0]
+    client.finish_weight_update(str(version))
+    return report
+
+
+class LLMSyncClient:
+    """vLLM's offline `LLM` as a `VLLMWeightSyncClient` (vLLM ships the HTTP and Ray ones),
+    for refit_engine in the process that holds the LLM."""
+
+    def __init__(self, llm):
+        self.llm = llm
+
+    def init_weight_transfer_engine(self, init_info):
+        self.llm.init_weight_transfer_engine({"init_info": init_info})
+
+    def start_weight_update(self):
+        self.llm.start_weight_update()
+
+    def update_weights(self, update_info):
+        self.llm.update_weights({"update_info": update_info})
+
+    def finish_weight_update(self, weight_version=None):
+        self.llm.finish_weight_update(weight_version=weight_version)
+
+
 @dataclass
 class RefitTrainerInitInfo(TrainerInitInfo):
     """`socket`: this node's refitd; `coordinator`: the coordinator's address (the sender
@@ -101,27 +149,8 @@ class RefitTrainerWeightTransferEngine(TrainerWeightTransferEngine[RefitTrainerI
         self.version += 1
 
     def _round_trip(self, version: int) -> None:
-        self.client.start_weight_update()
-        failure = []
-
-        def update():
-            try:
-                self.client.update_weights({"version": version,
-                                            "timeout": self.init_info.timeout})
-            except BaseException as error:  # reported on the calling thread
-                failure.append(error)
-
-        receiver = threading.Thread(target=update, name=f"refit-update-{version}")
-        receiver.start()
-        try:
-            self.last_report = self.coordinator.refit(version, timeout=self.init_info.timeout)
-        finally:
-            receiver.join()
-        if failure:
-            raise RefitAborted(grpc.StatusCode.ABORTED,
-                               f"refit's trainer engine: the engine's update_weights for version "
-                               f"{version} failed: {failure[0]}") from failure[0]
-        self.client.finish_weight_update(str(version))
+        self.last_report = refit_engine(self.client, self.coordinator, version,
+                                        self.init_info.timeout)
 
     def _barrier(self) -> None:
         import torch.distributed as dist
