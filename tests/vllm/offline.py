@@ -5,9 +5,12 @@ update_weights (while refit moves the version), finish_weight_update, reset_pref
 
 After each version its greedy tokens and their logprobs for fixed prompts are compared with
 a reference forward of transformers' model loaded with the trainers' full weights of that
-version (WORK/weights-V.safetensors); a mismatch fails the run.
+version (WORK/weights-V.safetensors); a mismatch fails the run, as does an update during
+which the engine's resident memory grows by a copy of the weights.
+Before version 1, two refits must fail: one outside a weight update, one that nothing loads.
     offline.py --tp N --model DIR --socket REFITD --coordinator HOST:PORT --work DIR"""
 import argparse
+import os
 import time
 
 import psutil
@@ -16,7 +19,11 @@ from vllm import LLM, SamplingParams
 import refit
 from refit.vllm.trainer import LLMSyncClient, refit_engine
 from markers import wait_for
+from memory import PeakGrowth
 from reference import NEW_TOKENS, PROMPTS, check, reference, tree_rss
+
+# How long an arriving version waits for update_weights: short, for unloaded_refit_fails.
+DRAIN_TIMEOUT = 5.0
 
 
 def served(llm):
@@ -45,6 +52,24 @@ def refused_outside_an_update(llm, coordinator, model_dir):
     check("version 0 after the refused refit", served(llm), reference(model_dir))
 
 
+def unloaded_refit_fails(llm, coordinator, model_dir):
+    """A refit that reaches workers in a weight update that nothing loads (no
+    update_weights) fails its epoch once the drain timeout passes, instead of committing a
+    version the engine does not hold; the engine goes on serving what it held."""
+    llm.start_weight_update()
+    try:
+        coordinator.refit(1, timeout=60)
+    except refit.RefitError as error:
+        if "nothing called update_weights" not in str(error):
+            raise SystemExit(f"engine: a refit nobody loads failed otherwise: {error}")
+        print(f"engine: a refit nobody loads fails its epoch: {error}", flush=True)
+    else:
+        raise SystemExit("engine: a refit nobody loaded was committed")
+    finally:
+        llm.finish_weight_update()
+    check("version 0 after the unloaded refit", served(llm), reference(model_dir))
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--tp", type=int, default=1)
@@ -62,23 +87,34 @@ def main():
     me = psutil.Process()
     before = tree_rss(me)
     engine = LLMSyncClient(llm)
-    engine.init_weight_transfer_engine({"socket": args.socket, "bucket_bytes": 1 << 20})
+    engine.init_weight_transfer_engine({"socket": args.socket, "bucket_bytes": 1 << 20,
+                                        "drain_timeout": DRAIN_TIMEOUT})
     print(f"engine: {args.tp} worker(s) registered with refitd; the engine grew by "
           f"{tree_rss(me) - before} bytes", flush=True)
     coordinator = refit.RefitClient(args.coordinator)
+    weights = os.path.getsize(f"{args.model}/model.safetensors")
     for version in range(1, args.versions + 1):
         wait_for(f"{args.work}/published-{version}", "engine")
         if version == 1:
             refused_outside_an_update(llm, coordinator, args.model)
+            unloaded_refit_fails(llm, coordinator, args.model)
         started = time.monotonic()
+        growth = PeakGrowth(me.pid, tree=True)
         report = refit_engine(engine, coordinator, version, timeout=120)
         llm.reset_prefix_cache()
         window = time.monotonic() - started
+        extra = growth.bytes()
+        # vLLM's layerwise reload materializes and re-processes each module, and refit
+        # queues at most two buckets: together far from a copy of the weights.
+        if extra >= weights:
+            raise SystemExit(f"engine: version {version}: resident memory grew by {extra} "
+                             f"bytes during the update: a copy of the weights ({weights})")
         check(f"version {version}", served(llm),
               reference(args.model, f"{args.work}/weights-{version}.safetensors"))
         print(f"engine: version {version}: greedy tokens and logprobs equal the reference's; "
               f"{report.bytes} bytes moved, update window {window:.3f} s, weight version "
-              f"{llm.get_weight_version()}", flush=True)
+              f"{llm.get_weight_version()}; resident memory peaked {extra} bytes above its "
+              f"start", flush=True)
         open(f"{args.work}/refitted-{version}", "w").close()
     print("engine: done", flush=True)
 

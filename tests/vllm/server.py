@@ -22,6 +22,7 @@ import time
 import requests
 
 from markers import wait_for
+from memory import PeakGrowth
 from reference import PROMPTS, check, mismatch, reference
 from serving import complete
 
@@ -138,8 +139,10 @@ def main():
             clients = Clients(url, args.model)
             while clients.asked_after(0) < CLIENTS:  # requests are flowing
                 time.sleep(0.01)
+            growth = PeakGrowth(process.pid, tree=True)
             open(f"{args.work}/asking-{version}", "w").close()
             wait_for(f"{args.work}/refitted-{version}", "server")
+            extra = growth.bytes()
             with open(f"{args.work}/refitted-{version}") as marker:
                 pause = json.load(marker)
             while clients.asked_after(pause["resumed"]) < CLIENTS:  # they go on after it
@@ -158,7 +161,8 @@ def main():
                   f"along ({in_flight} in flight at the pause), each its version's; a request "
                   f"asked while paused was answered {pause['answered'] - pause['resumed']:.3f} "
                   f"s after /resume, by the new version; {pause['bytes']} bytes moved; pause "
-                  f"window {pause['resumed'] - pause['pausing']:.3f} s", flush=True)
+                  f"window {pause['resumed'] - pause['pausing']:.3f} s; the server's resident "
+                  f"memory peaked {extra} bytes above its start", flush=True)
             expected = expected_new
             open(f"{args.work}/checked-{version}", "w").close()
         print("server: done", flush=True)

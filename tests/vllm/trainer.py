@@ -3,7 +3,9 @@ FSDP2 (`fully_shard` per decoder layer and the whole model) or DTensor tensor pa
 (`parallelize_module`: q/k/v and gate/up column-wise, o and down row-wise). Its parameters
 (DTensors) are registered in place as refit source rank RANK, their boxes read from the
 DTensors. Each optimizer step (AdamW) is the next version; rank 0 writes each version's
-full weights for the engine's reference check (WORK/weights-V.safetensors). Then either
+full weights for the engine's reference check (WORK/weights-V.safetensors). Each rank's
+resident memory may not grow by a copy of its share while a version is refitted (refit
+reads the parameters in place): the run fails if it grows by an eighth. Then either
 (Publisher) every rank publishes it and waits for the engine's driver to have refitted it
 (offline.py), or (Driver, --drive) the ranks send it through vLLM's trainer-side API with
 the backend named "refit" to vLLM's server (server.py), rank 0 pausing the server around it.
@@ -23,7 +25,9 @@ from transformers import LlamaForCausalLM
 
 import refit
 from markers import wait_for
+from memory import PeakGrowth
 from reference import PROMPTS
+from serving import complete, post
 
 WORLD = 2
 
@@ -105,8 +109,6 @@ class Driver:
         wait_for(f"{self.args.work}/checked-{version}", f"trainer {self.args.rank}")
 
     def _send_paused(self, version):
-        from serving import complete, post
-
         wait_for(f"{self.args.work}/asking-{version}", "trainer 0")
         pausing = time.monotonic()
         post(self.url, "/pause", params={"mode": "wait", "clear_cache": "true"})
@@ -173,9 +175,17 @@ def main():
                        else p).detach().contiguous() for name, p in parameters.items()}
         if args.rank == 0:
             save_file(full, f"{args.work}/weights-{version}.safetensors")
+        growth = PeakGrowth(os.getpid())
         sender.send(version)
-        print(f"trainer {args.rank}: step {version}, loss {loss.item():.4f}, refitted",
-              flush=True)
+        extra = growth.bytes()
+        if extra * 8 > sender.bytes:  # a copy of the share would be all of it
+            raise SystemExit(f"trainer {args.rank}: resident memory grew by {extra} bytes "
+                             f"during the refit of version {version}: more than an eighth of "
+                             f"its share of the weights ({sender.bytes}); refit reads the "
+                             f"parameters in place")
+        print(f"trainer {args.rank}: step {version}, loss {loss.item():.4f}, refitted; "
+              f"resident memory peaked {extra} bytes above its start during the refit "
+              f"(its share of the weights: {sender.bytes})", flush=True)
     dist.barrier()
     sender.close()
     dist.destroy_process_group()

@@ -26,8 +26,14 @@ open_work "vllm-$driver-$parallel-tp$tp"
 install_python_client "$python"
 export PYTHONPATH=$work/site PYTHONDONTWRITEBYTECODE=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 VLLM_CPU_KVCACHE_SPACE=1
+# glibc's mmap threshold fixed: a freed tensor leaves the process at once, so the peak
+# resident growth the engine and trainers measure is what they held, not heap glibc keeps.
+export MALLOC_MMAP_THRESHOLD_=131072
 export VLLM_CPU_OMP_THREADS_BIND=$( ((tp == 1)) && echo 0 || echo "0|1")
-"$python" "$here/make_model.py" "$work/model" > "$work/make_model.log" 2>&1 ||
+# 17 MB in float32, no tensor above 1 MB: large enough that resident memory growth during a
+# refit is measurable against each side's share of the weights.
+"$python" "$here/make_model.py" "$work/model" --hidden 256 --intermediate 1024 --layers 4 \
+  > "$work/make_model.log" 2>&1 ||
   { cat "$work/make_model.log"; false; }
 
 cat > "$work/job.json" << JSON

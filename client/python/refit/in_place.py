@@ -22,6 +22,10 @@ from .errors import RefitInvalidInput
 from .memory import refit_dtype
 from ._proto import refit_pb2
 
+# The torch versions whose private sharing calls the in-place path uses, checked by the
+# client's tests: Debian's 1.13 and 2.13 (the vLLM test environment).
+SUPPORTED_TORCH = "supported: torch 1.13 to 2.13"
+
 
 def _storage_of(tensor):
     return tensor.untyped_storage() if hasattr(tensor, "untyped_storage") else \
@@ -34,10 +38,30 @@ def _segment_header(name, shm_name, storage_bytes):
     segment_bytes = os.stat("/dev/shm/" + shm_name.lstrip("/")).st_size
     header = segment_bytes - storage_bytes
     if header not in (0, 64):
-        raise RefitInvalidInput(f"tensor {name}: torch's shared segment {shm_name} holds "
-                                f"{segment_bytes} bytes for a storage of {storage_bytes}: this "
-                                f"torch lays its segments out in a way refit does not know")
+        raise RefitInvalidInput(f"tensor {name}: torch {_torch_version()}'s shared segment "
+                                f"{shm_name} holds {segment_bytes} bytes for a storage of "
+                                f"{storage_bytes}: this torch lays its segments out in a way "
+                                f"refit does not know ({SUPPORTED_TORCH})")
     return header
+
+
+def _torch_version():
+    import torch
+
+    return torch.__version__
+
+
+def _share_in_place(name, storage):
+    """Moves a CPU storage into a named shared-memory segment, in place, through torch's
+    private `_share_filename_cpu_` (a no-op when it is one already); the segment's name."""
+    share = getattr(storage, "_share_filename_cpu_", None)
+    if share is None:
+        raise RefitInvalidInput(f"tensor {name}: torch {_torch_version()} cannot move a storage "
+                                f"into shared memory in place (no _share_filename_cpu_): "
+                                f"register it bucketed, or use a supported torch "
+                                f"({SUPPORTED_TORCH})")
+    _, shm_name, _ = share()
+    return shm_name.decode() if isinstance(shm_name, bytes) else shm_name
 
 
 def _return_freed_memory():
@@ -108,9 +132,7 @@ class InPlaceMemory:
             if key not in buffer_of:
                 if storage.nbytes() == 0:
                     raise RefitInvalidInput(f"rank {self.rank}: tensor {name} has no memory")
-                # Moves the storage into a named segment, in place (a no-op when it is one).
-                _, shm_name, _ = storage._share_filename_cpu_()
-                shm_name = shm_name.decode() if isinstance(shm_name, bytes) else shm_name
+                shm_name = _share_in_place(name, storage)
                 key = storage.data_ptr()  # the segment's address now
                 buffer_of[key] = len(self.buffers)
                 self.buffers.append(refit_pb2.BufferSpec(

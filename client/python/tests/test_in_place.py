@@ -9,7 +9,7 @@ import torch
 
 import refit
 from refit import conventions
-from refit.in_place import InPlaceMemory
+from refit.in_place import InPlaceMemory, _share_in_place
 
 
 def segment_bytes(buffer):
@@ -94,6 +94,12 @@ class InPlaceTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "share one device"):
             InPlaceMemory(1, {"a": torch.zeros(2), "b": torch.zeros(2, device="meta")},
                           {"a": refit.replicated((2,)), "b": refit.replicated((2,))})
+
+    def test_a_torch_without_in_place_sharing_is_named(self):
+        # The private call the in-place path needs, missing: the error names the torch.
+        with self.assertRaisesRegex(ValueError, f"tensor w: torch {torch.__version__} cannot "
+                                                f"move a storage into shared memory in place"):
+            _share_in_place("w", object())
 
 
 class ConventionsTest(unittest.TestCase):

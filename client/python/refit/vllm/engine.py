@@ -19,11 +19,17 @@ After finish_weight_update, the caller resets vLLM's prefix cache (`LLM.reset_pr
 or the server's `/pause?clear_cache=true` ... `/resume`): cached KV blocks were computed
 with the old weights and vLLM's weight-update path keeps them.
 
+refit commits a version to this worker only once the worker has loaded it: the epoch's
+last bucket is handed back to refitd after `update_weights` loaded every tensor, so a
+version refit calls held is in vLLM's parameters (a refit nobody loads fails its epoch after
+`drain_timeout`, and the engine keeps serving what it held).
+
 Threading: refit's client calls `_on_bucket` on its stream thread; it only copies pieces
 out of the bucket into assembly tensors and queues complete ones, under `_lock`, and waits
-(`_drained`) while more than two buckets' worth of them wait for the worker. Every
-call from vLLM (init, start, update, finish, shutdown) comes on the worker's thread, the
-only one that touches the model."""
+(`_progress`, at most `drain_timeout`) while more than two buckets' worth of them wait for
+the worker, and, at the last bucket, until the worker loaded them all. Every call from vLLM
+(init, start, update, finish, shutdown) comes on the worker's thread, the only one that
+touches the model."""
 import logging
 import queue
 import threading
@@ -51,12 +57,14 @@ class RefitInitInfo(WeightTransferInitInfo):
     """`socket`: the node's refitd. The worker registers destination rank `rank_offset` +
     its index among the engine's workers (data-parallel rank x world size + pipeline rank
     x tensor-parallel size + tensor-parallel rank). `bucket_bytes`: refitd's staging
-    bucket for this worker (the extra memory a refit costs it)."""
+    bucket for this worker (the extra memory a refit costs it). `drain_timeout`: how long an
+    arriving version waits for `update_weights` to load it before its epoch fails."""
 
     socket: str
     rank_offset: int = 0
     bucket_bytes: int = 64 << 20
     register_timeout: float = 60.0
+    drain_timeout: float = 60.0
 
 
 @dataclass
@@ -91,10 +99,13 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
         self.layout = None
         self.stats: Dict[str, object] = {}
         self._lock = threading.Lock()
-        self._drained = threading.Condition(self._lock)  # the worker loaded a queued tensor
+        # The worker loaded a queued tensor, or the whole of an epoch, or the update ended.
+        self._progress = threading.Condition(self._lock)
         self._armed = False  # between start_weight_update and finish_weight_update
         self._queued_bytes = 0  # complete tensors waiting for the worker to load them
         self._queue_limit = 0
+        self._drain_timeout = 60.0
+        self._loaded_epoch: Optional[str] = None  # the last epoch the worker loaded whole
         self._arrivals: "queue.Queue" = queue.Queue()
         self._assembly: Optional[TensorAssembly] = None
         self._epoch: Optional[str] = None
@@ -120,6 +131,7 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
             # Tensors run ahead of the worker's loading by at most this much (and one
             # tensor, whatever its size): the engine's extra memory stays bounded.
             self._queue_limit = max(2 * init_info.bucket_bytes, max(box_bytes))
+            self._drain_timeout = init_info.drain_timeout
         self.daemon = refit.LocalDaemon(init_info.socket)
         self.daemon.register_destination(
             self.rank, boxes=self.layout.boxes, dtypes=self.layout.dtypes,
@@ -153,16 +165,28 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
                     self._arrivals.put(("tensor", piece.name, complete))
                     self._queued_bytes += complete.numel() * complete.element_size()
             # Backpressure: the bucket is handed back (and the epoch goes on) once the
-            # worker has loaded enough of what is queued; a finished or failed update wakes
-            # this and fails the epoch.
-            while self._armed and self._queued_bytes > self._queue_limit:
-                self._drained.wait()
-            if not self._armed:
-                raise RefitRejected(grpc.StatusCode.FAILED_PRECONDITION,
-                                    f"vLLM worker (destination rank {self.rank}): the weight "
-                                    f"update ended while version {bucket.version} arrived")
+            # worker has loaded enough of what is queued.
+            self._await_worker(bucket, lambda: self._queued_bytes <= self._queue_limit,
+                               "load the tensors queued before it")
             if bucket.last:
+                # Handed back, and so committed, once the worker loaded the whole version.
                 self._arrivals.put(("last", bucket.epoch_id, bucket.version))
+                self._await_worker(bucket, lambda: self._loaded_epoch == bucket.epoch_id,
+                                   "load the version")
+
+    def _await_worker(self, bucket, done, what) -> None:
+        """Waits (under `_lock`) until `done()`; raises, failing the epoch, when the weight
+        update ends first or nothing calls update_weights to load what arrives."""
+        if not self._progress.wait_for(lambda: done() or not self._armed,
+                                       timeout=self._drain_timeout):
+            raise RefitTimeout(grpc.StatusCode.DEADLINE_EXCEEDED,
+                               f"vLLM worker (destination rank {self.rank}): nothing called "
+                               f"update_weights to {what} (version {bucket.version}) within "
+                               f"{self._drain_timeout:g} s")
+        if not self._armed:
+            raise RefitRejected(grpc.StatusCode.FAILED_PRECONDITION,
+                                f"vLLM worker (destination rank {self.rank}): the weight "
+                                f"update ended while version {bucket.version} arrived")
 
     # ---- vLLM's calls, on the worker's thread -------------------------------------------
     def start_weight_update(self) -> None:
@@ -177,6 +201,7 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
             self._epoch = None
             self._arrivals = queue.Queue()
             self._queued_bytes = 0
+            self._loaded_epoch = None
             self._armed = True
 
     def receive_weights(self, update_info: RefitUpdateInfo) -> None:
@@ -218,17 +243,15 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
                 loading_s += time.monotonic() - began
                 with self._lock:
                     self._queued_bytes -= second.numel() * second.element_size()
-                    self._drained.notify_all()
+                    self._progress.notify_all()
                 loaded.add(first)
                 filled |= set(names or ())
             elif kind == "last":
                 last_seen = True
-                missing = sorted(set(self.layout.boxes) - loaded)
-                if missing:
-                    raise RefitDataLoss(grpc.StatusCode.DATA_LOSS,
-                                        f"refit: epoch {epoch} of version {version} ended without "
-                                        f"{len(missing)} tensor(s) destination rank {self.rank} "
-                                        f"needs: {', '.join(missing[:5])}")
+                self._check_loaded_whole(version, epoch, loaded, filled)
+                with self._lock:
+                    self._loaded_epoch = epoch  # the last bucket is handed back: commit
+                    self._progress.notify_all()
             elif kind == "committed":
                 committed = True
                 if epoch is None:  # held already (an earlier update): nothing comes
@@ -237,16 +260,26 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
                     return
             else:  # "aborted"
                 raise first
+        self.stats.update(version=version, epoch=epoch, tensors_loaded=len(loaded),
+                          peak_partial_bytes=self._assembly.peak_partial_bytes,
+                          load_weights_s=round(loading_s, 4),
+                          receive_s=round(time.monotonic() - started, 4))
+
+    def _check_loaded_whole(self, version, epoch, loaded, filled) -> None:
+        """Raises DATA_LOSS, before the epoch commits, unless every tensor this rank needs
+        arrived and vLLM's loaders wrote every parameter the dry run saw them write."""
+        missing = sorted(set(self.layout.boxes) - loaded)
+        if missing:
+            raise RefitDataLoss(grpc.StatusCode.DATA_LOSS,
+                                f"refit: epoch {epoch} of version {version} ended without "
+                                f"{len(missing)} tensor(s) destination rank {self.rank} "
+                                f"needs: {', '.join(missing[:5])}")
         unfilled = sorted(self.layout.filled_parameters() - filled)
         if unfilled:
             raise RefitDataLoss(grpc.StatusCode.DATA_LOSS,
                                 f"refit: vLLM's load_weights left parameter(s) "
                                 f"{', '.join(unfilled[:5])} of destination rank {self.rank} "
                                 f"unwritten for version {version}")
-        self.stats.update(version=version, epoch=epoch, tensors_loaded=len(loaded),
-                          peak_partial_bytes=self._assembly.peak_partial_bytes,
-                          load_weights_s=round(loading_s, 4),
-                          receive_s=round(time.monotonic() - started, 4))
 
     def _await_commit(self, version, deadline, arrivals):
         try:
@@ -273,7 +306,7 @@ class RefitWeightTransferEngine(WeightTransferEngine[RefitInitInfo, RefitUpdateI
 
         with self._lock:
             self._armed = False
-            self._drained.notify_all()
+            self._progress.notify_all()
             if self._assembly is not None:
                 self._assembly.clear()
         finalize_layerwise_reload(self.model, self.model_config)
