@@ -12,11 +12,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/epoch_faults.h"
-#include "daemon/piece_checksums.h"
-#include "daemon/view_checksums.h"
 #include "spdlog/spdlog.h"
 #include "transport/peer_destinations.h"
+#include "transport/piece_hashing.h"
 #include "transport/plan_executor.h"
+#include "transport/view_hashing.h"
 
 namespace refit::daemon {
 namespace {
@@ -335,37 +335,38 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const Slic
   // thread while the data plane runs, not after it. (The future waits in its destructor,
   // so the hashing ends before the buffers' hold does, also when the epoch fails.)
   // Only the views the coordinator compares (another view holds the same box).
-  std::optional<ViewKeySet> compared;
+  std::optional<transport::ViewKeySet> compared;
   if (slice.has_compared_views()) {
     compared.emplace();
     for (const v1::ViewKey& key : slice.compared_views().views()) {
       compared->emplace(key.role(), key.rank(), key.view());
     }
   }
-  const ViewKeySet* only = compared.has_value() ? &*compared : nullptr;
+  const transport::ViewKeySet* only = compared.has_value() ? &*compared : nullptr;
   // Where every piece is hashed (unordered plans), source views are hashed only to compare
   // the trainers' replicas with each other: a share of the tensors each epoch
   // (JobSpec.source_replica_check_epochs). Ordered plans compare every view every epoch.
-  std::optional<ViewKeySet> source_share;
+  std::optional<transport::ViewKeySet> source_share;
   // An epoch that fails stops the hashing (the future's destructor waits for it).
   std::atomic<bool> stop_hashing{false};
   std::future<absl::StatusOr<std::vector<v1::ViewChecksum>>> source_view_checksums;
   if (execute.checksums()) {
     std::vector<v1::RankRegistration> sources = RegistrationsOf(v1::ROLE_SOURCE);
-    const ViewKeySet* hashed = only;
+    const transport::ViewKeySet* hashed = only;
     if (!slice.plan().ordered_batches() && execute.source_replica_check_epochs() > 1) {
-      source_share = SourceReplicaShare(sources, only, execute.epoch_number(),
-                                        execute.source_replica_check_epochs());
+      source_share = transport::SourceReplicaShare(sources, only, execute.epoch_number(),
+                                                   execute.source_replica_check_epochs());
       hashed = &*source_share;
     }
     // A thread of its own pays for itself only with enough bytes to hash; a few small views
     // are hashed after the data plane (a thread per epoch costs more than they do).
-    const std::launch launch = ViewChecksumBytes(sources, *buffers, hashed) >= kViewBytesPerThread
-                                   ? std::launch::async
-                                   : std::launch::deferred;
+    const std::launch launch =
+        transport::ViewChecksumBytes(sources, *buffers, hashed) >= kViewBytesPerThread
+            ? std::launch::async
+            : std::launch::deferred;
     source_view_checksums =
         std::async(launch, [sources = std::move(sources), buffers, hashed, &stop_hashing] {
-          return ChecksumViews(sources, *buffers, hashed, &stop_hashing);
+          return transport::ChecksumViews(sources, *buffers, hashed, &stop_hashing);
         });
   }
   absl::Cleanup stop_on_return = [&stop_hashing] { stop_hashing = true; };
@@ -393,14 +394,14 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const Slic
     // same bytes again. Ordered plans go through scratch buffers: there every view is hashed.
     if (slice.plan().ordered_batches()) {
       absl::StatusOr<std::vector<v1::ViewChecksum>> destination_checksums =
-          ChecksumViews(RegistrationsOf(v1::ROLE_DESTINATION), *buffers, only);
+          transport::ChecksumViews(RegistrationsOf(v1::ROLE_DESTINATION), *buffers, only);
       if (!destination_checksums.ok()) return fail(destination_checksums.status());
       checksums->insert(checksums->end(), destination_checksums->begin(),
                         destination_checksums->end());
     }
     for (v1::ViewChecksum& c : *checksums) *done.add_checksums() = std::move(c);
     // Pieces hashed as they were packed, copied or unpacked keep those hashes.
-    absl::StatusOr<std::vector<v1::PieceChecksum>> pieces = ChecksumPieces(
+    absl::StatusOr<std::vector<v1::PieceChecksum>> pieces = transport::ChecksumPieces(
         slice.plan(), placement, slice.daemon_index(), *buffers, &stats->piece_hashes);
     if (!pieces.ok()) return fail(pieces.status());
     for (v1::PieceChecksum& p : *pieces) *done.add_pieces() = std::move(p);

@@ -19,8 +19,8 @@
 #include "spdlog/spdlog.h"
 #include "transport/gpu/nccl_group.h"
 #include "transport/gpu/nccl_members.h"
-#include "transport/plan_executor.h"
 #include "transport/plan_slice.h"
+#include "transport/rank_placement.h"
 
 namespace refit::daemon {
 namespace {
@@ -414,7 +414,8 @@ absl::StatusOr<v1::RefitReport> EpochRunner::Refit(int64_t version, absl::Durati
   return report;
 }
 
-absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version, absl::Duration start,
+absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version,
+                                                               absl::Duration start,
                                                                Deadline deadline,
                                                                const Cancelled& cancelled) {
   {
@@ -497,10 +498,10 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Du
         PauseEngines(version, *snapshot, deadline, cancelled, &asked, &gone);
     paused = asked;
     if (cancelled && cancelled()) {
-      return end_before_epoch("cancelled",
-                              absl::CancelledError(absl::StrCat(
-                                  "the refit of version ", version,
-                                  " was cancelled while waiting for engines to pause")));
+      return end_before_epoch(
+          "cancelled",
+          absl::CancelledError(absl::StrCat("the refit of version ", version,
+                                            " was cancelled while waiting for engines to pause")));
     }
     if (!late.empty()) {
       std::set<int64_t> late_replicas, lost_replicas;
@@ -523,10 +524,11 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Du
                        : absl::StrCat("the refitd of destination ranks ", absl::StrJoin(gone, ", "),
                                       " went away while they were asked to pause"),
           !gone.empty() && !slow.empty() ? "; " : "",
-          slow.empty() ? ""
-                       : absl::StrCat("the engines of destination ranks ", absl::StrJoin(slow, ", "),
-                                      " did not pause for version ", version, " within ",
-                                      absl::ToInt64Milliseconds(PauseDeadline()), " ms"));
+          slow.empty()
+              ? ""
+              : absl::StrCat("the engines of destination ranks ", absl::StrJoin(slow, ", "),
+                             " did not pause for version ", version, " within ",
+                             absl::ToInt64Milliseconds(PauseDeadline()), " ms"));
       if (!replicas_.has_value() || left.size() < needed) {
         return end_before_epoch(
             "engines_not_paused",
@@ -685,9 +687,8 @@ absl::StatusOr<EpochRunner::Members> EpochRunner::ChooseReplicas(
         return Refused("stale_version", same);
       }
       // A repeat of the committed version moves it to the complete replicas lacking it.
-      members.replicas =
-          replicas_->Lacking(census.complete, HoldersLocked(ranks, recovered),
-                             snapshot->destination_registrations);
+      members.replicas = replicas_->Lacking(census.complete, HoldersLocked(ranks, recovered),
+                                            snapshot->destination_registrations);
       auto done = reports_.find(version);
       if (members.replicas.empty() && done != reports_.end()) {
         *held = done->second.report;
@@ -946,8 +947,7 @@ std::vector<int64_t> EpochRunner::PauseEngines(int64_t version, const ClusterSna
     v1::PauseRanks* pause = message.mutable_pause();
     pause->set_pause_id(id);
     pause->set_version(version);
-    pause->set_deadline_ms(
-        std::max<int64_t>(1, absl::ToInt64Milliseconds(pause_deadline.Left())));
+    pause->set_deadline_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(pause_deadline.Left())));
     for (int64_t rank : ranks) pause->add_ranks(rank);
     asked->insert(asked->end(), ranks.begin(), ranks.end());
     auto channel = snapshot.channels.find(daemon);
@@ -1170,8 +1170,7 @@ absl::Status EpochRunner::CheckSourcesUnchangedLocked(int64_t version,
   const size_t shown = std::min<size_t>(anew.size(), 8);
   return absl::FailedPreconditionError(absl::StrCat(
       "the sources registered anew since version ", version, " was committed (source rank",
-      anew.size() == 1 ? " " : "s ",
-      absl::StrJoin(anew.begin(), anew.begin() + shown, ", "),
+      anew.size() == 1 ? " " : "s ", absl::StrJoin(anew.begin(), anew.begin() + shown, ", "),
       anew.size() > shown ? absl::StrCat(" and ", anew.size() - shown, " more") : "",
       "): their weights may not be the ones the destinations hold as version ", version,
       "; publish a newer version"));
@@ -1260,8 +1259,8 @@ absl::Status EpochRunner::AwaitPublishes(int64_t version, Deadline deadline,
   auto gave_up = [&]() { return cancelled && cancelled(); };
   std::vector<int64_t> unpublished;
   do {
-    unpublished = cluster_->AwaitPublished(
-        version, deadline.Within(absl::Milliseconds(100)).ToTime());
+    unpublished =
+        cluster_->AwaitPublished(version, deadline.Within(absl::Milliseconds(100)).ToTime());
   } while (!unpublished.empty() && !deadline.Passed() && !gave_up());
   if (unpublished.empty()) return absl::OkStatus();
   const std::string waiting = absl::StrCat(
@@ -1329,8 +1328,8 @@ absl::Status EpochRunner::Decide(absl::Status launched, Deadline deadline,
 absl::Status EpochRunner::AwaitExecutionLocked(Deadline deadline, const Cancelled& cancelled) {
   if (absl::Status launched = epoch_->Launched(); !launched.ok()) return launched;
   auto settled = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return epoch_->Settled(); };
-  if (!AwaitCancellable(mu_, absl::Condition(&settled), deadline.ToTime(), cancelled) && cancelled &&
-      cancelled()) {
+  if (!AwaitCancellable(mu_, absl::Condition(&settled), deadline.ToTime(), cancelled) &&
+      cancelled && cancelled()) {
     epoch_->Fail(absl::CancelledError("the caller cancelled the refit"));
   }
   return epoch_->ExecutionOutcome([this](int32_t daemon) { return cluster_->NodeOf(daemon); });
@@ -1485,8 +1484,7 @@ bool EpochRunner::Watch(const std::string& epoch_id, absl::Time deadline,
     }
     const int64_t before = progress_events_;
     auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return progress_events_ != before; };
-    mu_.AwaitWithTimeout(absl::Condition(&changed),
-                         std::min(end.Left(), absl::Milliseconds(100)));
+    mu_.AwaitWithTimeout(absl::Condition(&changed), std::min(end.Left(), absl::Milliseconds(100)));
     if (cancelled()) return true;
     if (progress_events_ == before && end.Passed()) return !watched.empty();
   }

@@ -11,48 +11,26 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "transport/memory_fault_guard.h"
 #include "transport/rank_key.h"
-#include "transport/strided_copy.h"
 
 namespace refit::daemon {
 namespace {
 
+using transport::IsRelayBufferEndpoint;
 using transport::IsViewEndpoint;
-
-bool IsRelayBuffer(const v1::Endpoint& e) { return e.kind() == v1::ENDPOINT_RELAY_BUFFER; }
-
-// Whether a transfer has an end to hash: view to view, or one hop of a piece through a
-// relay buffer (filled from a source view, read into a destination view).
-bool IsChecked(const v1::Transfer& t) {
-  return (IsViewEndpoint(t.src()) && IsViewEndpoint(t.dst())) ||
-         (IsViewEndpoint(t.src()) && IsRelayBuffer(t.dst())) ||
-         (IsRelayBuffer(t.src()) && IsViewEndpoint(t.dst()));
-}
 
 // Whether a read of a relay buffer moves the buffer's whole box (then its destination
 // must hold what the transfer that filled the buffer read from its source).
 bool ReadsWholeBuffer(const v1::Transfer& t) {
-  return IsRelayBuffer(t.src()) &&
+  return IsRelayBufferEndpoint(t.src()) &&
          std::equal(t.offset().begin(), t.offset().end(), t.src().buffer_offset().begin(),
                     t.src().buffer_offset().end()) &&
          std::equal(t.extent().begin(), t.extent().end(), t.src().buffer_extent().begin(),
                     t.src().buffer_extent().end());
 }
 
-// The hash of a transfer's end the executor took as it moved the piece, if it did.
-std::optional<uint64_t> TakenOnTheWay(const transport::PieceHashes* on_the_way, bool destination,
-                                      int64_t sequence) {
-  if (on_the_way == nullptr) return std::nullopt;
-  const std::map<int64_t, uint64_t>& taken =
-      destination ? on_the_way->at_destination : on_the_way->at_source;
-  auto hash = taken.find(sequence);
-  if (hash == taken.end()) return std::nullopt;
-  return hash->second;
-}
-
 std::string Describe(const v1::Endpoint& e) {
-  if (IsRelayBuffer(e)) {
+  if (IsRelayBufferEndpoint(e)) {
     return absl::StrCat("relay buffer ", e.relay_buffer(), " of source rank ", e.rank());
   }
   return absl::StrCat(e.kind() == v1::ENDPOINT_SOURCE_VIEW ? "source" : "destination", " rank ",
@@ -99,66 +77,6 @@ absl::Status CompareWithItsWrite(const v1::Transfer& t, const PieceEnds& ends,
 
 }  // namespace
 
-absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
-    const v1::Plan& slice, const transport::RankPlacement& placement, int32_t self,
-    const transport::BufferMap& buffers, const transport::PieceHashes* on_the_way) {
-  std::vector<v1::PieceChecksum> out;
-  // A source box sent to several replicas is hashed once.
-  std::map<std::tuple<int, int64_t, int32_t, std::string, transport::Dims, transport::Dims>,
-           uint64_t>
-      hashed;
-  for (const v1::Batch& batch : slice.batches()) {
-    for (const v1::Transfer& t : batch.transfers()) {
-      if (!IsChecked(t)) continue;
-      const transport::Dims offset(t.offset().begin(), t.offset().end());
-      const transport::Dims extent(t.extent().begin(), t.extent().end());
-      for (const bool destination : {false, true}) {
-        const v1::Endpoint& end = destination ? t.dst() : t.src();
-        if (!IsViewEndpoint(end)) continue;
-        // An end hashed on the way is reported by the daemon that hashed it: its own, or a
-        // same-host peer's destination it wrote straight into.
-        if (std::optional<uint64_t> taken = TakenOnTheWay(on_the_way, destination, t.sequence())) {
-          v1::PieceChecksum& checksum = out.emplace_back();
-          checksum.set_sequence(t.sequence());
-          checksum.set_destination(destination);
-          checksum.set_xxh64(*taken);
-          continue;
-        }
-        const v1::Role role = transport::EndpointRole(end.kind());
-        absl::StatusOr<int32_t> daemon = placement.DaemonOf(role, end.rank());
-        if (!daemon.ok() || *daemon != self) continue;
-        if (destination && on_the_way != nullptr &&
-            on_the_way->written_by_peers.count(t.sequence())) {
-          continue;  // the peer that wrote it hashed it
-        }
-        if (destination && buffers.IsBucketed(end.rank())) continue;  // handed over, gone
-        auto [known, fresh] =
-            hashed.try_emplace({role, end.rank(), end.view(), t.tensor(), offset, extent}, 0);
-        if (fresh) {
-          absl::StatusOr<transport::ConstStridedRef> memory =
-              buffers.Locate(role, end.rank(), end.view(), t.tensor(), offset, extent);
-          if (!memory.ok()) return memory.status();
-          if (memory->device >= 0) {  // GPU memory: no device-side hash yet
-            hashed.erase(known);
-            continue;
-          }
-          absl::Status hashed_ok = transport::GuardMemoryAccess(
-              absl::StrCat("hashing \"", t.tensor(), "\" in rank ", end.rank()), [&] {
-                known->second = transport::HashBox(
-                    extent, buffers.tensors().at(t.tensor()).element_bytes, *memory);
-              });
-          if (!hashed_ok.ok()) return hashed_ok;
-        }
-        v1::PieceChecksum& checksum = out.emplace_back();
-        checksum.set_sequence(t.sequence());
-        checksum.set_destination(destination);
-        checksum.set_xxh64(known->second);
-      }
-    }
-  }
-  return out;
-}
-
 absl::StatusOr<int64_t> ComparePieceChecksums(const v1::Plan& plan,
                                               const std::vector<v1::PieceChecksum>& pieces) {
   PieceEnds ends;
@@ -170,7 +88,7 @@ absl::StatusOr<int64_t> ComparePieceChecksums(const v1::Plan& plan,
   std::map<std::pair<int64_t, int64_t>, int64_t> filled_by;
   for (const v1::Batch& batch : plan.batches()) {
     for (const v1::Transfer& t : batch.transfers()) {
-      if (IsRelayBuffer(t.dst()))
+      if (IsRelayBufferEndpoint(t.dst()))
         filled_by[{t.dst().rank(), t.dst().relay_buffer()}] = t.sequence();
     }
   }
@@ -187,7 +105,7 @@ absl::StatusOr<int64_t> ComparePieceChecksums(const v1::Plan& plan,
         written_by[BoxOf(t.dst(), t)] = t.sequence();
       // A read of a whole relay buffer pairs with the source end of the buffer's fill.
       int64_t source_sequence = t.sequence();
-      if (IsRelayBuffer(t.src())) {
+      if (IsRelayBufferEndpoint(t.src())) {
         auto fill = filled_by.find({t.src().rank(), t.src().relay_buffer()});
         if (!ReadsWholeBuffer(t) || fill == filled_by.end()) continue;
         source_sequence = fill->second;

@@ -12,30 +12,20 @@
 // transfer that filled the buffer against the destination end of each transfer that
 // reads the whole buffer. Transfers through scratch buffers (gather_broadcast), and reads
 // of part of a relay buffer, are left to the view checksums.
+// The daemons' half (hashing) is transport/piece_hashing.h; this is the coordinator's:
+// comparing.
+//
+// Threading: a pure function of its arguments.
 #ifndef REFIT_DAEMON_PIECE_CHECKSUMS_H_
 #define REFIT_DAEMON_PIECE_CHECKSUMS_H_
 
 #include <cstdint>
-#include <map>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/refit.pb.h"
-#include "transport/buffer_map.h"
-#include "transport/execution_stats.h"
-#include "transport/plan_executor.h"
 
 namespace refit::daemon {
-
-// This daemon's (`self`) ends of the view-to-view transfers of `slice` in host memory.
-// An end hashed on the way (`on_the_way`, the executor's ExecutionStats::piece_hashes)
-// keeps that hash; the others are hashed now, through `buffers`. Ends hashed on the way at
-// a same-host peer's destination rank (written straight) are reported here, and this
-// daemon's ends that such a peer wrote (`written_by_peers`) are left to that peer. The destination
-// end of a piece into a bucketed rank exists only as hashed on the way (left out when absent).
-absl::StatusOr<std::vector<v1::PieceChecksum>> ChecksumPieces(
-    const v1::Plan& slice, const transport::RankPlacement& placement, int32_t self,
-    const transport::BufferMap& buffers, const transport::PieceHashes* on_the_way = nullptr);
 
 // Compares both ends of every transfer of `plan` that has them, and the source end of each
 // transfer that reads a box of a destination view (a forwarded replica) with the

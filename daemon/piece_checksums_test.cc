@@ -19,10 +19,13 @@
 #include "planner/testing/relay_buffer_case.h"
 #include "planner/topology.h"
 #include "transport/local_executor.h"
+#include "transport/piece_hashing.h"
 #include "transport/testing/backed_layouts.h"
 
 namespace refit::daemon {
 namespace {
+
+using transport::ChecksumPieces;
 
 struct Executed {
   transport::testing::BackedLayouts backed;

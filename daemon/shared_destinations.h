@@ -8,7 +8,7 @@
 
 #include "daemon/cluster.h"
 #include "proto/refit.pb.h"
-#include "transport/plan_executor.h"
+#include "transport/rank_placement.h"
 
 namespace refit::daemon {
 

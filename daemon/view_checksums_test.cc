@@ -9,9 +9,14 @@
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
 #include "transport/testing/backed_layouts.h"
+#include "transport/view_hashing.h"
 
 namespace refit::daemon {
 namespace {
+
+using transport::ChecksumViews;
+using transport::SourceReplicaShare;
+using transport::ViewChecksumBytes;
 
 std::vector<v1::RankRegistration> Registrations(const v1::LayoutSpec& spec, v1::Role role) {
   std::vector<v1::RankRegistration> out;

@@ -56,13 +56,6 @@ absl::Status InTransfer(absl::Status copied, const v1::Transfer& t) {
 
 }  // namespace
 
-absl::StatusOr<int32_t> RankPlacement::DaemonOf(v1::Role role, int64_t rank) const {
-  auto it = daemons_.find({role, rank});
-  if (it != daemons_.end()) return it->second;
-  if (default_daemon_ >= 0) return default_daemon_;
-  return absl::NotFoundError(absl::StrCat(RankName(role, rank), " has no daemon"));
-}
-
 UcxEndpoint* PlanExecutor::PeerOf(int32_t daemon) const {
   return daemon >= 0 && daemon < static_cast<int32_t>(peers_.size()) ? peers_[daemon] : nullptr;
 }

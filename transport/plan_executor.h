@@ -32,6 +32,7 @@
 #include "transport/gpu/nccl_schedule.h"
 #include "transport/host_copies.h"
 #include "transport/rank_key.h"
+#include "transport/rank_placement.h"
 #include "transport/relay_buffers.h"
 #include "transport/scratch_arena.h"
 #include "transport/shared_memory_handoff.h"
@@ -39,27 +40,6 @@
 #include "transport/ucx_worker.h"
 
 namespace refit::transport {
-
-// Which daemon (by index) serves each rank of the refit group.
-class RankPlacement {
- public:
-  void Place(v1::Role role, int64_t rank, int32_t daemon) { daemons_[{role, rank}] = daemon; }
-  // The rank's buffers are GPU memory on CUDA device `device` of its daemon's node.
-  void PlaceDevice(v1::Role role, int64_t rank, int32_t device) { devices_[{role, rank}] = device; }
-  // The rank's CUDA device, or -1 for host memory.
-  int32_t DeviceOf(v1::Role role, int64_t rank) const {
-    auto it = devices_.find({role, rank});
-    return it == devices_.end() ? -1 : it->second;
-  }
-  // Ranks not placed explicitly live on `daemon` (-1: an error).
-  void SetDefault(int32_t daemon) { default_daemon_ = daemon; }
-  absl::StatusOr<int32_t> DaemonOf(v1::Role role, int64_t rank) const;
-
- private:
-  absl::flat_hash_map<RankKey, int32_t> daemons_;  // looked up twice per transfer
-  absl::flat_hash_map<RankKey, int32_t> devices_;
-  int32_t default_daemon_ = -1;
-};
 
 // How pieces between GPU buffers of different daemons travel: over this daemon's NCCL
 // group, each step's messages exactly as gpu::ScheduleStep lays them out (the schedule

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "proto/refit.pb.h"
-#include "transport/plan_executor.h"
+#include "transport/rank_placement.h"
 
 namespace refit::transport {
 

@@ -5,6 +5,7 @@
 #define REFIT_TRANSPORT_RANK_KEY_H_
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -28,6 +29,11 @@ inline v1::Role EndpointRole(v1::EndpointKind kind) {
              : v1::ROLE_DESTINATION;
 }
 
+// Whether an endpoint is one of a source rank's relay buffers.
+inline bool IsRelayBufferEndpoint(const v1::Endpoint& e) {
+  return e.kind() == v1::ENDPOINT_RELAY_BUFFER;
+}
+
 // Whether an endpoint is a rank's view (not scratch or a relay buffer).
 inline bool IsViewEndpoint(const v1::Endpoint& e) {
   return e.kind() == v1::ENDPOINT_SOURCE_VIEW || e.kind() == v1::ENDPOINT_DESTINATION_VIEW;
@@ -49,6 +55,9 @@ struct RankKey {
     return H::combine(std::move(h), static_cast<int>(key.role), key.rank);
   }
 };
+
+// A set of ranks' views: (role, rank, view index).
+using ViewKeySet = std::set<std::tuple<int, int64_t, int32_t>>;
 
 }  // namespace refit::transport
 
