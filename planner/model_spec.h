@@ -1,5 +1,5 @@
 // Model expansion: a model config (deepseek_v3 or qwen3_moe) and a parallel setting give
-// the LayoutSpec of one side of a refit, by the conventions of shared/models/README.md:
+// the LayoutSpec of one side of a refit, by the conventions of docs/models/README.md:
 // Megatron for trainers (sources), vLLM for inference engines (destinations).
 #ifndef REFIT_PLANNER_MODEL_SPEC_H_
 #define REFIT_PLANNER_MODEL_SPEC_H_

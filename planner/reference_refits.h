@@ -1,4 +1,4 @@
-// The reference refits of shared/models/README.md (dsv3-h100, dsv3-gb200, qwen3-235b,
+// The reference refits of docs/models/README.md (dsv3-h100, dsv3-gb200, qwen3-235b,
 // mini) as ready layouts and topologies, for the benchmark, the demo and the tests.
 #ifndef REFIT_PLANNER_REFERENCE_REFITS_H_
 #define REFIT_PLANNER_REFERENCE_REFITS_H_
