@@ -7,7 +7,7 @@
 # what each column measures). vLLM's bundled backends (nccl, ipc, sparse_nccl, m2n,
 # sharded_rdt) need CUDA, NCCL or Ray and do not run on CPU.
 #   bench/vllm_refit.sh BIN_DIR [ROUNDS] [TP] [MODEL_FLAGS...]
-# BIN_DIR holds refitd and refit-coordinator (bazel-bin/daemon); MODEL_FLAGS go to
+# BIN_DIR holds refitd and refit-coordinator (from bazel-bin/refitd, bazel-bin/coordinator); MODEL_FLAGS go to
 # tests/vllm/make_model.py (default: --hidden 1024 --intermediate 2816 --layers 8 --heads 16
 # --kv-heads 4 --vocab 32000).
 set -euo pipefail

@@ -14,7 +14,7 @@
 namespace refit::daemon {
 
 // Call before absl::ParseCommandLine. `main_file`: the file whose flags --help lists
-// ("daemon/coordinator_main.cc").
+// ("coordinator/coordinator_main.cc").
 inline void SetProgramUsage(const std::string& usage, const char* main_file) {
   absl::SetProgramUsageMessage(usage);
   absl::FlagsUsageConfig config;

@@ -17,8 +17,8 @@ import unittest
 import yaml
 
 ROOT = sys.argv.pop(1) if len(sys.argv) > 1 else "."
-BINARY_SOURCES = {"refitd": "daemon/refitd_main.cc",
-                  "refit-coordinator": "daemon/coordinator_main.cc"}
+BINARY_SOURCES = {"refitd": "refitd/refitd_main.cc",
+                  "refit-coordinator": "coordinator/coordinator_main.cc"}
 PROBE_PATHS = {"/healthz", "/readyz"}
 
 

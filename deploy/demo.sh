@@ -9,8 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./deploy/install_deps.sh
-targets=(//client:refitctl //planner:bench //transport:bench //daemon:refitd
-         //daemon:refit-coordinator //client:refit-synthetic-ranks)
+targets=(//client:refitctl //planner:bench //transport:bench //refitd:refitd
+         //coordinator:refit-coordinator //client:refit-synthetic-ranks)
 bazel build "${targets[@]}" >/dev/null 2>&1 || bazel build "${targets[@]}"
 
 echo "== Reference refits: reshard vs lower bound vs gather-and-broadcast =="
@@ -29,7 +29,7 @@ echo
 echo "== Live refit of dsv3-mini: coordinator, 2 refitd, synthetic ranks, UCX between nodes =="
 bin=$(mktemp -d /tmp/refit-demo-XXXXXX)
 trap 'rm -rf "$bin"' EXIT
-cp bazel-bin/daemon/refitd bazel-bin/daemon/refit-coordinator \
+cp bazel-bin/refitd/refitd bazel-bin/coordinator/refit-coordinator \
   bazel-bin/client/refit-synthetic-ranks bazel-bin/client/refitctl "$bin/"
 ./tests/e2e/live_refit.sh "$bin" mini 3 reshard
 ./tests/e2e/live_refit.sh "$bin" mini 2 gather_broadcast

@@ -1,6 +1,6 @@
 // Where the plan executor writes the pieces of destination ranks whose memory refitd does
 // not hold (bucketed ranks): the daemon streams them to the rank's process through a
-// bounded bucket (transport/bucket_filler.h, daemon/bucket_streams.h).
+// bounded bucket (transport/bucket_filler.h, refitd/bucket_streams.h).
 #ifndef REFIT_TRANSPORT_DESTINATION_SINK_H_
 #define REFIT_TRANSPORT_DESTINATION_SINK_H_
 

@@ -1,5 +1,5 @@
 // This daemon's half of the integrity check of every piece an epoch moved (the
-// coordinator's half, and the protocol, in daemon/piece_checksums.h): the hashes of its
+// coordinator's half, and the protocol, in coordinator/piece_checksums.h): the hashes of its
 // ends of the view-to-view transfers, XXH3-64 of the elements in row-major order.
 //
 // Threading: a pure function of its arguments; `buffers` is read, not locked.

@@ -1,5 +1,5 @@
 // A daemon's half of the view checksums (the coordinator's half, and what they check, in
-// daemon/view_checksums.h): XXH3-64 of each view of its ranks, the view's elements in
+// coordinator/view_checksums.h): XXH3-64 of each view of its ranks, the view's elements in
 // row-major order, so the memory layout does not matter.
 //
 // Threading: pure functions of their arguments; `buffers` is read, not locked; `stop` may

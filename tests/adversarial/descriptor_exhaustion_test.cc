@@ -77,7 +77,7 @@ class DescriptorExhaustionTest : public ::testing::Test {
   // (it has tried the absent coordinator).
   std::unique_ptr<ChildProcess> StartRefitd() {
     auto refitd = std::make_unique<ChildProcess>(
-        UnderDescriptorLimit({RunfilesPath("daemon/refitd"), "--coordinator=127.0.0.1:1",
+        UnderDescriptorLimit({RunfilesPath("refitd/refitd"), "--coordinator=127.0.0.1:1",
                               "--node=a", "--socket=" + socket_path(), "--metrics_port=-1"}),
         folder_ + "/refitd.log");
     EXPECT_FALSE(refitd->AwaitLine("control stream to 127.0.0.1:1 ended", absl::Seconds(20)).empty())
@@ -91,7 +91,7 @@ class DescriptorExhaustionTest : public ::testing::Test {
 TEST_F(DescriptorExhaustionTest, TheCoordinatorServesAgainOnceABurstThatExhaustedItIsGone) {
   std::ofstream(folder_ + "/job.json") << R"({"name": "nofile", "sourceRanks": 1, "destinationRanks": 1})";
   ChildProcess coordinator(
-      UnderDescriptorLimit({RunfilesPath("daemon/refit-coordinator"), "--listen=127.0.0.1:0",
+      UnderDescriptorLimit({RunfilesPath("coordinator/refit-coordinator"), "--listen=127.0.0.1:0",
                             "--job=" + folder_ + "/job.json", "--metrics_port=-1", "--insecure"}),
       folder_ + "/coordinator.log");
   const std::string listening = coordinator.AwaitLine("listening on 127.0.0.1:", absl::Seconds(20));

@@ -34,7 +34,7 @@ void HostileClusterTest::SetUpTestSuite() {
       << R"({"name": "hostile", "sourceRanks": 1, "destinationRanks": 1,
              "epochDeadlineMs": 20000, "leaseMs": 1000})";
   coordinator_ =
-      new ChildProcess({RunfilesPath("daemon/refit-coordinator"), "--listen=127.0.0.1:0",
+      new ChildProcess({RunfilesPath("coordinator/refit-coordinator"), "--listen=127.0.0.1:0",
                         "--job=" + folder_ + "/job.json", "--metrics_port=0", "--insecure"},
                        folder_ + "/coordinator.log");
   const std::string listening =
@@ -43,7 +43,7 @@ void HostileClusterTest::SetUpTestSuite() {
   coordinator_address_ = listening.substr(listening.rfind("127.0.0.1:"));
   socket_ = folder_ + "/refitd.sock";
   refitd_ =
-      new ChildProcess({RunfilesPath("daemon/refitd"), "--coordinator=" + coordinator_address_,
+      new ChildProcess({RunfilesPath("refitd/refitd"), "--coordinator=" + coordinator_address_,
                         "--node=node-a", "--socket=" + socket_, "--metrics_port=0"},
                        folder_ + "/refitd.log");
   ASSERT_FALSE(refitd_->AwaitLine("incarnation=", absl::Seconds(20)).empty()) << refitd_->Log();

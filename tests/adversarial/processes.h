@@ -38,7 +38,7 @@ class ChildProcess {
   std::string log_;
 };
 
-// `binary` started from the test's runfiles ("daemon/refitd").
+// `binary` started from the test's runfiles ("refitd/refitd").
 std::string RunfilesPath(const std::string& binary);
 
 // A fresh folder under the test's temporary directory (short: unix socket paths are).

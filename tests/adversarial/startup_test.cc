@@ -24,7 +24,7 @@ class StartupTest : public ::testing::Test {
   int CoordinatorExit(const std::string& job, const std::string& flag, std::string* log) {
     const std::string path = absl::StrCat(folder_, "/job-", ++jobs_, ".json");
     std::ofstream(path) << job;
-    ChildProcess coordinator({RunfilesPath("daemon/refit-coordinator"), "--listen=127.0.0.1:0",
+    ChildProcess coordinator({RunfilesPath("coordinator/refit-coordinator"), "--listen=127.0.0.1:0",
                               "--job=" + path, flag},
                              path + ".log");
     const int code = coordinator.AwaitExit(absl::Seconds(10));
@@ -84,11 +84,11 @@ TEST_F(StartupTest, ACoordinatorWithoutATokenMustBeToldInsecure) {
 
 TEST_F(StartupTest, ASecondRefitdOnALiveSocketRefusesNamingThePid) {
   const std::string socket = folder_ + "/refitd.sock";
-  ChildProcess first({RunfilesPath("daemon/refitd"), "--coordinator=127.0.0.1:1", "--node=a",
+  ChildProcess first({RunfilesPath("refitd/refitd"), "--coordinator=127.0.0.1:1", "--node=a",
                       "--socket=" + socket},
                      folder_ + "/first.log");
   ASSERT_FALSE(first.AwaitLine("incarnation=", absl::Seconds(20)).empty()) << first.Log();
-  ChildProcess second({RunfilesPath("daemon/refitd"), "--coordinator=127.0.0.1:1", "--node=b",
+  ChildProcess second({RunfilesPath("refitd/refitd"), "--coordinator=127.0.0.1:1", "--node=b",
                        "--socket=" + socket},
                       folder_ + "/second.log");
   EXPECT_EQ(second.AwaitExit(absl::Seconds(10)), 1) << second.Log();

@@ -5,7 +5,7 @@
 set -euo pipefail
 bin=$(mktemp -d /tmp/refit-bin-XXXXXX)
 trap 'rm -rf "$bin"' EXIT
-cp daemon/refitd daemon/refit-coordinator client/refit-synthetic-ranks client/refitctl "$bin/"
+cp refitd/refitd coordinator/refit-coordinator client/refit-synthetic-ranks client/refitctl "$bin/"
 script=$1
 shift
 "$script" "$bin" "$@"

@@ -55,7 +55,7 @@ class CommitFaultTest : public ::testing::Test {
     const std::string listen = absl::StrCat("--listen=127.0.0.1:", port);
     const std::string job = "--job=" + folder_ + "/job.json";
     std::vector<std::string> argv =
-        flag.empty() ? std::vector<std::string>{RunfilesPath("daemon/refit-coordinator"), listen,
+        flag.empty() ? std::vector<std::string>{RunfilesPath("coordinator/refit-coordinator"), listen,
                                                 job, "--insecure"}
                      : std::vector<std::string>{
                            RunfilesPath("tests/faults/refit-dying-coordinator"), listen, job, flag};
@@ -175,7 +175,7 @@ TEST_F(CommitFaultTest, DestinationRanksAgreeWhereverTheCoordinatorDiesInTheComm
   std::vector<std::unique_ptr<ChildProcess>> daemons;
   for (const char* node : kNodes) {
     daemons.push_back(std::make_unique<ChildProcess>(
-        std::vector<std::string>{RunfilesPath("daemon/refitd"), "--coordinator=" + address_,
+        std::vector<std::string>{RunfilesPath("refitd/refitd"), "--coordinator=" + address_,
                                  absl::StrCat("--node=", node),
                                  absl::StrCat("--socket=", folder_, "/", node, ".sock"),
                                  "--metrics_port=-1"},

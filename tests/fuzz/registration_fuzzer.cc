@@ -6,7 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "daemon/rank_registry.h"
+#include "refitd/rank_registry.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/refit.pb.h"
 

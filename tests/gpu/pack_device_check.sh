@@ -18,7 +18,7 @@ cd "$(dirname "$0")/../.."
 gpu_tests=(transport/gpu/gpu_support_test transport/gpu/device_copy_test
            transport/gpu/nccl_group_test transport/gpu/copy_shape_test
            transport/gpu/block_quantize_kernel_test)
-programs=(daemon/refitd daemon/refit-coordinator client/refit-synthetic-ranks client/refitctl
+programs=(refitd/refitd coordinator/refit-coordinator client/refit-synthetic-ranks client/refitctl
           transport/gpu/refit-gpu-memcpy-bench)
 bazel build $(for t in "${gpu_tests[@]}" "${programs[@]}"; do echo "//${t%/*}:${t##*/}"; done)
 
