@@ -15,9 +15,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/daemon_clients.h"
-#include "refitd/coordinator_link.h"
 #include "coordinator/coordinator_server.h"
 #include "daemon/mutex_mode.h"
+#include "refitd/coordinator_link.h"
 #include "spdlog/spdlog.h"
 #include "transport/shared_memory.h"
 

@@ -1,6 +1,11 @@
 // The coordinator's registry of a refit group: the daemons connected over control streams
 // (each with a channel to send it messages) and the ranks they registered. A snapshot turns
 // the registrations into the two LayoutSpecs and the rank placement a plan needs.
+//
+// Threading: every method may be called from any thread (each daemon's control-stream
+// handler, the lease thread, EpochRunner's refit and preparer threads); one mutex guards
+// all of it, and Cluster calls nothing of EpochRunner, so it may be called with
+// EpochRunner's lock held.
 #ifndef REFIT_COORDINATOR_CLUSTER_H_
 #define REFIT_COORDINATOR_CLUSTER_H_
 

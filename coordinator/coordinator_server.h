@@ -15,10 +15,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/cluster.h"
-#include "daemon/connection_listener.h"
 #include "coordinator/control_service.h"
 #include "coordinator/coordinator_service.h"
 #include "coordinator/epoch_runner.h"
+#include "daemon/connection_listener.h"
 #include "daemon/metrics.h"
 #include "security/grpc_security.h"
 

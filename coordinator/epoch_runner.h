@@ -9,6 +9,14 @@
 // replicas complete when it starts (ChooseReplicas); a replica lost during it is dropped
 // and the epoch runs again for the others (LostReplicas); a replica that completes later
 // catches up to the committed version with an epoch of its own (CatchUp).
+//
+// Threading: called from gRPC handler threads (CoordinatorService: Refit runs a whole
+// refit on its caller's thread, Watch and Status; ControlService: each daemon's stream
+// thread reports OnDone, OnProgress, OnPaused, OnPrepared, OnDaemonLost, PrepareSoon and
+// SettleDaemonsInDoubt) and from its own preparer thread (plans ahead, catch-up epochs).
+// One refit holds the group at a time (group_busy_, under mu_). Locks nest in the order
+// run_mu_ -> settle_mu_ -> mu_, and Cluster's mutex may be taken under mu_, never the other
+// way (Cluster calls nothing of EpochRunner).
 #ifndef REFIT_COORDINATOR_EPOCH_RUNNER_H_
 #define REFIT_COORDINATOR_EPOCH_RUNNER_H_
 
@@ -27,11 +35,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/cluster.h"
-#include "daemon/deadline.h"
 #include "coordinator/destination_replicas.h"
 #include "coordinator/epoch_record.h"
-#include "daemon/metrics.h"
 #include "coordinator/replica_vetting.h"
+#include "daemon/deadline.h"
+#include "daemon/metrics.h"
 #include "planner/planner.h"
 #include "proto/refit.pb.h"
 
@@ -165,9 +173,9 @@ class EpochRunner {
   // destination replicas, again without those lost by a failed attempt while enough are
   // left (members shrinks).
   struct Members;
-  absl::StatusOr<v1::RefitReport> RunEpochs(int64_t version, absl::Duration start, Deadline deadline,
-                                            const Cancelled& cancelled, ClusterSnapshot* snapshot,
-                                            Members* members)
+  absl::StatusOr<v1::RefitReport> RunEpochs(int64_t version, absl::Duration start,
+                                            Deadline deadline, const Cancelled& cancelled,
+                                            ClusterSnapshot* snapshot, Members* members)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
 
   // A plan for the group as registered now.
@@ -242,8 +250,8 @@ class EpochRunner {
   // coordinator's and `recovered`, the daemons'): those its report names, or, for a version
   // committed before this coordinator started, the ranks of `ranks` their daemons said hold
   // it. `ranks` and `recovered` are read from the cluster before taking mu_.
-  std::map<int64_t, uint64_t> HoldersLocked(const std::map<int64_t, Cluster::DestinationRank>& ranks,
-                                            int64_t recovered) const
+  std::map<int64_t, uint64_t> HoldersLocked(
+      const std::map<int64_t, Cluster::DestinationRank>& ranks, int64_t recovered) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A repeat of the committed version: its report, a refusal, or nothing when the version
   // must be moved again (destination ranks registered since, sources still holding it).

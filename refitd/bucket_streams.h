@@ -80,10 +80,10 @@ class BucketStreams {
     uint64_t attachment = 0;          // which Serve call owns it
     std::deque<v1::Bucket> outgoing;  // handed over, not yet sent
     std::string epoch_id;
-    int64_t sent = 0;    // the last sequence handed over in this epoch
-    int64_t taken = 0;   // the last sequence the process said it took (they come in order)
-    std::string error;   // what the process said it could not do
-    int64_t failed = 0;  // the sequence it said that of (0: none)
+    int64_t sent = 0;           // the last sequence handed over in this epoch
+    int64_t taken = 0;          // the last sequence the process said it took (they come in order)
+    std::string error;          // what the process said it could not do
+    int64_t failed = 0;         // the sequence it said that of (0: none)
     absl::Duration last_taken;  // MonotonicNow() of the epoch's first hand-over or last take
     std::string stalled_epoch;  // the epoch it stopped taking buckets in
   };

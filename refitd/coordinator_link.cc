@@ -400,7 +400,7 @@ void CoordinatorLink::OnPause(const v1::PauseRanks& pause) {
 
 void CoordinatorLink::EndSession() {
   registry_->ExpectAnswers(false);  // a registration waiting for its answer goes on
-  epochs_->Finish();  // the coordinator is gone: so is its epoch
+  epochs_->Finish();                // the coordinator is gone: so is its epoch
   std::string unsettled;
   int64_t unsettled_version = -1;
   {

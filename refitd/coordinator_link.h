@@ -19,11 +19,11 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "daemon/metrics.h"
+#include "proto/refit.grpc.pb.h"
 #include "refitd/epoch_executor.h"
 #include "refitd/epoch_queue.h"
-#include "daemon/metrics.h"
 #include "refitd/rank_registry.h"
-#include "proto/refit.grpc.pb.h"
 #include "security/grpc_security.h"
 
 namespace refit::daemon {

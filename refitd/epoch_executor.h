@@ -14,11 +14,11 @@
 #include <set>
 #include <string>
 
-#include "refitd/data_plane_endpoint.h"
 #include "daemon/metrics.h"
+#include "proto/refit.pb.h"
+#include "refitd/data_plane_endpoint.h"
 #include "refitd/nccl_membership.h"
 #include "refitd/rank_registry.h"
-#include "proto/refit.pb.h"
 #include "transport/buffer_map.h"
 #include "transport/peer_destinations.h"
 #include "transport/shared_memory_handoff.h"

@@ -4,6 +4,9 @@
 // a new plan slice there) and,
 // while that fails, tries again every 500 ms; Nudge has it called again. Every submitted epoch
 // runs, even one interrupted before it started: it must still be reported.
+//
+// Threading: Submit, Finish and Nudge come from the coordinator link's thread; `prepare`
+// and `run` are called on the queue's own thread only, so what they touch needs no lock.
 #ifndef REFIT_REFITD_EPOCH_QUEUE_H_
 #define REFIT_REFITD_EPOCH_QUEUE_H_
 

@@ -139,9 +139,9 @@ grpc::Status LocalService::WaitForVersion(grpc::ServerContext* context,
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                         "WaitForVersion needs a deadline (deadline_ms or a gRPC deadline)");
   }
-  if (absl::Status valid =
-          CheckVersion(request->version(), absl::StrCat("WaitForVersion: destination rank ",
-                                                        request->rank(), "'s version"));
+  if (absl::Status valid = CheckVersion(
+          request->version(),
+          absl::StrCat("WaitForVersion: destination rank ", request->rank(), "'s version"));
       !valid.ok()) {
     return ToGrpc(valid);
   }

@@ -3,8 +3,8 @@
 #ifndef REFIT_REFITD_LOCAL_SERVICE_H_
 #define REFIT_REFITD_LOCAL_SERVICE_H_
 
-#include "refitd/rank_registry.h"
 #include "proto/refit.grpc.pb.h"
+#include "refitd/rank_registry.h"
 
 namespace refit::daemon {
 

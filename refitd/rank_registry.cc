@@ -36,7 +36,6 @@ absl::Status CheckDescriptorBudget(const std::string& who, const v1::RankLayout&
       "fewer, larger segments"));
 }
 
-
 using transport::RankName;
 
 // How long a registration waits for an earlier registration of the same rank to go.
@@ -190,8 +189,7 @@ void RankRegistry::ExpectAnswers(bool expected) {
 void RankRegistry::Answer(const v1::RegistrationAnswer& answer) {
   absl::MutexLock lock(&mu_);
   auto it = ranks_.find({answer.role(), answer.rank()});
-  if (it == ranks_.end() ||
-      it->second.registration.registration_id() != answer.registration_id()) {
+  if (it == ranks_.end() || it->second.registration.registration_id() != answer.registration_id()) {
     return;  // a registration that is gone
   }
   it->second.answered = true;
@@ -365,8 +363,8 @@ absl::StatusOr<int64_t> RankRegistry::WaitForVersion(int64_t rank, int64_t versi
   // that no epoch followed yet: the caller hears of it now rather than at its deadline.
   const Entry& waiting = ranks_.at(key);
   const bool settled_abort = !ignore_earlier_aborts && !epoch_open_ &&
-                             waiting.aborts_seen < aborts_ &&
-                             waiting.version < version && last_abort_.version >= version;
+                             waiting.aborts_seen < aborts_ && waiting.version < version &&
+                             last_abort_.version >= version;
   const int64_t aborts_before = settled_abort ? aborts_ - 1 : aborts_;
   auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto it = ranks_.find(key);

@@ -1,6 +1,14 @@
 // The ranks one refitd serves: their validated layouts, their mapped buffers, the
 // versions source ranks have published and the version destination buffers hold.
 // WaitForVersion blocks until the version is committed or the caller's deadline passes.
+//
+// Threading: called from LocalService's gRPC handler threads (Register, Publish,
+// WaitForVersion, Deregister...), from the coordinator link's thread (Answer, Commit,
+// Abort, Replay) and from the epoch thread (HoldBuffers, BeginEpoch: while a BufferHold
+// lives the buffer map does not change). `mu_` guards the ranks, the buffer map and the
+// versions; `delivery_mu_` (taken before `mu_`) hands changes to the listener one at a
+// time, in order, outside `mu_`. Register maps and touches a rank's segments while
+// holding `mu_`.
 #ifndef REFIT_REFITD_RANK_REGISTRY_H_
 #define REFIT_REFITD_RANK_REGISTRY_H_
 
@@ -16,9 +24,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "proto/refit.pb.h"
 #include "refitd/bucket_streams.h"
 #include "refitd/engine_pauses.h"
-#include "proto/refit.pb.h"
 #include "transport/buffer_map.h"
 #include "transport/rank_key.h"
 

@@ -3,6 +3,10 @@
 // rank leaves) and its views inside them, bounds-checked at registration so that no
 // transfer can read or write outside a buffer. Through a const map the memory can only be
 // read: writable refs come from a non-const map (the epoch's BufferHold hands one out).
+//
+// Threading: not locked. refitd's RankRegistry changes it under its own mutex, and the
+// epoch thread (with its copy and quantization threads) reads it only while a BufferHold
+// keeps it from changing.
 #ifndef REFIT_TRANSPORT_BUFFER_MAP_H_
 #define REFIT_TRANSPORT_BUFFER_MAP_H_
 

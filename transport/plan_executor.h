@@ -6,6 +6,10 @@
 // two daemons sending to each other cannot deadlock; every wait ends at the deadline.
 // Ordered plans (gather_broadcast) run transfer by transfer instead, each NCCL piece a
 // step of its own.
+//
+// Threading: one thread runs it at a time (refitd's epoch thread); host copies within a
+// batch go to up to SetCopyThreads threads it starts and joins itself; the interrupt may be
+// set from any thread and is read at batch and transfer boundaries.
 #ifndef REFIT_TRANSPORT_PLAN_EXECUTOR_H_
 #define REFIT_TRANSPORT_PLAN_EXECUTOR_H_
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "refitd/rank_registry.h"
 #include "gtest/gtest.h"
 #include "proto/refit.pb.h"
+#include "refitd/rank_registry.h"
 #include "transport/shared_memory.h"
 #include "transport/testing/backed_layouts.h"
 

@@ -55,8 +55,8 @@ class CommitFaultTest : public ::testing::Test {
     const std::string listen = absl::StrCat("--listen=127.0.0.1:", port);
     const std::string job = "--job=" + folder_ + "/job.json";
     std::vector<std::string> argv =
-        flag.empty() ? std::vector<std::string>{RunfilesPath("coordinator/refit-coordinator"), listen,
-                                                job, "--insecure"}
+        flag.empty() ? std::vector<std::string>{RunfilesPath("coordinator/refit-coordinator"),
+                                                listen, job, "--insecure"}
                      : std::vector<std::string>{
                            RunfilesPath("tests/faults/refit-dying-coordinator"), listen, job, flag};
     auto process = std::make_unique<ChildProcess>(

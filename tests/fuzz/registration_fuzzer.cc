@@ -6,9 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "refitd/rank_registry.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/refit.pb.h"
+#include "refitd/rank_registry.h"
 
 // Invalid UTF-8 in string fields is an ordinary parse failure here, not worth a log line.
 static const bool kQuietProtobuf = [] {

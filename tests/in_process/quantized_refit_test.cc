@@ -21,11 +21,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "refitd/coordinator_link.h"
 #include "coordinator/coordinator_server.h"
-#include "refitd/testing/registration.h"
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
+#include "refitd/coordinator_link.h"
+#include "refitd/testing/registration.h"
 #include "transport/testing/backed_layouts.h"
 #include "transport/testing/reference_quantizer.h"
 

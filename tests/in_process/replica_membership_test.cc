@@ -20,13 +20,13 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
-#include "refitd/coordinator_link.h"
 #include "coordinator/coordinator_server.h"
-#include "refitd/testing/bucketed_ranks.h"
-#include "refitd/testing/registration.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
+#include "refitd/coordinator_link.h"
+#include "refitd/testing/bucketed_ranks.h"
+#include "refitd/testing/registration.h"
 #include "transport/testing/backed_layouts.h"
 
 namespace refit::daemon {
@@ -379,8 +379,7 @@ TEST_F(ReplicaMembershipTest, AfterACoordinatorRestartReplicasAreCurrentAndCatch
   EXPECT_EQ(transport::testing::WrongBytes(replicas_[0]->HoldBuffers().buffers(),
                                            v1::ROLE_DESTINATION, destinations_.ranks(0)),
             0);
-  for (int i = 0; i < 250 && ReplicaStates() != std::vector<std::string>{"0 current",
-                                                                          "1 current"};
+  for (int i = 0; i < 250 && ReplicaStates() != std::vector<std::string>{"0 current", "1 current"};
        ++i) {
     absl::SleepFor(absl::Milliseconds(20));
   }

@@ -15,11 +15,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/daemon_clients.h"
-#include "refitd/coordinator_link.h"
 #include "coordinator/coordinator_server.h"
-#include "refitd/testing/epoch_faults.h"
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
+#include "refitd/coordinator_link.h"
+#include "refitd/testing/epoch_faults.h"
 #include "spdlog/spdlog.h"
 #include "transport/testing/backed_layouts.h"
 

@@ -38,17 +38,23 @@ def served(llm):
     return results
 
 
-def refused_outside_an_update(llm, coordinator, model_dir):
-    """A refit while vLLM is not in a weight update fails its epoch, naming why, and the
-    engine goes on serving what it held (the version can be refitted afterwards)."""
+def refit_fails(coordinator, case, reason):
+    """Refits version 1, which must fail its epoch with `reason` in the error (`case` says
+    what kind of refit it is)."""
     try:
         coordinator.refit(1, timeout=60)
     except refit.RefitError as error:
-        if "not in a weight update" not in str(error):
-            raise SystemExit(f"engine: a refit outside an update failed otherwise: {error}")
-        print(f"engine: a refit outside a weight update is refused: {error}", flush=True)
+        if reason not in str(error):
+            raise SystemExit(f"engine: {case} failed otherwise: {error}")
+        print(f"engine: {case} fails its epoch: {error}", flush=True)
     else:
-        raise SystemExit("engine: a refit outside a weight update was not refused")
+        raise SystemExit(f"engine: {case} was committed")
+
+
+def refused_outside_an_update(llm, coordinator, model_dir):
+    """A refit while vLLM is not in a weight update fails its epoch, naming why, and the
+    engine goes on serving what it held (the version can be refitted afterwards)."""
+    refit_fails(coordinator, "a refit outside a weight update", "not in a weight update")
     check("version 0 after the refused refit", served(llm), reference(model_dir))
 
 
@@ -58,13 +64,7 @@ def unloaded_refit_fails(llm, coordinator, model_dir):
     version the engine does not hold; the engine goes on serving what it held."""
     llm.start_weight_update()
     try:
-        coordinator.refit(1, timeout=60)
-    except refit.RefitError as error:
-        if "nothing called update_weights" not in str(error):
-            raise SystemExit(f"engine: a refit nobody loads failed otherwise: {error}")
-        print(f"engine: a refit nobody loads fails its epoch: {error}", flush=True)
-    else:
-        raise SystemExit("engine: a refit nobody loaded was committed")
+        refit_fails(coordinator, "a refit nobody loads", "nothing called update_weights")
     finally:
         llm.finish_weight_update()
     check("version 0 after the unloaded refit", served(llm), reference(model_dir))
