@@ -62,17 +62,6 @@ std::set<int64_t> RanksIn(const std::map<int64_t, uint64_t>& registrations) {
   return ranks;
 }
 
-// Whether every destination registration of `now` is one the version was committed to
-// (ranks that left since do not matter; one registered since does not hold it).
-bool HeldByAll(const std::map<int64_t, uint64_t>& committed_to,
-               const std::map<int64_t, uint64_t>& now) {
-  for (const auto& [rank, registration] : now) {
-    auto it = committed_to.find(rank);
-    if (it == committed_to.end() || it->second != registration) return false;
-  }
-  return true;
-}
-
 // The message that settles an epoch on a daemon: commit it, or abort it saying why.
 v1::CoordinatorMessage OutcomeMessage(const std::string& epoch_id, int64_t version, bool committed,
                                       absl::string_view abort_reason) {
@@ -320,7 +309,7 @@ void EpochRunner::SendPlanAhead() {
   int64_t version;
   {
     absl::MutexLock lock(&mu_);
-    version = current_version_;
+    version = committed_.current();
   }
   std::string sent_ahead;  // the plan's digest once sent
   absl::StatusOr<int> sent = absl::UnknownError("not planned");
@@ -421,12 +410,9 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version,
   {
     absl::MutexLock lock(&mu_);
     // A restarted coordinator learns the committed version from the daemons.
-    current_version_ = std::max(current_version_, cluster_->CommittedVersion());
-    if (version < current_version_) {
-      return Refused(
-          "stale_version",
-          absl::FailedPreconditionError(absl::StrCat(
-              "version ", version, " is older than the committed version ", current_version_)));
+    committed_.Recover(cluster_->CommittedVersion());
+    if (absl::Status newer = committed_.CheckNotOlder(version); !newer.ok()) {
+      return Refused("stale_version", newer);
     }
   }
   absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot(replicas_.has_value());
@@ -681,17 +667,20 @@ absl::StatusOr<EpochRunner::Members> EpochRunner::ChooseReplicas(
   bool repeat = false;
   {
     absl::MutexLock lock(&mu_);
-    repeat = version == current_version_;
+    repeat = version == committed_.current();
     if (repeat) {
-      if (absl::Status same = CheckSourcesUnchangedLocked(version, *snapshot); !same.ok()) {
+      if (absl::Status same =
+              committed_.CheckSourcesUnchanged(version, snapshot->source_registrations);
+          !same.ok()) {
         return Refused("stale_version", same);
       }
       // A repeat of the committed version moves it to the complete replicas lacking it.
-      members.replicas = replicas_->Lacking(census.complete, HoldersLocked(ranks, recovered),
-                                            snapshot->destination_registrations);
-      auto done = reports_.find(version);
-      if (members.replicas.empty() && done != reports_.end()) {
-        *held = done->second.report;
+      members.replicas =
+          replicas_->Lacking(census.complete, committed_.Holders(ranks, recovered),
+                             snapshot->destination_registrations);
+      const CommittedVersions::Committed* done = committed_.Find(version);
+      if (members.replicas.empty() && done != nullptr) {
+        *held = done->report;
         return members;
       }
       // Every replica holds it, but a restarted coordinator has no report to answer with:
@@ -1003,19 +992,6 @@ absl::Duration EpochRunner::PauseDeadline() const {
   return absl::Milliseconds(job_.pause_deadline_ms() > 0 ? job_.pause_deadline_ms() : 10000);
 }
 
-std::map<int64_t, uint64_t> EpochRunner::HoldersLocked(
-    const std::map<int64_t, Cluster::DestinationRank>& ranks, int64_t recovered) const {
-  const int64_t version = std::max(current_version_, recovered);
-  if (version <= 0) return {};
-  auto done = reports_.find(version);
-  if (done != reports_.end()) return done->second.destinations;
-  std::map<int64_t, uint64_t> holders;  // committed before this coordinator started
-  for (const auto& [rank, held] : ranks) {
-    if (held.held_version >= version) holders[rank] = held.registration;
-  }
-  return holders;
-}
-
 bool EpochRunner::CatchUp() {
   int64_t version;
   std::map<int64_t, uint64_t> holders;
@@ -1023,9 +999,9 @@ bool EpochRunner::CatchUp() {
   const int64_t recovered = cluster_->CommittedVersion();
   {
     absl::MutexLock lock(&mu_);
-    current_version_ = std::max(current_version_, recovered);  // a restarted coordinator
-    version = current_version_;
-    holders = HoldersLocked(ranks, recovered);
+    committed_.Recover(recovered);  // a restarted coordinator
+    version = committed_.current();
+    holders = committed_.Holders(ranks, recovered);
   }
   if (holders.empty()) return false;  // nothing committed, or nobody holds it
   const std::map<int64_t, uint64_t> registrations = RegistrationsOf(ranks);
@@ -1082,7 +1058,7 @@ std::vector<v1::ReplicaStatus> EpochRunner::Replicas() const {
   };
   const int64_t recovered = cluster_->CommittedVersion();
   absl::MutexLock lock(&mu_);
-  const std::map<int64_t, uint64_t> holders = HoldersLocked(ranks, recovered);
+  const std::map<int64_t, uint64_t> holders = committed_.Holders(ranks, recovered);
   ExcludeHeldLocked(registrations, &census);
   for (const auto& [replica, why] : census.held) add(replica, "held").set_reason(why);
   for (int64_t replica : census.complete) {
@@ -1132,48 +1108,23 @@ absl::Status EpochRunner::Refused(const char* reason, const absl::Status& status
 
 std::optional<absl::StatusOr<v1::RefitReport>> EpochRunner::AnswerRepeat(
     int64_t version, const ClusterSnapshot& snapshot) {
-  absl::MutexLock lock(&mu_);
-  if (version != current_version_) return std::nullopt;
-  if (absl::Status same = CheckSourcesUnchangedLocked(version, snapshot); !same.ok()) return same;
-  // A repeat: the same answer only for the destination ranks the version went to.
-  auto done = reports_.find(version);
-  if (done != reports_.end() &&
-      HeldByAll(done->second.destinations, snapshot.destination_registrations)) {
-    return done->second.report;
+  CommittedVersions::Repeat repeat;
+  {
+    absl::MutexLock lock(&mu_);
+    repeat = committed_.AnswerRepeat(version, snapshot);
   }
-  const std::string why =
-      done == reports_.end()
-          ? "the coordinator cannot tell which destination ranks hold it (it restarted)"
-          : "destination ranks registered since do not hold it";
-  if (snapshot.published_oldest != version || snapshot.published_newest != version) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "version ", version, " is committed, but ", why,
-        ", and the source ranks no longer all hold it (they published versions ",
-        snapshot.published_oldest, " to ", snapshot.published_newest, "): refit a newer version"));
+  switch (repeat.kind) {
+    case CommittedVersions::Repeat::kNew:
+      return std::nullopt;
+    case CommittedVersions::Repeat::kAnswered:
+      return std::move(repeat.report);
+    case CommittedVersions::Repeat::kRefused:
+      return repeat.refusal;
+    case CommittedVersions::Repeat::kMoveAgain:
+      break;
   }
-  spdlog::info("version {}: committed before, but {}; moving it again", version, why);
+  spdlog::info("version {}: committed before, but {}; moving it again", version, repeat.why);
   return std::nullopt;
-}
-
-absl::Status EpochRunner::CheckSourcesUnchangedLocked(int64_t version,
-                                                      const ClusterSnapshot& snapshot) const {
-  auto done = reports_.find(version);
-  if (done == reports_.end()) return absl::OkStatus();  // a restarted coordinator cannot tell
-  std::vector<std::string> anew;
-  for (const auto& [rank, registration] : snapshot.source_registrations) {
-    auto then = done->second.sources.find(rank);
-    if (then == done->second.sources.end() || then->second != registration) {
-      anew.push_back(absl::StrCat(rank));
-    }
-  }
-  if (anew.empty()) return absl::OkStatus();
-  const size_t shown = std::min<size_t>(anew.size(), 8);
-  return absl::FailedPreconditionError(absl::StrCat(
-      "the sources registered anew since version ", version, " was committed (source rank",
-      anew.size() == 1 ? " " : "s ", absl::StrJoin(anew.begin(), anew.begin() + shown, ", "),
-      anew.size() > shown ? absl::StrCat(" and ", anew.size() - shown, " more") : "",
-      "): their weights may not be the ones the destinations hold as version ", version,
-      "; publish a newer version"));
 }
 
 absl::StatusOr<EpochRunner::PlannedEpoch> EpochRunner::PlanEpoch(int64_t version,
@@ -1319,7 +1270,7 @@ absl::Status EpochRunner::Decide(absl::Status launched, Deadline deadline,
   }
   // Decided here, atomically with the epoch no longer running: a daemon in doubt about it
   // from now on hears this outcome, and a watcher of it hears how it ended.
-  DecidedLocked(epoch_->id(), outcome.ok());
+  committed_.Decided(epoch_->id(), outcome.ok());
   finished_ = FinishedEpoch{epoch_->version(), epoch_->Progress()};
   ++progress_events_;
   return outcome;
@@ -1378,12 +1329,6 @@ v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const Members& 
     recovered = cluster_->CommittedVersion();
   }
   absl::MutexLock lock(&mu_);
-  if (members.catch_up && !reports_.count(epoch_->version())) {
-    std::map<int64_t, uint64_t> holders = HoldersLocked(ranks, recovered);  // before the entry
-    Committed& seeded = reports_[epoch_->version()];
-    seeded.destinations = std::move(holders);
-    seeded.sources = snapshot.source_registrations;
-  }
   v1::RefitReport report;
   report.set_epoch_id(epoch_->id());
   report.set_version(epoch_->version());
@@ -1410,26 +1355,13 @@ v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const Members& 
     entry->set_route(route);
     entry->set_bytes(bytes);
   }
-  auto caught_up = reports_.find(epoch_->version());
-  if (members.catch_up && caught_up != reports_.end()) {
-    // The version's report now names these replicas too, and they hold it.
-    Committed& committed = caught_up->second;
-    if (committed.report.epoch_id().empty()) committed.report = report;  // seeded above
-    for (const auto& [rank, registration] : snapshot.destination_registrations) {
-      committed.destinations[rank] = registration;
-    }
-    std::set<int64_t> replicas(committed.report.replicas().begin(),
-                               committed.report.replicas().end());
-    replicas.insert(members.replicas.begin(), members.replicas.end());
-    committed.report.clear_replicas();
-    for (int64_t replica : replicas) committed.report.add_replicas(replica);
-    return report;
+  if (members.catch_up) {
+    committed_.CaughtUp(report, ranks, recovered, snapshot.destination_registrations,
+                        snapshot.source_registrations);
+  } else {
+    committed_.Commit(report, planned.wire.digest(), snapshot.destination_registrations,
+                      snapshot.source_registrations);
   }
-  current_version_ = epoch_->version();
-  plan_digest_ = planned.wire.digest();
-  reports_[epoch_->version()] =
-      Committed{report, snapshot.destination_registrations, snapshot.source_registrations};
-  while (reports_.size() > kReportsKept) reports_.erase(reports_.begin());
   return report;
 }
 
@@ -1502,14 +1434,6 @@ void EpochRunner::OnDaemonLost(int32_t daemon, const std::string& how) {
                          absl::UnavailableError(absl::StrCat("refitd on ", node, " ", how)));
 }
 
-void EpochRunner::DecidedLocked(const std::string& epoch_id, bool committed) {
-  if (outcomes_.emplace(epoch_id, committed).second) outcome_order_.push_back(epoch_id);
-  while (outcome_order_.size() > kOutcomesKept) {
-    outcomes_.erase(outcome_order_.front());
-    outcome_order_.pop_front();
-  }
-}
-
 void EpochRunner::SettleDaemonsInDoubt(bool superseded) {
   absl::MutexLock settling(&settle_mu_);
   for (const Cluster::InDoubtDaemon& daemon : cluster_->InDoubtDaemons()) {
@@ -1519,8 +1443,7 @@ void EpochRunner::SettleDaemonsInDoubt(bool superseded) {
       absl::MutexLock lock(&mu_);
       if (epoch_ && epoch_->running() && epoch_id == epoch_->id())
         continue;  // settled when it ends
-      auto it = outcomes_.find(epoch_id);
-      if (it != outcomes_.end()) decided = it->second;
+      decided = committed_.OutcomeOf(epoch_id);
     }
     InDoubtResolution resolution = ResolveInDoubt(daemon.epoch, decided, cluster_->NodeWords());
     if (resolution.outcome == InDoubtResolution::kUndecided) {
@@ -1536,7 +1459,7 @@ void EpochRunner::SettleDaemonsInDoubt(bool superseded) {
     const bool committed = resolution.outcome == InDoubtResolution::kCommit;
     {
       absl::MutexLock lock(&mu_);
-      DecidedLocked(epoch_id, committed);  // every daemon in doubt about it hears the same
+      committed_.Decided(epoch_id, committed);  // every daemon in doubt about it hears the same
     }
     daemon.channel->Send(
         OutcomeMessage(epoch_id, daemon.epoch.version(), committed, resolution.why));
@@ -1554,11 +1477,9 @@ v1::StatusResponse EpochRunner::Status() const {
   const int64_t recovered = cluster_->CommittedVersion();
   for (v1::ReplicaStatus& replica : Replicas()) *status.add_replicas() = std::move(replica);
   absl::MutexLock lock(&mu_);
-  status.set_current_version(std::max(current_version_, recovered));
-  status.set_plan_digest(plan_digest_);
-  for (auto it = reports_.rbegin(); it != reports_.rend() && status.last_epochs_size() < 8; ++it) {
-    *status.add_last_epochs() = it->second.report;
-  }
+  status.set_current_version(std::max(committed_.current(), recovered));
+  status.set_plan_digest(committed_.plan_digest());
+  for (v1::RefitReport& report : committed_.Newest(8)) *status.add_last_epochs() = std::move(report);
   return status;
 }
 

@@ -21,7 +21,6 @@
 #define REFIT_COORDINATOR_EPOCH_RUNNER_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -35,6 +34,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "coordinator/cluster.h"
+#include "coordinator/committed_versions.h"
 #include "coordinator/destination_replicas.h"
 #include "coordinator/epoch_record.h"
 #include "coordinator/replica_vetting.h"
@@ -138,25 +138,6 @@ class EpochRunner {
                                                             const v1::Plan& plan)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
 
-  // What a committed version was committed to: its report, and the destination ranks'
-  // registrations then.
-  struct Committed {
-    v1::RefitReport report;
-    std::map<int64_t, uint64_t> destinations;
-    std::map<int64_t, uint64_t> sources;  // the source registrations it came from
-  };
-  // FAILED_PRECONDITION when a source rank registered anew since `version` was committed
-  // (a trainer restarted from a checkpoint): moving it again would give destinations that
-  // hold it other bytes under the same version, and answering the old report would be stale.
-  absl::Status CheckSourcesUnchangedLocked(int64_t version, const ClusterSnapshot& snapshot) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Reports kept for repeats and Status, newest last.
-  static constexpr size_t kReportsKept = 64;
-
-  // Remembers how epoch `epoch_id` ended, for daemons in doubt about it (the latest kept).
-  void DecidedLocked(const std::string& epoch_id, bool committed)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static constexpr size_t kOutcomesKept = 256;
 
   // Takes the group for one Refit (one at a time) by `deadline`; false at the deadline or
   // on cancellation. Released by ReleaseGroup.
@@ -245,18 +226,10 @@ class EpochRunner {
   // Lets the engines of `ranks` resume without an epoch (SKIPPED, saying `why`).
   void ResumeEngines(const ClusterSnapshot& snapshot, const std::vector<int64_t>& ranks,
                      const std::string& why);
-  // Registrations of the destination ranks that hold the committed version.
-  // The destination registrations holding the committed version (the newer of this
-  // coordinator's and `recovered`, the daemons'): those its report names, or, for a version
-  // committed before this coordinator started, the ranks of `ranks` their daemons said hold
-  // it. `ranks` and `recovered` are read from the cluster before taking mu_.
-  std::map<int64_t, uint64_t> HoldersLocked(
-      const std::map<int64_t, Cluster::DestinationRank>& ranks, int64_t recovered) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A repeat of the committed version: its report, a refusal, or nothing when the version
-  // must be moved again (destination ranks registered since, sources still holding it).
   // `status`, counted as a refit refused before any epoch, by `reason` (kRefusalReasons).
   absl::Status Refused(const char* reason, const absl::Status& status);
+  // A repeat of the committed version: its report, a refusal, or nothing when the version
+  // must be moved again (destination ranks registered since, sources still holding it).
   std::optional<absl::StatusOr<v1::RefitReport>> AnswerRepeat(int64_t version,
                                                               const ClusterSnapshot& snapshot)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -319,12 +292,7 @@ class EpochRunner {
   std::optional<FinishedEpoch> finished_ ABSL_GUARDED_BY(mu_);
   // Changes each time a watcher may see something new (epoch_ started, progressed, ended).
   int64_t progress_events_ ABSL_GUARDED_BY(mu_) = 0;
-  int64_t current_version_ ABSL_GUARDED_BY(mu_) = -1;
-  std::string plan_digest_ ABSL_GUARDED_BY(mu_);
-  std::map<int64_t, Committed> reports_ ABSL_GUARDED_BY(mu_);
-  // Epoch id -> committed, for the epochs this coordinator ended (kOutcomesKept latest).
-  std::map<std::string, bool> outcomes_ ABSL_GUARDED_BY(mu_);
-  std::deque<std::string> outcome_order_ ABSL_GUARDED_BY(mu_);
+  CommittedVersions committed_ ABSL_GUARDED_BY(mu_);
   absl::Mutex settle_mu_;  // one SettleDaemonsInDoubt at a time
   absl::Mutex prepare_mu_;
   bool prepare_wanted_ ABSL_GUARDED_BY(prepare_mu_) = false;
