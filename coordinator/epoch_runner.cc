@@ -479,9 +479,8 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Du
     }
     // Engines that pause for writes are told now; a replica whose engines did not pause in
     // time is left out of this epoch (it catches up afterwards).
-    std::vector<int64_t> asked, gone;
-    const std::vector<int64_t> late =
-        PauseEngines(version, *snapshot, deadline, cancelled, &asked, &gone);
+    std::vector<int64_t> asked;
+    const PauseRound::Late late = PauseEngines(version, *snapshot, deadline, cancelled, &asked);
     paused = asked;
     if (cancelled && cancelled()) {
       return end_before_epoch(
@@ -489,62 +488,24 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Du
           absl::CancelledError(absl::StrCat("the refit of version ", version,
                                             " was cancelled while waiting for engines to pause")));
     }
-    if (!late.empty()) {
-      std::set<int64_t> late_replicas, lost_replicas;
-      for (int64_t rank : late) {
-        late_replicas.insert(replicas_.has_value() ? replicas_->ReplicaOf(rank) : 0);
-      }
-      for (int64_t rank : gone) {
-        lost_replicas.insert(replicas_.has_value() ? replicas_->ReplicaOf(rank) : 0);
-      }
-      std::vector<int64_t> left;
-      for (int64_t replica : members->replicas) {
-        if (!late_replicas.count(replica)) left.push_back(replica);
-      }
-      std::vector<int64_t> slow;  // late with their daemon still there
-      for (int64_t rank : late) {
-        if (std::find(gone.begin(), gone.end(), rank) == gone.end()) slow.push_back(rank);
-      }
-      const std::string what = absl::StrCat(
-          gone.empty() ? ""
-                       : absl::StrCat("the refitd of destination ranks ", absl::StrJoin(gone, ", "),
-                                      " went away while they were asked to pause"),
-          !gone.empty() && !slow.empty() ? "; " : "",
-          slow.empty()
-              ? ""
-              : absl::StrCat("the engines of destination ranks ", absl::StrJoin(slow, ", "),
-                             " did not pause for version ", version, " within ",
-                             absl::ToInt64Milliseconds(PauseDeadline()), " ms"));
-      if (!replicas_.has_value() || left.size() < needed) {
-        return end_before_epoch(
-            "engines_not_paused",
-            absl::DeadlineExceededError(absl::StrCat(
-                what,
-                replicas_.has_value()
-                    ? absl::StrCat("; ", left.size(), " replicas left of the ", needed, " needed")
-                    : "")));
-      }
-      // A replica whose daemon went is lost (dropped); one whose engines were slow, skipped.
-      std::vector<int64_t> skipped, lost;
-      for (int64_t replica : late_replicas) {
-        (lost_replicas.count(replica) ? lost : skipped).push_back(replica);
-      }
-      spdlog::warn("version {}: {}; {}{}{}", version, what,
+    if (!late.ranks.empty()) {
+      const LateEngines left_out =
+          LeaveOutLate(version, late, asked, members->replicas,
+                       replicas_.has_value() ? &*replicas_ : nullptr, needed, PauseDeadline());
+      if (!left_out.refusal.ok()) return end_before_epoch("engines_not_paused", left_out.refusal);
+      const std::vector<int64_t>& lost = left_out.dropped;
+      const std::vector<int64_t>& skipped = left_out.skipped;
+      spdlog::warn("version {}: {}; {}{}{}", version, left_out.what,
                    lost.empty() ? "" : absl::StrCat("dropping ", DescribeReplicas(lost)),
                    !lost.empty() && !skipped.empty() ? ", " : "",
                    skipped.empty() ? "" : absl::StrCat("skipping ", DescribeReplicas(skipped)));
       if (metrics_ != nullptr && !lost.empty()) metrics_->replicas_dropped.Increment(lost.size());
       dropped.insert(dropped.end(), lost.begin(), lost.end());
-      std::vector<int64_t> resumed;  // the left-out replicas' ranks that were asked
-      const std::set<int64_t> skipped_ranks =
-          replicas_->RanksOf({late_replicas.begin(), late_replicas.end()});
-      for (int64_t rank : asked) {
-        if (skipped_ranks.count(rank)) resumed.push_back(rank);
-      }
-      ResumeEngines(*snapshot, resumed, absl::StrCat(what, ": skipped for this epoch"));
+      ResumeEngines(*snapshot, left_out.resumed,
+                    absl::StrCat(left_out.what, ": skipped for this epoch"));
       members->skipped.insert(members->skipped.end(), skipped.begin(), skipped.end());
-      members->replicas = left;
-      NarrowDestinations(replicas_->RanksOf(left), snapshot);
+      members->replicas = left_out.left;
+      NarrowDestinations(replicas_->RanksOf(left_out.left), snapshot);
       continue;  // planned again for the others, whose engines stay paused
     }
     // The epoch writes the buffers of daemons still in doubt about an older one: that one
@@ -909,62 +870,41 @@ std::vector<int64_t> EpochRunner::LostReplicas(const ClusterSnapshot& snapshot,
   return lost;
 }
 
-std::vector<int64_t> EpochRunner::PauseEngines(int64_t version, const ClusterSnapshot& snapshot,
-                                               Deadline deadline, const Cancelled& cancelled,
-                                               std::vector<int64_t>* asked,
-                                               std::vector<int64_t>* gone) {
-  const transport::RankPlacement where = WhereRanksAre(snapshot);
-  std::map<int32_t, std::vector<int64_t>> by_daemon;
-  for (const v1::RankLayout& rank : snapshot.destinations.ranks()) {
-    absl::StatusOr<int32_t> daemon = where.DaemonOf(v1::ROLE_DESTINATION, rank.rank());
-    if (rank.pauses_for_writes() && daemon.ok()) by_daemon[*daemon].push_back(rank.rank());
-  }
+PauseRound::Late EpochRunner::PauseEngines(int64_t version, const ClusterSnapshot& snapshot,
+                                           Deadline deadline, const Cancelled& cancelled,
+                                           std::vector<int64_t>* asked) {
+  std::map<int32_t, std::vector<int64_t>> by_daemon = PauseRound::RanksToAsk(snapshot);
   asked->clear();
-  gone->clear();
   if (by_daemon.empty()) return {};
   const Deadline pause_deadline = deadline.Within(PauseDeadline());
-  std::string id;
+  std::map<int32_t, v1::CoordinatorMessage> requests;
   {
     absl::MutexLock lock(&mu_);
-    id = absl::StrCat(job_.name().empty() ? "refit" : job_.name(), "-pause-", ++pause_rounds_);
-    pause_.emplace();
-    pause_->id = id;
-    for (const auto& [daemon, ranks] : by_daemon) pause_->awaiting.insert(daemon);
+    pause_.emplace(
+        absl::StrCat(job_.name().empty() ? "refit" : job_.name(), "-pause-", ++pause_rounds_),
+        std::move(by_daemon));
+    requests = pause_->Requests(
+        version, std::max<int64_t>(1, absl::ToInt64Milliseconds(pause_deadline.Left())));
+    *asked = pause_->Asked();
   }
-  for (const auto& [daemon, ranks] : by_daemon) {
-    v1::CoordinatorMessage message;
-    v1::PauseRanks* pause = message.mutable_pause();
-    pause->set_pause_id(id);
-    pause->set_version(version);
-    pause->set_deadline_ms(std::max<int64_t>(1, absl::ToInt64Milliseconds(pause_deadline.Left())));
-    for (int64_t rank : ranks) pause->add_ranks(rank);
-    asked->insert(asked->end(), ranks.begin(), ranks.end());
+  for (const auto& [daemon, message] : requests) {
     auto channel = snapshot.channels.find(daemon);
     if (channel != snapshot.channels.end()) channel->second->Send(message);
   }
   // The daemons answer by the pause deadline; one that goes away (its stream ends, or its
   // lease) is no longer awaited (OnDaemonLost).
   absl::MutexLock lock(&mu_);
-  auto answered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pause_->awaiting.empty(); };
+  auto answered = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return pause_->Answered(); };
   AwaitCancellable(mu_, absl::Condition(&answered),
                    deadline.Within(pause_deadline.Left() + absl::Seconds(1)).ToTime(), cancelled);
-  std::vector<int64_t> late;
-  for (const auto& [daemon, ranks] : by_daemon) {
-    for (int64_t rank : ranks) {
-      if (pause_->paused.count(rank)) continue;
-      late.push_back(rank);
-      if (pause_->gone.count(daemon)) gone->push_back(rank);
-    }
-  }
+  PauseRound::Late late = pause_->LateRanks();
   pause_.reset();
   return late;
 }
 
 void EpochRunner::OnPaused(int32_t daemon, const v1::RanksPaused& paused) {
   absl::MutexLock lock(&mu_);
-  if (!pause_.has_value() || pause_->id != paused.pause_id()) return;  // a late answer
-  pause_->paused.insert(paused.ranks().begin(), paused.ranks().end());
-  pause_->awaiting.erase(daemon);
+  if (pause_.has_value()) pause_->OnPaused(daemon, paused);
 }
 
 void EpochRunner::ResumeEngines(const ClusterSnapshot& snapshot, const std::vector<int64_t>& ranks,
@@ -1426,7 +1366,7 @@ void EpochRunner::OnDaemonLost(int32_t daemon, const std::string& how) {
   const std::string node = cluster_->NodeOf(daemon);
   absl::MutexLock lock(&mu_);
   // A pause round stops waiting for it: its engines cannot answer now; nor does a retry.
-  if (pause_.has_value() && pause_->awaiting.erase(daemon) > 0) pause_->gone.insert(daemon);
+  if (pause_.has_value()) pause_->OnDaemonLost(daemon);
   winding_down_.erase(daemon);
   prepared_.erase(daemon);  // a new session prepares anew
   if (epoch_)

@@ -37,6 +37,7 @@
 #include "coordinator/committed_versions.h"
 #include "coordinator/destination_replicas.h"
 #include "coordinator/epoch_record.h"
+#include "coordinator/pause_round.h"
 #include "coordinator/replica_vetting.h"
 #include "daemon/deadline.h"
 #include "daemon/metrics.h"
@@ -212,13 +213,12 @@ class EpochRunner {
   // Tells the engines of the destination ranks of `snapshot` registered with
   // pauses_for_writes that `version` is about to be written and waits for their daemons'
   // answers (up to the job's pause deadline, within `deadline`); returns the ranks whose
-  // engines did not pause in time. `*asked`: the ranks asked; `*gone`: those of the late
-  // ranks whose daemon went away meanwhile (the wait ends as soon as every daemon asked
-  // answered or went, or the caller gave up).
-  std::vector<int64_t> PauseEngines(int64_t version, const ClusterSnapshot& snapshot,
-                                    Deadline deadline, const Cancelled& cancelled,
-                                    std::vector<int64_t>* asked, std::vector<int64_t>* gone)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  // engines did not pause in time, and those of them whose daemon went away meanwhile (the
+  // wait ends as soon as every daemon asked answered or went, or the caller gave up).
+  // `*asked`: the ranks asked.
+  PauseRound::Late PauseEngines(int64_t version, const ClusterSnapshot& snapshot,
+                                Deadline deadline, const Cancelled& cancelled,
+                                std::vector<int64_t>* asked) ABSL_LOCKS_EXCLUDED(mu_);
   // How long an epoch waits for engines to pause (the job's pauseDeadlineMs).
   absl::Duration PauseDeadline() const;
   // The job's lease (leaseMs, 5 s by default).
@@ -302,13 +302,7 @@ class EpochRunner {
   int64_t group_version_ ABSL_GUARDED_BY(mu_) = -1;           // what the group's holder refits
   std::set<int64_t> catching_up_ ABSL_GUARDED_BY(mu_);        // replicas a catch-up moves now
   std::set<int64_t> replicas_exported_ ABSL_GUARDED_BY(mu_);  // in the per-replica gauge
-  // The pause round under way: its id, the daemons yet to answer, the ranks paused.
-  struct PauseRound {
-    std::string id;
-    std::set<int32_t> awaiting;
-    std::set<int64_t> paused;
-    std::set<int32_t> gone;  // daemons asked that went away before answering
-  };
+  // The pause round under way (PauseEngines).
   std::optional<PauseRound> pause_ ABSL_GUARDED_BY(mu_);
   // The last aborted epoch and its daemons still winding their part down (they have not
   // reported on it, and are connected): an epoch run again at once waits for them, or
