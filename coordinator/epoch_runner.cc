@@ -3,12 +3,11 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "coordinator/piece_checksums.h"
-#include "coordinator/shared_destinations.h"
+#include "coordinator/plan_slices.h"
 #include "coordinator/view_checksums.h"
 #include "daemon/cancellable_wait.h"
 #include "daemon/monotonic_clock.h"
@@ -19,7 +18,6 @@
 #include "spdlog/spdlog.h"
 #include "transport/gpu/nccl_group.h"
 #include "transport/gpu/nccl_members.h"
-#include "transport/plan_slice.h"
 #include "transport/rank_placement.h"
 
 namespace refit::daemon {
@@ -38,13 +36,6 @@ std::string MissingRanks(const v1::LayoutSpec& registered, int64_t expected, con
   return absl::StrCat("; missing ", side, " ranks ",
                       absl::StrJoin(missing.begin(), missing.begin() + named, ", "),
                       named < missing.size() ? ", ..." : "");
-}
-
-// Which daemon serves each rank of `snapshot`.
-transport::RankPlacement WhereRanksAre(const ClusterSnapshot& snapshot) {
-  transport::RankPlacement where;
-  for (const v1::RankPlacement& p : snapshot.placement) where.Place(p.role(), p.rank(), p.daemon());
-  return where;
 }
 
 // Rank -> registration, of the cluster's destination ranks.
@@ -106,75 +97,21 @@ absl::StatusOr<int> EpochRunner::SendSlices(const ClusterSnapshot& snapshot, con
   const transport::RankPlacement where = WhereRanksAre(snapshot);
   absl::StatusOr<std::optional<v1::NcclSetup>> nccl = NcclSetupFor(snapshot, plan);
   if (!nccl.ok()) return nccl.status();
-  // What every slice holds besides the daemon's own transfers: the same for all daemons.
-  std::string slice_key = plan.digest();
-  for (const v1::DaemonPeer& peer : snapshot.daemons) {
-    absl::StrAppend(&slice_key, "|", peer.index(), "@", absl::CHexEscape(peer.data_plane_address()),
-                    "#", absl::CHexEscape(peer.shared_memory_domain()));
-  }
-  // A rank registered again may have new segments: its registration is part of the key.
-  for (const auto& [rank, layout] : snapshot.shared_destinations) {
-    absl::StrAppend(&slice_key, "|shared ", rank, "#", snapshot.destination_registrations.at(rank));
-  }
-  for (const v1::RankPlacement& p : snapshot.placement) {
-    absl::StrAppend(&slice_key, "|", p.role(), ":", p.rank(), ">", p.daemon(), ":", p.device());
-  }
-  if (nccl->has_value())
-    absl::StrAppend(&slice_key, "|nccl ", absl::CHexEscape((*nccl)->unique_id()));
-  // What a daemon quantizes: the plan (in codes) does not show the sources' own dtype.
-  for (const v1::QuantizedSource& q : snapshot.quantized_sources) {
-    absl::StrAppend(&slice_key, "|q", q.rank(), ":", q.view(), ":", q.source_dtype());
-  }
-  for (const v1::QuantizedSource& q : snapshot.quantized_on_arrival) {
-    absl::StrAppend(&slice_key, "|a", q.rank(), ":", q.view(), ":", q.scale_view(), ":",
-                    q.source_dtype());
-  }
+  const std::string key = SliceKey(snapshot, plan, *nccl);
   std::optional<ViewKeySet> compared;  // computed when a slice is sent
   int sent = 0;
   for (const auto& [index, channel] : snapshot.channels) {
-    // A daemon keeps its slice across epochs: it is sent again only when the plan, the
-    // group or the daemon's session changed.
-    auto& [sent_to, sent_key] = slices_sent_[index];
-    if (sent_to.lock() != channel || sent_key != slice_key) {
-      v1::CoordinatorMessage slice_message;
-      v1::PlanSlice* slice = slice_message.mutable_plan();
-      slice->set_digest(plan.digest());
-      *slice->mutable_plan() = transport::SlicePlan(plan, where, index);
-      slice->set_daemon_index(index);
-      for (const v1::DaemonPeer& peer : snapshot.daemons) *slice->add_daemons() = peer;
-      for (const v1::RankPlacement& p : snapshot.placement) *slice->add_placement() = p;
-      if (nccl->has_value()) *slice->mutable_nccl() = **nccl;
-      *slice->mutable_shared_destinations() = SharedDestinationsFor(snapshot, where, index);
-      for (const v1::QuantizedSource& q : snapshot.quantized_sources) {
-        absl::StatusOr<int32_t> daemon = where.DaemonOf(v1::ROLE_SOURCE, q.rank());
-        if (daemon.ok() && *daemon == index) *slice->add_quantized_sources() = q;
-      }
-      for (const v1::QuantizedSource& q : snapshot.quantized_on_arrival) {
-        absl::StatusOr<int32_t> daemon = where.DaemonOf(v1::ROLE_DESTINATION, q.rank());
-        if (daemon.ok() && *daemon == index) *slice->add_quantized_on_arrival() = q;
-      }
-      // Only views another hashed view shares are compared: the daemon hashes just those.
-      if (!compared.has_value()) {
-        compared = ComparedViews(snapshot.sources, snapshot.destinations, plan.ordered_batches());
-      }
-      v1::ViewSelection* selection = slice->mutable_compared_views();
-      for (const auto& [role, rank, view] : *compared) {
-        absl::StatusOr<int32_t> daemon = where.DaemonOf(static_cast<v1::Role>(role), rank);
-        if (!daemon.ok() || *daemon != index) continue;
-        v1::ViewKey* key = selection->add_views();
-        key->set_role(static_cast<v1::Role>(role));
-        key->set_rank(rank);
-        key->set_view(view);
-      }
-      sent_to.reset();
-      if (!channel->Send(slice_message)) {
-        return absl::UnavailableError(absl::StrCat("refitd on ", cluster_->NodeOf(index),
-                                                   " is unreachable (its stream ended)"));
-      }
-      sent_to = channel;
-      sent_key = slice_key;
-      ++sent;
+    if (!slices_sent_.Lacks(index, channel, key)) continue;
+    if (!compared.has_value()) {
+      compared = ComparedViews(snapshot.sources, snapshot.destinations, plan.ordered_batches());
     }
+    slices_sent_.Forget(index);
+    if (!channel->Send(SliceFor(snapshot, plan, where, index, *nccl, *compared))) {
+      return absl::UnavailableError(absl::StrCat("refitd on ", cluster_->NodeOf(index),
+                                                 " is unreachable (its stream ended)"));
+    }
+    slices_sent_.Sent(index, channel, key);
+    ++sent;
   }
   return sent;
 }

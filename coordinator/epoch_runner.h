@@ -38,6 +38,7 @@
 #include "coordinator/destination_replicas.h"
 #include "coordinator/epoch_record.h"
 #include "coordinator/pause_round.h"
+#include "coordinator/plan_slices.h"
 #include "coordinator/replica_vetting.h"
 #include "daemon/deadline.h"
 #include "daemon/metrics.h"
@@ -109,7 +110,6 @@ class EpochRunner {
   void SettleDaemonsInDoubt(bool superseded = false);
 
  private:
-  // Slices the plan for each daemon and sends slice + execute; returns the daemons asked.
   // Sends each daemon of `snapshot` its slice of `plan` unless it holds it already; how many
   // it sent.
   absl::StatusOr<int> SendSlices(const ClusterSnapshot& snapshot, const v1::Plan& plan)
@@ -275,10 +275,8 @@ class EpochRunner {
   // The NCCL members last set up and their unique id.
   std::string nccl_members_ ABSL_GUARDED_BY(run_mu_);
   std::string nccl_unique_id_ ABSL_GUARDED_BY(run_mu_);
-  // Per daemon, the session (its channel) its last slice went to and what that slice held
-  // (plan digest, group, placement, NCCL id).
-  std::map<int32_t, std::pair<std::weak_ptr<DaemonChannel>, std::string>> slices_sent_
-      ABSL_GUARDED_BY(run_mu_);
+  // What each daemon's last slice held, and the session it went to.
+  SlicesSent slices_sent_ ABSL_GUARDED_BY(run_mu_);
 
   mutable absl::Mutex mu_;
   uint32_t next_epoch_ ABSL_GUARDED_BY(mu_) = 1;
