@@ -631,83 +631,33 @@ void EpochRunner::HoldMisdeclared(int64_t version, const ClusterSnapshot& snapsh
   }
   const ReplicaVetting& vetting = last_vetting_->second;
   census->complete = vetting.fit;
-  std::map<int64_t, HeldReplica> now;
-  for (const auto& [replica, why] : vetting.held) {
-    census->held[replica] = std::string(why.message());
-    HeldReplica& held = now[replica];
-    held.why = why;
-    for (int64_t rank : replicas_->RanksOf({replica})) {
-      auto it = snapshot.destination_registrations.find(rank);
-      if (it != snapshot.destination_registrations.end()) held.registrations[rank] = it->second;
-    }
-  }
-  // What each rank's daemon is told: held (with why) or no longer held.
-  std::vector<v1::CoordinatorMessage> answers;
-  std::vector<int64_t> answered_ranks;
-  auto tell = [&](int64_t rank, uint64_t registration, const absl::Status* why) {
-    v1::RegistrationAnswer* answer = answers.emplace_back().mutable_registration();
-    answer->set_role(v1::ROLE_DESTINATION);
-    answer->set_rank(rank);
-    answer->set_registration_id(registration);
-    answer->set_accepted(true);
-    if (why != nullptr) {
-      answer->set_held(true);
-      answer->set_code(static_cast<int32_t>(why->code()));
-      answer->set_refusal(std::string(why->message()));
-    }
-    answered_ranks.push_back(rank);
-  };
+  for (const auto& [replica, why] : vetting.held) census->held[replica] = std::string(why.message());
+  std::vector<v1::RegistrationAnswer> answers;
   {
     absl::MutexLock lock(&mu_);
-    for (const auto& [replica, held] : now) {
-      auto was = held_.find(replica);
-      if (was != held_.end() && was->second.registrations == held.registrations &&
-          was->second.why == held.why) {
-        continue;
-      }
-      spdlog::warn("version {}: {}", version, std::string(held.why.message()));
-      for (const auto& [rank, registration] : held.registrations)
-        tell(rank, registration, &held.why);
+    std::vector<int64_t> newly_held;
+    answers = held_.Update(
+        HeldReplicas::FromVetting(vetting, *replicas_, snapshot.destination_registrations),
+        snapshot.destination_registrations, &newly_held);
+    for (int64_t replica : newly_held) {
+      spdlog::warn("version {}: {}", version, std::string(vetting.held.at(replica).message()));
     }
-    for (const auto& [replica, held] : held_) {
-      if (now.count(replica)) continue;
-      for (const auto& [rank, registration] : held.registrations) {
-        auto it = snapshot.destination_registrations.find(rank);
-        if (it != snapshot.destination_registrations.end() && it->second == registration) {
-          tell(rank, registration, nullptr);
-        }
-      }
-    }
-    held_ = std::move(now);
   }
+  // Each rank's daemon hears whether it is held (with why) or no longer held.
   std::map<int64_t, int32_t> daemon_of;
   for (const v1::RankPlacement& p : snapshot.placement) {
     if (p.role() == v1::ROLE_DESTINATION) daemon_of[p.rank()] = p.daemon();
   }
-  for (size_t i = 0; i < answers.size(); ++i) {
-    auto daemon = daemon_of.find(answered_ranks[i]);
+  for (v1::RegistrationAnswer& answer : answers) {
+    auto daemon = daemon_of.find(answer.rank());
     if (daemon == daemon_of.end()) continue;
     auto channel = snapshot.channels.find(daemon->second);
     if (channel != snapshot.channels.end() && channel->second != nullptr) {
-      channel->second->Send(answers[i]);
+      v1::CoordinatorMessage message;
+      *message.mutable_registration() = std::move(answer);
+      channel->second->Send(message);
     }
   }
-}
-
-void EpochRunner::ExcludeHeldLocked(const std::map<int64_t, uint64_t>& registrations,
-                                    ReplicaCensus* census) const {
-  std::vector<int64_t> fit;
-  for (int64_t replica : census->complete) {
-    auto held = held_.find(replica);
-    // Held while its ranks hold the registrations it was held for.
-    if (held != held_.end() &&
-        replicas_->Lacking({replica}, held->second.registrations, registrations).empty()) {
-      census->held[replica] = std::string(held->second.why.message());
-    } else {
-      fit.push_back(replica);
-    }
-  }
-  census->complete = std::move(fit);
 }
 
 absl::Status EpochRunner::RefreshIfStale(ClusterSnapshot* snapshot, Members* members, size_t needed,
@@ -885,7 +835,7 @@ bool EpochRunner::CatchUp() {
   ReplicaCensus census = replicas_->Census(RanksIn(registrations));
   {
     absl::MutexLock lock(&mu_);
-    ExcludeHeldLocked(registrations, &census);
+    held_.Exclude(*replicas_, registrations, &census);
   }
   const std::vector<int64_t> lacking = replicas_->Lacking(census.complete, holders, registrations);
   if (lacking.empty()) return false;
@@ -936,7 +886,7 @@ std::vector<v1::ReplicaStatus> EpochRunner::Replicas() const {
   const int64_t recovered = cluster_->CommittedVersion();
   absl::MutexLock lock(&mu_);
   const std::map<int64_t, uint64_t> holders = committed_.Holders(ranks, recovered);
-  ExcludeHeldLocked(registrations, &census);
+  held_.Exclude(*replicas_, registrations, &census);
   for (const auto& [replica, why] : census.held) add(replica, "held").set_reason(why);
   for (int64_t replica : census.complete) {
     const bool current = replicas_->Lacking({replica}, holders, registrations).empty();

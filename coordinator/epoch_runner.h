@@ -37,6 +37,7 @@
 #include "coordinator/committed_versions.h"
 #include "coordinator/destination_replicas.h"
 #include "coordinator/epoch_record.h"
+#include "coordinator/held_replicas.h"
 #include "coordinator/pause_round.h"
 #include "coordinator/plan_slices.h"
 #include "coordinator/replica_vetting.h"
@@ -186,10 +187,6 @@ class EpochRunner {
   // reason, and again when a hold ends.
   void HoldMisdeclared(int64_t version, const ClusterSnapshot& snapshot, ReplicaCensus* census)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) ABSL_LOCKS_EXCLUDED(mu_);
-  // Moves the complete replicas of `census` held out by the last vetting (their ranks'
-  // `registrations` unchanged since) into census->held.
-  void ExcludeHeldLocked(const std::map<int64_t, uint64_t>& registrations,
-                         ReplicaCensus* census) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // When a daemon of `snapshot` reconnected (a new session, perhaps a new data-plane
   // address) or left since it was taken, takes it again (`*refreshed`), narrowed to the
   // members; with replicas, those with a rank gone or registered anew since are dropped
@@ -312,13 +309,8 @@ class EpochRunner {
   int64_t pause_rounds_ ABSL_GUARDED_BY(mu_) = 0;
   // Replicas an epoch skipped or dropped: they catch up once the group is free.
   bool catch_up_wanted_ ABSL_GUARDED_BY(mu_) = false;
-  // Complete replicas the last vetting held out (HoldMisdeclared): their ranks'
-  // registrations then, and why.
-  struct HeldReplica {
-    std::map<int64_t, uint64_t> registrations;
-    absl::Status why;
-  };
-  std::map<int64_t, HeldReplica> held_ ABSL_GUARDED_BY(mu_);
+  // Complete replicas the last vetting held out (HoldMisdeclared).
+  HeldReplicas held_ ABSL_GUARDED_BY(mu_);
   // The last vetting of the replicas (HoldMisdeclared) and what it read: the destination
   // registrations of the replicas it vetted and the source registrations.
   using VettedRegistrations = std::pair<std::map<int64_t, uint64_t>, std::map<int64_t, uint64_t>>;
