@@ -119,8 +119,7 @@ void CommittedVersions::Commit(const v1::RefitReport& report, const std::string&
 
 void CommittedVersions::CaughtUp(const v1::RefitReport& report,
                                  const std::map<int64_t, Cluster::DestinationRank>& ranks,
-                                 int64_t recovered,
-                                 const std::map<int64_t, uint64_t>& destinations,
+                                 int64_t recovered, const std::map<int64_t, uint64_t>& destinations,
                                  const std::map<int64_t, uint64_t>& sources) {
   auto it = reports_.find(report.version());
   if (it == reports_.end()) {

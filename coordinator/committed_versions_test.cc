@@ -25,9 +25,8 @@ v1::RefitReport ReportOf(int64_t version, const std::string& epoch_id,
 
 // A snapshot of the group now: destination and source registrations and what the sources
 // published.
-ClusterSnapshot Group(std::map<int64_t, uint64_t> destinations,
-                      std::map<int64_t, uint64_t> sources, int64_t published_oldest,
-                      int64_t published_newest) {
+ClusterSnapshot Group(std::map<int64_t, uint64_t> destinations, std::map<int64_t, uint64_t> sources,
+                      int64_t published_oldest, int64_t published_newest) {
   ClusterSnapshot snapshot;
   snapshot.destination_registrations = std::move(destinations);
   snapshot.source_registrations = std::move(sources);
@@ -132,9 +131,8 @@ TEST(CommittedVersionsTest, ACatchUpJoinsTheVersionsRecord) {
   ASSERT_NE(record, nullptr);
   EXPECT_EQ(record->report.epoch_id(), "job-3");  // the version's own report stays
   EXPECT_THAT(record->report.replicas(), ElementsAre(0, 1, 2));
-  EXPECT_THAT(record->destinations,
-              ElementsAre(Pair(0, 10), Pair(1, 11), Pair(2, 12), Pair(3, 13), Pair(4, 14),
-                          Pair(5, 15)));
+  EXPECT_THAT(record->destinations, ElementsAre(Pair(0, 10), Pair(1, 11), Pair(2, 12), Pair(3, 13),
+                                                Pair(4, 14), Pair(5, 15)));
   EXPECT_EQ(committed.current(), 6);
   EXPECT_EQ(committed.plan_digest(), "d");
 }
@@ -148,14 +146,13 @@ TEST(CommittedVersionsTest, ACatchUpToAVersionCommittedBeforeTheRestartKeepsItsH
   const CommittedVersions::Committed* record = committed.Find(8);
   ASSERT_NE(record, nullptr);
   EXPECT_EQ(record->report.epoch_id(), "job-1");
-  EXPECT_THAT(record->destinations, ElementsAre(Pair(0, 10), Pair(1, 11), Pair(2, 12),
-                                                Pair(3, 13)));
+  EXPECT_THAT(record->destinations,
+              ElementsAre(Pair(0, 10), Pair(1, 11), Pair(2, 12), Pair(3, 13)));
   EXPECT_THAT(record->sources, ElementsAre(Pair(0, 30)));
   // Every rank holds it now: a repeat is answered.
-  EXPECT_EQ(committed
-                .AnswerRepeat(8, Group({{0, 10}, {1, 11}, {2, 12}, {3, 13}}, {{0, 30}}, 8, 8))
-                .kind,
-            CommittedVersions::Repeat::kAnswered);
+  EXPECT_EQ(
+      committed.AnswerRepeat(8, Group({{0, 10}, {1, 11}, {2, 12}, {3, 13}}, {{0, 30}}, 8, 8)).kind,
+      CommittedVersions::Repeat::kAnswered);
 }
 
 TEST(CommittedVersionsTest, ReportsAndOutcomesAreBoundedNewestKept) {

@@ -3,6 +3,7 @@
 // a tensor whole refused by name, and an epoch's snapshot narrowed to its replicas.
 #include "coordinator/destination_replicas.h"
 
+#include "coordinator/testing/replica_policy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
@@ -13,17 +14,11 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pair;
-
-v1::ReplicaPolicy Policy(int32_t ranks_per_replica, int32_t min_replicas) {
-  v1::ReplicaPolicy policy;
-  policy.set_ranks_per_replica(ranks_per_replica);
-  policy.set_min_replicas(min_replicas);
-  return policy;
-}
+using testing::ReplicaPolicyOf;
 
 TEST(DestinationReplicasTest, TheCensusNamesCompleteIncompleteAndAbsentReplicas) {
   // Four replicas of two ranks expected; replica 4 is beyond the job's count and welcome.
-  const DestinationReplicas replicas(Policy(2, 2), 8);
+  const DestinationReplicas replicas(ReplicaPolicyOf(2, 2), 8);
   const ReplicaCensus census = replicas.Census({0, 1, 3, 8, 9});
   EXPECT_THAT(census.complete, ElementsAre(0, 4));
   EXPECT_THAT(census.incomplete, ElementsAre(Pair(1, ElementsAre(2))));
@@ -34,7 +29,7 @@ TEST(DestinationReplicasTest, TheCensusNamesCompleteIncompleteAndAbsentReplicas)
 }
 
 TEST(DestinationReplicasTest, AReplicaLacksAVersionWhenARankIsNewOrRegisteredAnew) {
-  const DestinationReplicas replicas(Policy(2, 1), 6);
+  const DestinationReplicas replicas(ReplicaPolicyOf(2, 1), 6);
   // Committed to ranks 0-3 (registrations 10-13); rank 1 registered anew since (21), rank 5
   // is new, rank 3 has left.
   const std::map<int64_t, uint64_t> holders = {{0, 10}, {1, 11}, {2, 12}, {3, 13}};
@@ -45,7 +40,7 @@ TEST(DestinationReplicasTest, AReplicaLacksAVersionWhenARankIsNewOrRegisteredAne
 }
 
 TEST(DestinationReplicasTest, FewerCompleteReplicasThanTheMinimumAreRefusedSayingWhatIsMissing) {
-  const DestinationReplicas replicas(Policy(2, 3), 8);
+  const DestinationReplicas replicas(ReplicaPolicyOf(2, 3), 8);
   const absl::Status status = replicas.CheckEnough(replicas.Census({0, 1, 3, 4, 5}));
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(),
@@ -55,7 +50,7 @@ TEST(DestinationReplicasTest, FewerCompleteReplicasThanTheMinimumAreRefusedSayin
 }
 
 TEST(DestinationReplicasTest, AnEpochSnapshotKeepsOnlyItsReplicasAndTheirDaemons) {
-  testing::LayoutBuilder layout;
+  refit::testing::LayoutBuilder layout;
   layout.Tensor("w", {4}).Replicated("w", {0, 1, 2});
   ClusterSnapshot snapshot;
   snapshot.destinations = layout.spec();
@@ -86,7 +81,7 @@ TEST(DestinationReplicasTest, AnEpochSnapshotKeepsOnlyItsReplicasAndTheirDaemons
 
 TEST(DestinationReplicasTest, AnEpochSnapshotKeepsTheTensorsItsRanksDeclare) {
   // Rank 1 (a replica left out) declares w otherwise and a tensor of its own.
-  testing::LayoutBuilder layout;
+  refit::testing::LayoutBuilder layout;
   layout.Tensor("w", {4}).Tensor("typo", {4}).Replicated("w", {0, 2}).Replicated("typo", {1});
   ClusterSnapshot snapshot;
   snapshot.destinations = layout.spec();

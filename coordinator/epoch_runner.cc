@@ -573,9 +573,8 @@ absl::StatusOr<EpochRunner::Members> EpochRunner::ChooseReplicas(
         return Refused("stale_version", same);
       }
       // A repeat of the committed version moves it to the complete replicas lacking it.
-      members.replicas =
-          replicas_->Lacking(census.complete, committed_.Holders(ranks, recovered),
-                             snapshot->destination_registrations);
+      members.replicas = replicas_->Lacking(census.complete, committed_.Holders(ranks, recovered),
+                                            snapshot->destination_registrations);
       const CommittedVersions::Committed* done = committed_.Find(version);
       if (members.replicas.empty() && done != nullptr) {
         *held = done->report;
@@ -631,7 +630,8 @@ void EpochRunner::HoldMisdeclared(int64_t version, const ClusterSnapshot& snapsh
   }
   const ReplicaVetting& vetting = last_vetting_->second;
   census->complete = vetting.fit;
-  for (const auto& [replica, why] : vetting.held) census->held[replica] = std::string(why.message());
+  for (const auto& [replica, why] : vetting.held)
+    census->held[replica] = std::string(why.message());
   std::vector<v1::RegistrationAnswer> answers;
   {
     absl::MutexLock lock(&mu_);
@@ -1306,7 +1306,8 @@ v1::StatusResponse EpochRunner::Status() const {
   absl::MutexLock lock(&mu_);
   status.set_current_version(std::max(committed_.current(), recovered));
   status.set_plan_digest(committed_.plan_digest());
-  for (v1::RefitReport& report : committed_.Newest(8)) *status.add_last_epochs() = std::move(report);
+  for (v1::RefitReport& report : committed_.Newest(8))
+    *status.add_last_epochs() = std::move(report);
   return status;
 }
 

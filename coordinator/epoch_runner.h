@@ -140,7 +140,6 @@ class EpochRunner {
                                                             const v1::Plan& plan)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
 
-
   // Takes the group for one Refit (one at a time) by `deadline`; false at the deadline or
   // on cancellation. Released by ReleaseGroup.
   bool TakeGroup(Deadline deadline, const Cancelled& cancelled);
@@ -213,9 +212,9 @@ class EpochRunner {
   // engines did not pause in time, and those of them whose daemon went away meanwhile (the
   // wait ends as soon as every daemon asked answered or went, or the caller gave up).
   // `*asked`: the ranks asked.
-  PauseRound::Late PauseEngines(int64_t version, const ClusterSnapshot& snapshot,
-                                Deadline deadline, const Cancelled& cancelled,
-                                std::vector<int64_t>* asked) ABSL_LOCKS_EXCLUDED(mu_);
+  PauseRound::Late PauseEngines(int64_t version, const ClusterSnapshot& snapshot, Deadline deadline,
+                                const Cancelled& cancelled, std::vector<int64_t>* asked)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // How long an epoch waits for engines to pause (the job's pauseDeadlineMs).
   absl::Duration PauseDeadline() const;
   // The job's lease (leaseMs, 5 s by default).

@@ -4,6 +4,7 @@
 // until a rank registers anew.
 #include "coordinator/held_replicas.h"
 
+#include "coordinator/testing/replica_policy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -13,13 +14,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::Pair;
-
-v1::ReplicaPolicy Policy(int32_t ranks_per_replica) {
-  v1::ReplicaPolicy policy;
-  policy.set_ranks_per_replica(ranks_per_replica);
-  policy.set_min_replicas(1);
-  return policy;
-}
+using testing::ReplicaPolicyOf;
 
 // "rank:held" or "rank:accepted" for each answer.
 std::vector<std::string> Told(const std::vector<v1::RegistrationAnswer>& answers) {
@@ -34,7 +29,7 @@ std::vector<std::string> Told(const std::vector<v1::RegistrationAnswer>& answers
 }
 
 TEST(HeldReplicasTest, RanksHearOnceWhenTheirReplicaIsHeldAndWhenItNoLongerIs) {
-  const DestinationReplicas replicas(Policy(2), 6);  // replicas 0-2 of ranks 0-1, 2-3, 4-5
+  const DestinationReplicas replicas(ReplicaPolicyOf(2), 6);  // replicas 0-2 of ranks 0-1, 2-3, 4-5
   std::map<int64_t, uint64_t> registrations = {{0, 10}, {1, 11}, {2, 12},
                                                {3, 13}, {4, 14}, {5, 15}};
   ReplicaVetting vetting;
@@ -47,13 +42,13 @@ TEST(HeldReplicasTest, RanksHearOnceWhenTheirReplicaIsHeldAndWhenItNoLongerIs) {
   EXPECT_THAT(now.at(1).registrations, ElementsAre(Pair(2, 12), Pair(3, 13)));
   std::vector<v1::RegistrationAnswer> answers = held.Update(now, registrations, &newly);
   EXPECT_THAT(newly, ElementsAre(1));
-  EXPECT_THAT(Told(answers), ElementsAre("2@12:replica 1 declares w as F16",
-                                         "3@13:replica 1 declares w as F16"));
+  EXPECT_THAT(Told(answers),
+              ElementsAre("2@12:replica 1 declares w as F16", "3@13:replica 1 declares w as F16"));
   EXPECT_EQ(answers[0].code(), static_cast<int32_t>(absl::StatusCode::kInvalidArgument));
 
   // The same vetting again: nothing to say.
-  answers = held.Update(HeldReplicas::FromVetting(vetting, replicas, registrations),
-                        registrations, &newly);
+  answers = held.Update(HeldReplicas::FromVetting(vetting, replicas, registrations), registrations,
+                        &newly);
   EXPECT_THAT(newly, IsEmpty());
   EXPECT_THAT(answers, IsEmpty());
 
@@ -62,15 +57,15 @@ TEST(HeldReplicasTest, RanksHearOnceWhenTheirReplicaIsHeldAndWhenItNoLongerIs) {
   registrations[3] = 23;
   vetting.fit = {0, 1, 2};
   vetting.held.clear();
-  answers = held.Update(HeldReplicas::FromVetting(vetting, replicas, registrations),
-                        registrations, &newly);
+  answers = held.Update(HeldReplicas::FromVetting(vetting, replicas, registrations), registrations,
+                        &newly);
   EXPECT_THAT(newly, IsEmpty());
   EXPECT_THAT(Told(answers), ElementsAre("2@12:accepted"));
   EXPECT_THAT(held.held(), IsEmpty());
 }
 
 TEST(HeldReplicasTest, AHeldReplicaStaysOutOfACensusUntilARankRegistersAnew) {
-  const DestinationReplicas replicas(Policy(2), 4);
+  const DestinationReplicas replicas(ReplicaPolicyOf(2), 4);
   std::map<int64_t, uint64_t> registrations = {{0, 10}, {1, 11}, {2, 12}, {3, 13}};
   ReplicaVetting vetting;
   vetting.fit = {0};

@@ -75,7 +75,9 @@ LateEngines LeaveOutLate(int64_t version, const PauseRound::Late& late,
                          const DestinationReplicas* replicas, size_t needed,
                          absl::Duration pause_deadline) {
   LateEngines decision;
-  auto replica_of = [&](int64_t rank) { return replicas != nullptr ? replicas->ReplicaOf(rank) : 0; };
+  auto replica_of = [&](int64_t rank) {
+    return replicas != nullptr ? replicas->ReplicaOf(rank) : 0;
+  };
   std::set<int64_t> late_replicas, lost_replicas;
   for (int64_t rank : late.ranks) late_replicas.insert(replica_of(rank));
   for (int64_t rank : late.gone) lost_replicas.insert(replica_of(rank));
@@ -100,10 +102,10 @@ LateEngines LeaveOutLate(int64_t version, const PauseRound::Late& late,
                                   absl::ToInt64Milliseconds(pause_deadline), " ms"));
   if (replicas == nullptr || decision.left.size() < needed) {
     decision.refusal = absl::DeadlineExceededError(absl::StrCat(
-        decision.what, replicas != nullptr ? absl::StrCat("; ", decision.left.size(),
-                                                          " replicas left of the ", needed,
-                                                          " needed")
-                                           : ""));
+        decision.what,
+        replicas != nullptr
+            ? absl::StrCat("; ", decision.left.size(), " replicas left of the ", needed, " needed")
+            : ""));
     return decision;
   }
   // A replica whose daemon went is lost (dropped); one whose engines were slow, skipped.

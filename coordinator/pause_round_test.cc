@@ -4,6 +4,7 @@
 // replicas are left, and refuse the refit by name otherwise.
 #include "coordinator/pause_round.h"
 
+#include "coordinator/testing/replica_policy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -13,6 +14,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::Pair;
+using testing::ReplicaPolicyOf;
 
 // Destination ranks 0-5 on daemons 0, 0, 1, 1, 2, 2; rank 1 does not pause for writes.
 ClusterSnapshot SixRanksOnThreeDaemons() {
@@ -34,13 +36,6 @@ v1::RanksPaused Paused(const std::string& id, std::vector<int64_t> ranks) {
   paused.set_pause_id(id);
   for (int64_t rank : ranks) paused.add_ranks(rank);
   return paused;
-}
-
-v1::ReplicaPolicy Policy(int32_t ranks_per_replica, int32_t min_replicas) {
-  v1::ReplicaPolicy policy;
-  policy.set_ranks_per_replica(ranks_per_replica);
-  policy.set_min_replicas(min_replicas);
-  return policy;
 }
 
 TEST(PauseRoundTest, AsksEachDaemonForItsRanksThatPause) {
@@ -84,7 +79,7 @@ TEST(PauseRoundTest, LateEnginesWithoutReplicasRefuseTheRefit) {
 
 TEST(PauseRoundTest, LateReplicasAreSkippedOrDroppedWhileEnoughAreLeft) {
   // Replicas of two ranks: 0 (ranks 0-1), 1 (2-3), 2 (4-5), 3 (6-7); two needed.
-  const DestinationReplicas replicas(Policy(2, 2), 8);
+  const DestinationReplicas replicas(ReplicaPolicyOf(2, 2), 8);
   // Replica 1's engine was slow; replica 2's daemon went away.
   const LateEngines decision = LeaveOutLate(9, {{3, 4, 5}, {4, 5}}, {0, 1, 2, 3, 4, 5, 6, 7},
                                             {0, 1, 2, 3}, &replicas, 2, absl::Seconds(2));
@@ -99,7 +94,7 @@ TEST(PauseRoundTest, LateReplicasAreSkippedOrDroppedWhileEnoughAreLeft) {
 }
 
 TEST(PauseRoundTest, TooFewReplicasLeftRefuseTheRefitSayingHowMany) {
-  const DestinationReplicas replicas(Policy(2, 2), 4);
+  const DestinationReplicas replicas(ReplicaPolicyOf(2, 2), 4);
   const LateEngines decision =
       LeaveOutLate(3, {{1}, {}}, {0, 1, 2, 3}, {0, 1}, &replicas, 2, absl::Milliseconds(100));
   EXPECT_EQ(decision.refusal.code(), absl::StatusCode::kDeadlineExceeded);

@@ -97,7 +97,8 @@ TEST(PlanSlicesTest, ASliceCarriesOnlyTheDaemonsOwnViews) {
   const v1::Plan plan = PlanWithDigest("p1");
   const transport::RankPlacement where = WhereRanksAre(snapshot);
 
-  const v1::PlanSlice source_slice = SliceFor(snapshot, plan, where, 0, std::nullopt, compared).plan();
+  const v1::PlanSlice source_slice =
+      SliceFor(snapshot, plan, where, 0, std::nullopt, compared).plan();
   EXPECT_EQ(source_slice.digest(), "p1");
   EXPECT_EQ(source_slice.daemon_index(), 0);
   EXPECT_EQ(source_slice.daemons_size(), 2);

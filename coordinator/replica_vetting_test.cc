@@ -3,6 +3,7 @@
 #include <set>
 #include <string>
 
+#include "coordinator/testing/replica_policy.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
@@ -13,15 +14,9 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using testing::ReplicaPolicyOf;
 
 using Declarations = std::map<int64_t, std::shared_ptr<const v1::RankRegistration>>;
-
-v1::ReplicaPolicy Policy(int64_t ranks_per_replica) {
-  v1::ReplicaPolicy policy;
-  policy.set_ranks_per_replica(ranks_per_replica);
-  policy.set_min_replicas(1);
-  return policy;
-}
 
 // Each rank of `spec` registered, declaring every tensor it holds a view of.
 void Declare(const v1::LayoutSpec& spec, Declarations* declarations) {
@@ -41,7 +36,7 @@ void Declare(const v1::LayoutSpec& spec, Declarations* declarations) {
 // Replica r of TP2: ranks 2r and 2r + 1 hold the rows of w (shape `rows` x 4) and a norm.
 void AddTp2Replica(int64_t replica, int64_t rows, const std::string& dtype,
                    Declarations* declarations, const std::string& w = "w") {
-  testing::LayoutBuilder layout;
+  refit::testing::LayoutBuilder layout;
   layout.Tensor(w, {rows, 4}, dtype).Tensor("norm", {4}, dtype);
   layout.Chunked(w, 0, {2 * replica, 2 * replica + 1});
   layout.Replicated("norm", {2 * replica, 2 * replica + 1});
@@ -56,7 +51,7 @@ PlanAlone NeverPlanned() {
 }
 
 TEST(ReplicaVettingTest, ReplicasDeclaringAlikeAllFitWithoutBeingPlannedAlone) {
-  const DestinationReplicas replicas(Policy(2), 6);
+  const DestinationReplicas replicas(ReplicaPolicyOf(2), 6);
   Declarations declarations;
   for (int64_t r : {0, 1, 2}) AddTp2Replica(r, 8, "BF16", &declarations);
   const ReplicaVetting vetting = VetReplicas(replicas, {0, 1, 2}, declarations, NeverPlanned());
@@ -65,7 +60,7 @@ TEST(ReplicaVettingTest, ReplicasDeclaringAlikeAllFitWithoutBeingPlannedAlone) {
 }
 
 TEST(ReplicaVettingTest, AReplicaWhoseRanksDisagreeOnADtypeIsHeldNamingBothRanks) {
-  const DestinationReplicas replicas(Policy(2), 4);
+  const DestinationReplicas replicas(ReplicaPolicyOf(2), 4);
   Declarations declarations;
   AddTp2Replica(0, 8, "BF16", &declarations);
   AddTp2Replica(1, 8, "BF16", &declarations);
@@ -86,11 +81,11 @@ TEST(ReplicaVettingTest, AReplicaWhoseRanksDisagreeOnADtypeIsHeldNamingBothRanks
 }
 
 TEST(ReplicaVettingTest, AReplicaHoldingATensorInPartIsHeld) {
-  const DestinationReplicas replicas(Policy(2), 4);
+  const DestinationReplicas replicas(ReplicaPolicyOf(2), 4);
   Declarations declarations;
   AddTp2Replica(0, 8, "BF16", &declarations);
   // Replica 1 declares w [8, 4] but its ranks hold only the first half of the rows.
-  testing::LayoutBuilder half;
+  refit::testing::LayoutBuilder half;
   half.Tensor("w", {8, 4}, "BF16").Tensor("norm", {4}, "BF16");
   half.View(2, "w", {0, 0}, {2, 4}).View(3, "w", {2, 0}, {2, 4});
   half.Replicated("norm", {2, 3});
@@ -105,7 +100,7 @@ TEST(ReplicaVettingTest, AReplicaHoldingATensorInPartIsHeld) {
 }
 
 TEST(ReplicaVettingTest, AReplicaTheSourcesCannotFillIsHeldWithThePlannersReason) {
-  const DestinationReplicas replicas(Policy(2), 8);
+  const DestinationReplicas replicas(ReplicaPolicyOf(2), 8);
   Declarations declarations;
   for (int64_t r : {0, 1, 3}) AddTp2Replica(r, 8, "BF16", &declarations);
   AddTp2Replica(2, 8, "BF16", &declarations, /*w=*/"w_typo");
@@ -129,11 +124,11 @@ TEST(ReplicaVettingTest, AReplicaTheSourcesCannotFillIsHeldWithThePlannersReason
 }
 
 TEST(ReplicaVettingTest, APlanThatFailsForWantOfSourcesHoldsNoReplica) {
-  const DestinationReplicas replicas(Policy(2), 4);
+  const DestinationReplicas replicas(ReplicaPolicyOf(2), 4);
   Declarations declarations;
   AddTp2Replica(0, 8, "BF16", &declarations);
   // Replica 1 splits w by columns: another kind of replica, of the same format.
-  testing::LayoutBuilder columns;
+  refit::testing::LayoutBuilder columns;
   columns.Tensor("w", {8, 4}, "BF16").Tensor("norm", {4}, "BF16");
   columns.Chunked("w", 1, {2, 3}).Replicated("norm", {2, 3});
   Declare(columns.spec(), &declarations);
@@ -149,7 +144,7 @@ TEST(ReplicaVettingTest, APlanThatFailsForWantOfSourcesHoldsNoReplica) {
 }
 
 TEST(ReplicaVettingTest, OfTwoValidFormatsTheOneMostReplicasDeclareIsWritten) {
-  const DestinationReplicas replicas(Policy(2), 6);
+  const DestinationReplicas replicas(ReplicaPolicyOf(2), 6);
   Declarations declarations;
   AddTp2Replica(0, 8, "F8_E4M3", &declarations);
   AddTp2Replica(1, 8, "BF16", &declarations);
@@ -166,7 +161,7 @@ TEST(ReplicaVettingTest, OfTwoValidFormatsTheOneMostReplicasDeclareIsWritten) {
 }
 
 TEST(ReplicaVettingTest, OnATieTheLowestReplicasFormatIsWritten) {
-  const DestinationReplicas replicas(Policy(2), 4);
+  const DestinationReplicas replicas(ReplicaPolicyOf(2), 4);
   Declarations declarations;
   AddTp2Replica(0, 8, "BF16", &declarations);
   AddTp2Replica(1, 8, "F8_E4M3", &declarations);

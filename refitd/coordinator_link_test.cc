@@ -68,8 +68,8 @@ class FakeCoordinator final : public v1::CoordinatorControl::Service {
     if (context_ != nullptr) context_->TryCancel();
   }
   // The first message of `session` that `match` accepts, once it came (by kPatience).
-  std::optional<v1::DaemonMessage> Await(int session,
-                                         const std::function<bool(const v1::DaemonMessage&)>& match) {
+  std::optional<v1::DaemonMessage> Await(
+      int session, const std::function<bool(const v1::DaemonMessage&)>& match) {
     std::optional<v1::DaemonMessage> found;
     auto came = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       for (const Received& r : received_) {
@@ -132,8 +132,8 @@ class CoordinatorLinkTest : public ::testing::Test {
     builder.RegisterService(&coordinator_);
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
-    link_ = std::make_unique<CoordinatorLink>(absl::StrCat("127.0.0.1:", port), "node-a",
-                                              &registry_);
+    link_ =
+        std::make_unique<CoordinatorLink>(absl::StrCat("127.0.0.1:", port), "node-a", &registry_);
     link_->Start();
   }
   void TearDown() override {
@@ -153,8 +153,8 @@ class CoordinatorLinkTest : public ::testing::Test {
       v1::CoordinatorMessage plan;
       *plan.mutable_plan() = refit_.slice;
       EXPECT_TRUE(coordinator_.Send(plan));
-      std::optional<v1::DaemonMessage> prepared = coordinator_.Await(
-          session, [](const v1::DaemonMessage& m) { return m.has_prepared(); });
+      std::optional<v1::DaemonMessage> prepared =
+          coordinator_.Await(session, [](const v1::DaemonMessage& m) { return m.has_prepared(); });
       EXPECT_TRUE(prepared.has_value());
       if (prepared.has_value()) {
         EXPECT_TRUE(prepared->prepared().ok()) << prepared->prepared().error();
@@ -193,9 +193,8 @@ TEST_F(CoordinatorLinkTest, ASessionOpensWithTheHelloReplaysTheRanksAndHeartbeat
     EXPECT_TRUE(said[i].has_register_rank()) << i << ": " << said[i].DebugString();
   }
   Welcome(/*lease_ms=*/400);
-  EXPECT_TRUE(
-      coordinator_.Await(1, [](const v1::DaemonMessage& m) { return m.has_heartbeat(); })
-          .has_value());
+  EXPECT_TRUE(coordinator_.Await(1, [](const v1::DaemonMessage& m) { return m.has_heartbeat(); })
+                  .has_value());
 }
 
 TEST_F(CoordinatorLinkTest, AnEpochReportedDoneIsInDoubtAcrossALostSessionUntilCommitted) {

@@ -23,9 +23,9 @@ absl::Status OneDaemonRefit::SetUp(RankRegistry* registry, const std::string& no
     for (const v1::RankLayout& rank : spec->ranks()) {
       absl::StatusOr<std::string> session = registry->Register(RegistrationOf(role, rank, *spec));
       if (!session.ok()) {
-        return absl::Status(session.status().code(),
-                            absl::StrCat("registering rank ", rank.rank(), ": ",
-                                         session.status().message()));
+        return absl::Status(
+            session.status().code(),
+            absl::StrCat("registering rank ", rank.rank(), ": ", session.status().message()));
       }
     }
   }
