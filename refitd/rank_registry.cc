@@ -110,6 +110,12 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
   *registration.mutable_tensors() = request.tensors();
   // Counts this process's descriptors (a directory read): before the lock others wait on.
   if (absl::Status budget = CheckDescriptorBudget(who, layout); !budget.ok()) return budget;
+  // Maps the rank's buffers and populates their pages (seconds for tens of GB) before the
+  // lock too: publishes, version waits and epochs of the other ranks go on meanwhile, and
+  // the rank is seen only once it is mapped.
+  absl::StatusOr<transport::BufferMap::OpenedRank> opened =
+      transport::BufferMap::OpenRank(request.role(), layout);
+  if (!opened.ok()) return opened.status();
   std::string session;
   uint64_t sequence = 0;
   {
@@ -139,7 +145,7 @@ absl::StatusOr<std::string> RankRegistry::Register(const v1::RegisterRankRequest
     for (const planner::TensorInfo& t : compiled->tensors) {
       declared[t.name] = transport::TensorShape{t.element_bytes, t.shape};
     }
-    absl::Status added = buffers_.AddRank(request.role(), layout, &declared);
+    absl::Status added = buffers_.AddRank(request.role(), layout, &declared, *std::move(opened));
     if (!added.ok()) return added;
     session = NewSessionId();
     // Random and never 0: the coordinator tells this registration from the rank's next one.

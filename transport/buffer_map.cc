@@ -71,6 +71,13 @@ absl::StatusOr<TensorTable> TensorTableOf(const v1::LayoutSpec& spec) {
 
 absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout,
                                 const TensorTable* rank_tensors) {
+  absl::StatusOr<OpenedRank> opened = OpenRank(role, layout);
+  if (!opened.ok()) return opened.status();
+  return AddRank(role, layout, rank_tensors, *std::move(opened));
+}
+
+absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout,
+                                const TensorTable* rank_tensors, OpenedRank opened) {
   const std::string who = RankName(role, layout.rank());
   if (ranks_.count({role, layout.rank()})) {
     return absl::AlreadyExistsError(absl::StrCat(who, " is already registered"));
@@ -92,7 +99,7 @@ absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout,
       if (!known) added_tensors.push_back(name);
     }
   }
-  absl::Status added = MapRank(role, layout);
+  absl::Status added = MapRank(role, layout, std::move(opened));
   if (!added.ok()) {
     forget_added();
     return added;
@@ -108,10 +115,10 @@ absl::Status BufferMap::AddRank(v1::Role role, const v1::RankLayout& layout,
   return absl::OkStatus();
 }
 
-absl::Status BufferMap::MapRank(v1::Role role, const v1::RankLayout& layout) {
+absl::StatusOr<BufferMap::OpenedRank> BufferMap::OpenRank(v1::Role role,
+                                                          const v1::RankLayout& layout) {
   const std::string who = RankName(role, layout.rank());
-  RankMemory memory;
-  memory.bucketed = layout.bucketed();
+  OpenedRank memory;
   if (layout.bucketed()) {
     if (role != v1::ROLE_DESTINATION || layout.staged()) {
       return absl::InvalidArgumentError(
@@ -127,7 +134,6 @@ absl::Status BufferMap::MapRank(v1::Role role, const v1::RankLayout& layout) {
                        " bytes is too small (at least ", kMinBucketBytes, ")"));
     }
   }
-  absl::flat_hash_map<std::string, int> segment_of;
   for (const v1::BufferSpec& buffer : layout.buffers()) {
     if (buffer.shm_name().empty() == buffer.cuda_ipc_handle().empty()) {
       return absl::InvalidArgumentError(
@@ -144,7 +150,6 @@ absl::Status BufferMap::MapRank(v1::Role role, const v1::RankLayout& layout) {
           segment.status().code(),
           absl::StrCat(who, ": buffer \"", buffer.name(), "\": ", segment.status().message()));
     }
-    segment_of[buffer.name()] = memory.segments.size();
     memory.segments.push_back(std::move(*segment));
     memory.segment_names.push_back(buffer.name());
   }
@@ -169,6 +174,21 @@ absl::Status BufferMap::MapRank(v1::Role role, const v1::RankLayout& layout) {
       memory.shadows.push_back(std::move(*shadow));
     }
   }
+  return memory;
+}
+
+absl::Status BufferMap::MapRank(v1::Role role, const v1::RankLayout& layout, OpenedRank opened) {
+  const std::string who = RankName(role, layout.rank());
+  if (opened.segments.size() != static_cast<size_t>(layout.buffers_size())) {
+    return absl::InternalError(absl::StrCat(who, ": its memory was opened for another layout"));
+  }
+  RankMemory memory;
+  memory.bucketed = layout.bucketed();
+  memory.segments = std::move(opened.segments);
+  memory.segment_names = std::move(opened.segment_names);
+  memory.shadows = std::move(opened.shadows);
+  absl::flat_hash_map<std::string, int> segment_of;
+  for (size_t i = 0; i < memory.segment_names.size(); ++i) segment_of[memory.segment_names[i]] = i;
   for (int i = 0; i < layout.views_size(); ++i) {
     const v1::ShardView& v = layout.views(i);
     const std::string where = absl::StrCat(who, ": view ", i, " (", v.tensor(), ")");

@@ -68,6 +68,21 @@ class BufferMap {
   // (tensors given to the constructor are never forgotten). Nothing is kept when it fails.
   absl::Status AddRank(v1::Role role, const v1::RankLayout& layout,
                        const TensorTable* rank_tensors = nullptr);
+  // A rank's memory opened ahead of AddRank: its buffers mapped and, for a staged rank, its
+  // shadows allocated. Mapping a segment of tens of GB populates its pages, which takes
+  // seconds: OpenRank needs no map, so a registry opens a rank's memory outside its lock
+  // and adds the rank under it with what was opened. Closed when dropped.
+  struct OpenedRank {
+    std::vector<std::unique_ptr<MappedBuffer>> segments;  // one per buffer, in order
+    std::vector<std::string> segment_names;
+    std::vector<std::unique_ptr<MappedBuffer>> shadows;  // staged ranks: one per segment
+  };
+  // AddRank's checks of the buffers themselves (bucketed and staged ranks' rules, a name or
+  // a CUDA IPC handle each), and the mapping; errors name the rank and buffer.
+  static absl::StatusOr<OpenedRank> OpenRank(v1::Role role, const v1::RankLayout& layout);
+  // AddRank with the rank's memory opened by OpenRank(role, layout).
+  absl::Status AddRank(v1::Role role, const v1::RankLayout& layout, const TensorTable* rank_tensors,
+                       OpenedRank opened);
   void RemoveRank(v1::Role role, int64_t rank);
 
   // Memory of the box [offset, offset + extent) of view `view` of a rank, to read; an error
@@ -158,8 +173,8 @@ class BufferMap {
   absl::StatusOr<StridedRef> Find(v1::Role role, int64_t rank, int32_t view,
                                   const std::string& tensor, const Dims& offset, const Dims& extent,
                                   bool as_registered = false) const;
-  // AddRank's mapping and view checks, with the tensor table as it is.
-  absl::Status MapRank(v1::Role role, const v1::RankLayout& layout);
+  // AddRank's view checks with the tensor table as it is, over the rank's opened memory.
+  absl::Status MapRank(v1::Role role, const v1::RankLayout& layout, OpenedRank opened);
   // tensors() again after the declared tensors or the views sent quantized changed.
   void RefreshTensors();
   struct RankMemory;
