@@ -11,6 +11,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "planner/testing/layout_builder.h"
 #include "transport/testing/backed_layouts.h"
@@ -184,6 +186,42 @@ TEST(BufferMapTest, ARefusedRankDeclaresNothing) {
   const TensorTable tensors = testing::TensorsOf(spec);
   EXPECT_FALSE(map.AddRank(v1::ROLE_SOURCE, spec.ranks(0), &tensors).ok());
   EXPECT_TRUE(map.tensors().empty());
+}
+
+TEST_F(StagedBufferMapTest, MemoryOpenedAheadIsAddedLaterAndErrorsNameTheRankAndBuffer) {
+  v1::RankLayout staged = destinations_.ranks(1);
+  staged.set_staged(true);
+  // Opened with no map at all (a registry does it before taking its lock).
+  absl::StatusOr<BufferMap::OpenedRank> opened = BufferMap::OpenRank(v1::ROLE_DESTINATION, staged);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ(opened->segments.size(), static_cast<size_t>(staged.buffers_size()));
+  EXPECT_EQ(opened->shadows.size(), opened->segments.size());
+  EXPECT_FALSE(map_.IsStaged(v1::ROLE_DESTINATION, 1));
+  ASSERT_TRUE(map_.AddRank(v1::ROLE_DESTINATION, staged, nullptr, *std::move(opened)).ok());
+  EXPECT_TRUE(map_.IsStaged(v1::ROLE_DESTINATION, 1));
+  int64_t buffer_bytes = 0;
+  for (const v1::BufferSpec& buffer : staged.buffers()) buffer_bytes += buffer.bytes();
+  EXPECT_EQ(map_.ShadowBytes(), buffer_bytes);  // its shadows came with what was opened
+
+  // Memory opened for another layout is refused, and nothing is kept.
+  absl::StatusOr<BufferMap::OpenedRank> other =
+      BufferMap::OpenRank(v1::ROLE_DESTINATION, destinations_.ranks(0));
+  ASSERT_TRUE(other.ok()) << other.status();
+  v1::RankLayout more_buffers = destinations_.ranks(0);
+  *more_buffers.add_buffers() = more_buffers.buffers(0);
+  const absl::Status mismatched =
+      map_.AddRank(v1::ROLE_DESTINATION, more_buffers, nullptr, *std::move(other));
+  EXPECT_EQ(mismatched.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(mismatched.message(), ::testing::HasSubstr("destination rank 0"));
+  EXPECT_FALSE(map_.StillNamed(v1::ROLE_DESTINATION, 0));
+
+  v1::RankLayout missing = destinations_.ranks(0);
+  missing.mutable_buffers(0)->set_shm_name("/refit-no-such-segment");
+  const absl::Status unopened = BufferMap::OpenRank(v1::ROLE_SOURCE, missing).status();
+  EXPECT_FALSE(unopened.ok());
+  EXPECT_THAT(unopened.message(),
+              ::testing::HasSubstr(
+                  absl::StrCat("source rank 0: buffer \"", missing.buffers(0).name(), "\"")));
 }
 
 // A bucketed destination rank: one shared-memory bucket, views with boxes and no memory.
