@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/monotonic_clock.h"
+#include "refitd/queued_stream.h"
 #include "spdlog/spdlog.h"
 
 namespace refit::daemon {
@@ -84,31 +85,7 @@ void BucketStreams::Serve(int64_t rank, const std::string& session,
     channel.attachment = attachment;
   }
   v1::Bucket attached;  // sequence 0, no pieces: the stream is in place
-  bool sent_ok = send(attached);
-  while (sent_ok && !ended()) {
-    std::optional<v1::Bucket> bucket;
-    {
-      absl::MutexLock lock(&mu_);
-      auto owns = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        auto it = channels_.find(rank);
-        return it != channels_.end() && it->second.attachment == attachment;
-      };
-      auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !owns() || !channels_.at(rank).outgoing.empty();
-      };
-      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(100));
-      if (!owns()) return;  // replaced by a newer attachment
-      std::deque<v1::Bucket>& queue = channels_.at(rank).outgoing;
-      if (!queue.empty()) {
-        bucket = std::move(queue.front());
-        queue.pop_front();
-      }
-    }
-    if (bucket.has_value()) sent_ok = send(*bucket);
-  }
-  absl::MutexLock lock(&mu_);
-  auto it = channels_.find(rank);
-  if (it != channels_.end() && it->second.attachment == attachment) channels_.erase(it);
+  ServeAttachment<Channel, v1::Bucket>(mu_, &channels_, rank, attachment, attached, send, ended);
 }
 
 void BucketStreams::EndEpoch(int64_t rank, const std::string& epoch_id) {

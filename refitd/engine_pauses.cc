@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "refitd/queued_stream.h"
 
 namespace refit::daemon {
 
@@ -18,29 +19,11 @@ void EnginePauses::Serve(int64_t rank, const std::string& session,
     channel.session = session;
     channel.attachment = attachment;
     channel.outgoing.clear();
-    channel.outgoing.emplace_front().set_kind(v1::WriteNotice::ATTACHED);
   }
-  while (true) {
-    std::deque<v1::WriteNotice> notices;
-    {
-      absl::MutexLock lock(&mu_);
-      auto mine = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        auto it = channels_.find(rank);
-        return it == channels_.end() || it->second.attachment != attachment ||
-               !it->second.outgoing.empty();
-      };
-      mu_.AwaitWithTimeout(absl::Condition(&mine), absl::Milliseconds(100));
-      auto it = channels_.find(rank);
-      if (it == channels_.end() || it->second.attachment != attachment) return;  // replaced
-      notices.swap(it->second.outgoing);
-    }
-    bool sent = true;
-    for (const v1::WriteNotice& notice : notices) sent = sent && send(notice);
-    if (!sent || ended()) break;
-  }
-  absl::MutexLock lock(&mu_);
-  auto it = channels_.find(rank);
-  if (it != channels_.end() && it->second.attachment == attachment) channels_.erase(it);
+  v1::WriteNotice attached;
+  attached.set_kind(v1::WriteNotice::ATTACHED);
+  ServeAttachment<Channel, v1::WriteNotice>(mu_, &channels_, rank, attachment, attached, send,
+                                            ended);
 }
 
 absl::Status EnginePauses::Paused(int64_t rank, const std::string& session,
