@@ -22,6 +22,7 @@
 #include "refitd/testing/bucketed_ranks.h"
 #include "refitd/testing/epoch_faults.h"
 #include "refitd/testing/registration.h"
+#include "tests/in_process/testing/coordinator_with_daemons.h"
 #include "transport/synthetic_weights.h"
 #include "transport/testing/backed_layouts.h"
 
@@ -38,22 +39,14 @@ class ControlPlaneTest : public ::testing::Test {
     job.set_staging_budget_bytes(256);  // several batches
     job.set_data_plane_stall_ms(stall_ms_);
     coordinator_job_ = job;
-    auto server = CoordinatorServer::Start("127.0.0.1:0", job, absl::Seconds(30), &metrics_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    coordinator_ = std::move(*server);
-    address_ = coordinator_->address();
-    stub_ =
-        v1::Coordinator::NewStub(grpc::CreateChannel(address_, grpc::InsecureChannelCredentials()));
+    ASSERT_TRUE(cluster_.Start(job, &metrics_).ok());
 
     // Trainers hold rows of w and a norm; inference ranks hold columns of w and the norm.
     const refit::testing::LayoutPair pair = refit::testing::RowsToColumnsPair();
     sources_ = backed_.Back(pair.sources, "source");
     destinations_ = backed_.Back(pair.destinations, "destination");
-    trainer_link_ = std::make_unique<CoordinatorLink>(address_, "trainer", &trainer_);
-    inference_link_ =
-        std::make_unique<CoordinatorLink>(address_, "inference", &inference_, &inference_metrics_);
-    trainer_link_->Start();
-    inference_link_->Start();
+    cluster_.Link(&trainer_, "trainer");
+    cluster_.Link(&inference_, "inference", &inference_metrics_);
     for (const v1::RankLayout& r : sources_.ranks())
       Register(&trainer_, v1::ROLE_SOURCE, r, sources_);
     for (const v1::RankLayout& r : destinations_.ranks()) {
@@ -61,29 +54,16 @@ class ControlPlaneTest : public ::testing::Test {
     }
   }
 
-  void TearDown() override {
-    trainer_link_.reset();
-    inference_link_.reset();
-    coordinator_.reset();
-  }
+  void TearDown() override { cluster_.Stop(); }
 
   void Register(RankRegistry* registry, v1::Role role, const v1::RankLayout& rank,
                 const v1::LayoutSpec& spec) {
     ASSERT_TRUE(registry->Register(testing::RegistrationOf(role, rank, spec)).ok());
   }
 
-  // Waits (bounded) until the coordinator's view of the group satisfies `seen`.
-  bool CoordinatorSees(const std::function<bool(const ClusterSnapshot&)>& seen) {
-    for (int i = 0; i < 250; ++i) {
-      absl::StatusOr<ClusterSnapshot> snapshot = coordinator_->cluster().Snapshot();
-      if (snapshot.ok() && seen(*snapshot)) return true;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return false;
-  }
   // The registration the coordinator holds for destination rank `rank` (0: none).
   uint64_t DestinationRegistration(int64_t rank) {
-    absl::StatusOr<ClusterSnapshot> snapshot = coordinator_->cluster().Snapshot();
+    absl::StatusOr<ClusterSnapshot> snapshot = cluster_.server().cluster().Snapshot();
     if (!snapshot.ok() || !snapshot->destination_registrations.count(rank)) return 0;
     return snapshot->destination_registrations.at(rank);
   }
@@ -93,22 +73,14 @@ class ControlPlaneTest : public ::testing::Test {
     const uint64_t before = DestinationRegistration(rank);
     ASSERT_TRUE(inference_.Deregister(v1::ROLE_DESTINATION, rank).ok());
     Register(&inference_, v1::ROLE_DESTINATION, spec.ranks(rank), spec);
-    ASSERT_TRUE(CoordinatorSees([&](const ClusterSnapshot& s) {
+    ASSERT_TRUE(cluster_.Sees([&](const ClusterSnapshot& s) {
       auto it = s.destination_registrations.find(rank);
       return it != s.destination_registrations.end() && it->second != before;
     }));
   }
 
-  // Waits (bounded) until the coordinator sees the expected ranks.
   bool GroupSeen(int64_t sources, int64_t destinations) {
-    for (int i = 0; i < 200; ++i) {
-      if (coordinator_->cluster().RankCount(v1::ROLE_SOURCE) == sources &&
-          coordinator_->cluster().RankCount(v1::ROLE_DESTINATION) == destinations) {
-        return true;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return false;
+    return cluster_.GroupSeen(sources, destinations);
   }
 
   // Whether every inference rank takes `version` (bounded) with every byte right (each
@@ -128,12 +100,7 @@ class ControlPlaneTest : public ::testing::Test {
   }
 
   grpc::Status Refit(int64_t version, v1::RefitReport* report) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    v1::RefitRequest request;
-    request.set_version(version);
-    request.set_deadline_ms(10000);
-    return stub_->Refit(&context, request, report);
+    return cluster_.Refit(version, report);
   }
 
   // Publishes version 1 once the group is complete and returns why its refit failed
@@ -144,13 +111,11 @@ class ControlPlaneTest : public ::testing::Test {
   CoordinatorMetrics metrics_{std::make_shared<prometheus::Registry>()};
   DaemonMetrics inference_metrics_{std::make_shared<prometheus::Registry>(), "inference"};
   v1::JobSpec coordinator_job_;
-  std::unique_ptr<CoordinatorServer> coordinator_;
-  std::string address_;
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
   transport::testing::BackedLayouts backed_;
   v1::LayoutSpec sources_, destinations_;
   RankRegistry trainer_{"trainer"}, inference_{"inference"};
-  std::unique_ptr<CoordinatorLink> trainer_link_, inference_link_;
+  // Declared after the registries: its links go first.
+  testing::CoordinatorWithDaemons cluster_;
 };
 
 // Publishes `version` from every trainer with fresh bytes.
@@ -188,7 +153,7 @@ TEST_F(ControlPlaneTest, ARepeatMovesTheVersionAgainToARankRegisteredSinceOrSays
   EXPECT_EQ(third.epoch_id(), again.epoch_id());
   // Once the sources moved on, a repeat for a changed membership cannot be honoured.
   for (const v1::RankLayout& r : sources_.ranks()) ASSERT_TRUE(trainer_.Publish(r.rank(), 2).ok());
-  ASSERT_TRUE(CoordinatorSees([](const ClusterSnapshot& s) { return s.published_oldest == 2; }));
+  ASSERT_TRUE(cluster_.Sees([](const ClusterSnapshot& s) { return s.published_oldest == 2; }));
   RegisterAgain(0, fresh);
   const grpc::Status refused = Refit(1, &third);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
@@ -209,12 +174,9 @@ TEST_F(ControlPlaneTest, ARepeatAfterTheTrainersRegisteredAnewIsRefusedNotAnswer
   ASSERT_TRUE(Refit(1, &first).ok());
   const uint64_t held_by = DestinationRegistration(0);
   // Both daemons reconnect (new control sessions): the same registrations come back.
-  trainer_link_ = std::make_unique<CoordinatorLink>(address_, "trainer", &trainer_);
-  inference_link_ =
-      std::make_unique<CoordinatorLink>(address_, "inference", &inference_, &inference_metrics_);
-  trainer_link_->Start();
-  inference_link_->Start();
-  ASSERT_TRUE(CoordinatorSees([&](const ClusterSnapshot& s) {
+  cluster_.Link(&trainer_, "trainer");
+  cluster_.Link(&inference_, "inference", &inference_metrics_);
+  ASSERT_TRUE(cluster_.Sees([&](const ClusterSnapshot& s) {
     return s.source_registrations.size() == 2 && s.destination_registrations.size() == 2 &&
            s.published_oldest == 1;
   }));
@@ -225,7 +187,7 @@ TEST_F(ControlPlaneTest, ARepeatAfterTheTrainersRegisteredAnewIsRefusedNotAnswer
 
   // The trainers restart: new processes, new memory, and they publish version 1 again.
   std::map<int64_t, uint64_t> before;
-  ASSERT_TRUE(CoordinatorSees([&](const ClusterSnapshot& s) {
+  ASSERT_TRUE(cluster_.Sees([&](const ClusterSnapshot& s) {
     before = s.source_registrations;
     return true;
   }));
@@ -236,7 +198,7 @@ TEST_F(ControlPlaneTest, ARepeatAfterTheTrainersRegisteredAnewIsRefusedNotAnswer
     Register(&trainer_, v1::ROLE_SOURCE, r, restarted);
     ASSERT_TRUE(trainer_.Publish(r.rank(), 1).ok());
   }
-  ASSERT_TRUE(CoordinatorSees([&](const ClusterSnapshot& s) {
+  ASSERT_TRUE(cluster_.Sees([&](const ClusterSnapshot& s) {
     return s.source_registrations.size() == 2 && s.published_oldest == 1 &&
            s.source_registrations.at(0) != before.at(0) &&
            s.source_registrations.at(1) != before.at(1);
@@ -265,7 +227,7 @@ TEST_F(ControlPlaneTest, ARepeatAfterTheTrainersRegisteredAnewIsRefusedNotAnswer
 TEST_F(ControlPlaneTest, ARankAlreadyHeldByAnotherNodeIsRefusedToItsCaller) {
   ASSERT_TRUE(GroupSeen(2, 2));
   RankRegistry other("inference-b");
-  CoordinatorLink link(address_, "inference-b", &other);
+  CoordinatorLink link(cluster_.address(), "inference-b", &other);
   link.Start();
   for (int i = 0; i < 250 && !link.welcomed(); ++i) absl::SleepFor(absl::Milliseconds(20));
   ASSERT_TRUE(link.welcomed());
@@ -286,7 +248,7 @@ TEST_F(ControlPlaneTest, ARankAlreadyHeldByAnotherNodeIsRefusedToItsCaller) {
       other.Register(testing::RegistrationOf(v1::ROLE_DESTINATION, fresh.ranks(1), fresh));
   EXPECT_TRUE(accepted.ok()) << accepted.status();
   EXPECT_TRUE(GroupSeen(2, 2));
-  EXPECT_EQ(coordinator_->cluster().DestinationRanks().at(1).node, "inference-b");
+  EXPECT_EQ(cluster_.server().cluster().DestinationRanks().at(1).node, "inference-b");
 }
 
 TEST_F(ControlPlaneTest, ARefitKeepsItsDeadlineAndACancelledOneFreesTheGroup) {
@@ -301,7 +263,7 @@ TEST_F(ControlPlaneTest, ARefitKeepsItsDeadlineAndACancelledOneFreesTheGroup) {
     request.set_version(5);
     request.set_deadline_ms(600000);
     v1::RefitReport report;
-    EXPECT_EQ(stub_->Refit(&context, request, &report).error_code(),
+    EXPECT_EQ(cluster_.stub().Refit(&context, request, &report).error_code(),
               grpc::StatusCode::DEADLINE_EXCEEDED);
   }
   // Two Refits at once: the second waits for the first only until its own deadline.
@@ -311,7 +273,7 @@ TEST_F(ControlPlaneTest, ARefitKeepsItsDeadlineAndACancelledOneFreesTheGroup) {
     request.set_version(6);
     request.set_deadline_ms(2500);
     v1::RefitReport report;
-    stub_->Refit(&context, request, &report);
+    cluster_.stub().Refit(&context, request, &report);
   });
   absl::SleepFor(absl::Milliseconds(300));
   const absl::Time second_start = absl::Now();
@@ -320,7 +282,7 @@ TEST_F(ControlPlaneTest, ARefitKeepsItsDeadlineAndACancelledOneFreesTheGroup) {
   request.set_version(7);
   request.set_deadline_ms(700);
   v1::RefitReport report;
-  const grpc::Status second = stub_->Refit(&context, request, &report);
+  const grpc::Status second = cluster_.stub().Refit(&context, request, &report);
   const absl::Duration second_took = absl::Now() - second_start;
   EXPECT_EQ(second.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_THAT(second.error_message(), ::testing::HasSubstr("waited for a refit of version 6"));
@@ -353,7 +315,7 @@ TEST_F(ControlPlaneTest, RefitMovesEveryByteAndCommitsTheVersion) {
     grpc::ClientContext context;
     v1::WatchEpochRequest request;
     request.set_timeout_ms(10000);
-    auto reader = stub_->WatchEpoch(&context, request);
+    auto reader = cluster_.stub().WatchEpoch(&context, request);
     v1::EpochProgress progress;
     while (reader->Read(&progress)) seen.push_back(progress);
     EXPECT_TRUE(reader->Finish().ok());
@@ -391,7 +353,7 @@ TEST_F(ControlPlaneTest, RefitMovesEveryByteAndCommitsTheVersion) {
 
   grpc::ClientContext context;
   v1::StatusResponse cluster_status;
-  ASSERT_TRUE(stub_->Status(&context, v1::StatusRequest(), &cluster_status).ok());
+  ASSERT_TRUE(cluster_.stub().Status(&context, v1::StatusRequest(), &cluster_status).ok());
   EXPECT_EQ(cluster_status.current_version(), 1);
   EXPECT_EQ(cluster_status.daemons_size(), 2);
   // One committed epoch (the repeat did not run another), and the group in the gauges.
@@ -486,19 +448,18 @@ TEST_F(SlowPreparationTest, ADaemonStillPreparingIsNotAStalledPeer) {
 // the group as it is now, not sent down the old session to the old address.
 TEST_F(ControlPlaneTest, ADaemonThatReconnectsWhileARefitWaitsIsPlannedAgain) {
   ASSERT_TRUE(GroupSeen(2, 2));
-  const std::string before = coordinator_->cluster().IncarnationOf("inference");
+  const std::string before = cluster_.server().cluster().IncarnationOf("inference");
   v1::RefitReport report;
   grpc::Status committed;
   std::thread refit([&] { committed = Refit(1, &report); });
   // Not a wait for an outcome: time for the refit to take its snapshot and wait.
   absl::SleepFor(absl::Milliseconds(300));
-  inference_link_ =
-      std::make_unique<CoordinatorLink>(address_, "inference", &inference_, &inference_metrics_);
-  inference_link_->Start();
-  for (int i = 0; i < 250 && coordinator_->cluster().IncarnationOf("inference") == before; ++i) {
+  cluster_.Link(&inference_, "inference", &inference_metrics_);
+  for (int i = 0; i < 250 && cluster_.server().cluster().IncarnationOf("inference") == before;
+       ++i) {
     absl::SleepFor(absl::Milliseconds(20));
   }
-  ASSERT_NE(coordinator_->cluster().IncarnationOf("inference"), before);
+  ASSERT_NE(cluster_.server().cluster().IncarnationOf("inference"), before);
   ASSERT_TRUE(GroupSeen(2, 2));
   PublishAll(&trainer_, sources_, 1);
   refit.join();
@@ -515,7 +476,7 @@ TEST_F(ControlPlaneTest, AnUnpublishedVersionFailsAtTheDeadlineNamingTheRanks) {
   request.set_deadline_ms(300);
   v1::RefitReport report;
   const absl::Time start = absl::Now();
-  grpc::Status status = stub_->Refit(&context, request, &report);
+  grpc::Status status = cluster_.stub().Refit(&context, request, &report);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
   EXPECT_EQ(status.error_message(),
             "version 4 was not published by source ranks 1 before the deadline");
@@ -550,10 +511,9 @@ TEST_F(ControlPlaneTest, ARankThatLeftMakesTheNextRefitFailNamingTheGap) {
 
 TEST_F(ControlPlaneTest, ACorruptedViewAbortsTheEpochAndTheWaitersLearnWhatTheBuffersHold) {
   // The inference daemon restarts with the corruption-injection flag for version 1.
-  inference_link_.reset();
-  inference_link_ = std::make_unique<CoordinatorLink>(address_, "inference", &inference_);
+  cluster_.Unlink("inference");
   faults::CorruptOnTheWay("inference", 1);
-  inference_link_->Start();
+  cluster_.Link(&inference_, "inference");
   ASSERT_TRUE(GroupSeen(2, 2));
   PublishAll(&trainer_, sources_, 1);
   absl::Status waited;
@@ -575,7 +535,7 @@ TEST_F(ControlPlaneTest, ACorruptedViewAbortsTheEpochAndTheWaitersLearnWhatTheBu
   EXPECT_EQ(*inference_.PartialVersion(0), 1);
   grpc::ClientContext context;
   v1::StatusResponse status;
-  ASSERT_TRUE(stub_->Status(&context, v1::StatusRequest(), &status).ok());
+  ASSERT_TRUE(cluster_.stub().Status(&context, v1::StatusRequest(), &status).ok());
   EXPECT_EQ(status.current_version(), -1);
   // The next version goes through and clears the mark.
   PublishAll(&trainer_, sources_, 2);
@@ -609,10 +569,9 @@ TEST_F(ControlPlaneTest, AStagedDestinationKeepsItsBuffersThroughAFailedEpoch) {
   for (const v1::RankLayout& r : destinations_.ranks()) {
     ASSERT_TRUE(inference_.Deregister(v1::ROLE_DESTINATION, r.rank()).ok());
   }
-  inference_link_.reset();
-  inference_link_ = std::make_unique<CoordinatorLink>(address_, "inference", &inference_);
+  cluster_.Unlink("inference");
   faults::CorruptOnTheWay("inference", 1);
-  inference_link_->Start();
+  cluster_.Link(&inference_, "inference");
   for (v1::RankLayout& r : *destinations_.mutable_ranks()) {
     r.set_staged(true);
     Register(&inference_, v1::ROLE_DESTINATION, r, destinations_);
@@ -668,7 +627,7 @@ TEST_F(ControlPlaneTest, AWatchByVersionOpenedAfterItsEpochEndedHearsHowItEnded)
     v1::WatchEpochRequest request;
     request.set_version(version);
     request.set_timeout_ms(300);
-    auto reader = stub_->WatchEpoch(&context, request);
+    auto reader = cluster_.stub().WatchEpoch(&context, request);
     v1::EpochProgress progress;
     while (reader->Read(&progress)) seen->push_back(progress);
     return reader->Finish();
@@ -803,16 +762,12 @@ TEST_F(ControlPlaneTest, ARestartedCoordinatorRecoversTheVersionFromTheDaemons) 
   v1::RefitReport report;
   ASSERT_TRUE(Refit(1, &report).ok());
   // The coordinator goes away and comes back on the same address with nothing.
-  coordinator_.reset();
-  auto server =
-      CoordinatorServer::Start(address_, v1::JobSpec(coordinator_job_), absl::Seconds(30), nullptr);
-  ASSERT_TRUE(server.ok()) << server.status();
-  coordinator_ = std::move(*server);
+  ASSERT_TRUE(cluster_.RestartCoordinator(coordinator_job_).ok());
   // The daemons reconnect (backoff starts at 0.1 s) and register their ranks again.
   ASSERT_TRUE(GroupSeen(2, 2));
   grpc::ClientContext context;
   v1::StatusResponse status;
-  ASSERT_TRUE(stub_->Status(&context, v1::StatusRequest(), &status).ok());
+  ASSERT_TRUE(cluster_.stub().Status(&context, v1::StatusRequest(), &status).ok());
   EXPECT_EQ(status.current_version(), 1);
   // A repeat of version 1 is answered without an epoch; the next one runs.
   v1::RefitReport again;

@@ -26,6 +26,7 @@
 #include "planner/testing/layout_builder.h"
 #include "refitd/coordinator_link.h"
 #include "refitd/testing/registration.h"
+#include "tests/in_process/testing/coordinator_with_daemons.h"
 #include "transport/testing/backed_layouts.h"
 #include "transport/testing/reference_quantizer.h"
 
@@ -114,36 +115,20 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
     job.set_source_ranks(2);
     job.set_destination_ranks(2);
     job.set_staging_budget_bytes(64 << 10);  // several batches
-    auto server = CoordinatorServer::Start("127.0.0.1:0", job, absl::Seconds(30));
-    ASSERT_TRUE(server.ok()) << server.status();
-    coordinator_ = std::move(*server);
-    stub_ = v1::Coordinator::NewStub(
-        grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials()));
+    ASSERT_TRUE(cluster_.Start(job).ok());
     sources_ = backed_.Back(src.spec(), "source");
     destinations_ = backed_.Back(dst.spec(), "destination");
-    trainer_link_ = std::make_unique<CoordinatorLink>(coordinator_->address(), "trainer", &trainer_,
-                                                      &trainer_metrics_);
-    inference_link_ =
-        std::make_unique<CoordinatorLink>(coordinator_->address(), "inference", &inference_);
-    trainer_link_->Start();
-    inference_link_->Start();
+    cluster_.Link(&trainer_, "trainer", &trainer_metrics_);
+    cluster_.Link(&inference_, "inference");
     for (const v1::RankLayout& r : sources_.ranks())
       Register(&trainer_, v1::ROLE_SOURCE, r, sources_);
     for (const v1::RankLayout& r : destinations_.ranks()) {
       Register(&InferenceRegistry(), v1::ROLE_DESTINATION, r, destinations_);
     }
-    for (int i = 0; i < 250 && (coordinator_->cluster().RankCount(v1::ROLE_SOURCE) < 2 ||
-                                coordinator_->cluster().RankCount(v1::ROLE_DESTINATION) < 2);
-         ++i) {
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    ASSERT_TRUE(cluster_.GroupSeen(2, 2));
   }
 
-  void TearDown() override {
-    trainer_link_.reset();
-    inference_link_.reset();
-    coordinator_.reset();
-  }
+  void TearDown() override { cluster_.Stop(); }
 
   void Register(RankRegistry* registry, v1::Role role, const v1::RankLayout& rank,
                 const v1::LayoutSpec& spec) {
@@ -313,14 +298,13 @@ class QuantizedRefitTest : public ::testing::TestWithParam<bool> {
 
   DaemonMetrics trainer_metrics_{std::make_shared<prometheus::Registry>(), "trainer"};
   std::map<std::string, TensorOnSide> source_tensors_;
-  std::unique_ptr<CoordinatorServer> coordinator_;
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
   transport::testing::BackedLayouts backed_;
   v1::LayoutSpec sources_, destinations_;
   RankRegistry& InferenceRegistry() { return GetParam() ? trainer_ : inference_; }
 
   RankRegistry trainer_{"trainer"}, inference_{"inference"};
-  std::unique_ptr<CoordinatorLink> trainer_link_, inference_link_;
+  // Declared after the registries: its links go first.
+  testing::CoordinatorWithDaemons cluster_;
 };
 
 TEST_P(QuantizedRefitTest, EveryCodeAndScaleIsTheReferenceQuantizersEpochAfterEpoch) {
@@ -337,13 +321,8 @@ TEST_P(QuantizedRefitTest, EveryCodeAndScaleIsTheReferenceQuantizersEpochAfterEp
   for (int64_t version : {1, 2}) {
     SCOPED_TRACE(absl::StrCat("version ", version));
     ASSERT_NO_FATAL_FAILURE(Publish(version));
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    v1::RefitRequest request;
-    request.set_version(version);
-    request.set_deadline_ms(20000);
     v1::RefitReport report;
-    const grpc::Status refit = stub_->Refit(&context, request, &report);
+    const grpc::Status refit = cluster_.Refit(version, &report, /*deadline_ms=*/20000);
     ASSERT_TRUE(refit.ok()) << refit.error_message();
     // Codes (1 byte per element) and scales crossed, not BF16 or F32: every w element once
     // as a code, every experts element once, the scales, and the BF16 norm to both ranks;
@@ -380,17 +359,11 @@ TEST_P(QuantizedRefitTest, AnInferenceRankWithAnotherRecipeIsRefusedByName) {
   }
   Register(&InferenceRegistry(), v1::ROLE_DESTINATION, other.ranks(1), other);
   // Until the coordinator holds the new registration (its group no longer agrees).
-  for (int i = 0; i < 250 && coordinator_->cluster().Snapshot().ok(); ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  ASSERT_TRUE(testing::CoordinatorWithDaemons::Eventually(
+      [&]() { return !cluster_.server().cluster().Snapshot().ok(); }));
   ASSERT_NO_FATAL_FAILURE(Publish(1));
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  v1::RefitRequest request;
-  request.set_version(1);
-  request.set_deadline_ms(20000);
   v1::RefitReport report;
-  const grpc::Status refit = stub_->Refit(&context, request, &report);
+  const grpc::Status refit = cluster_.Refit(1, &report, /*deadline_ms=*/20000);
   EXPECT_EQ(refit.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(refit.error_message(),
             "w: destination rank 1 declares a dtype, shape or quantization other ranks of its "

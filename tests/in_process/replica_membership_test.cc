@@ -27,6 +27,7 @@
 #include "refitd/coordinator_link.h"
 #include "refitd/testing/bucketed_ranks.h"
 #include "refitd/testing/registration.h"
+#include "tests/in_process/testing/coordinator_with_daemons.h"
 #include "transport/testing/backed_layouts.h"
 
 namespace refit::daemon {
@@ -49,11 +50,7 @@ class ReplicaMembershipTest : public ::testing::Test {
     job.mutable_destination_replicas()->set_ranks_per_replica(2);
     job.mutable_destination_replicas()->set_min_replicas(min_replicas);
     job_ = job;
-    auto server = CoordinatorServer::Start("127.0.0.1:0", job, absl::Seconds(30), &metrics_);
-    ASSERT_TRUE(server.ok()) << server.status();
-    coordinator_ = std::move(*server);
-    stub_ = v1::Coordinator::NewStub(
-        grpc::CreateChannel(coordinator_->address(), grpc::InsecureChannelCredentials()));
+    ASSERT_TRUE(cluster_.Start(job, &metrics_).ok());
     refit::testing::LayoutBuilder sources, destinations;
     sources.Tensor("w", {8, 12}).Tensor("norm", {12});
     sources.Chunked("w", 0, {0, 1}).Replicated("norm", {0, 1});
@@ -65,24 +62,18 @@ class ReplicaMembershipTest : public ::testing::Test {
     layout_ = destinations.spec();
     sources_ = backed_.Back(sources.spec(), "source");
     destinations_ = backed_.Back(layout_, "destination");
-    links_.push_back(
-        std::make_unique<CoordinatorLink>(coordinator_->address(), "trainer", &trainer_));
+    cluster_.Link(&trainer_, "trainer");
     for (int replica = 0; replica < replicas; ++replica) {
       replicas_.push_back(std::make_unique<RankRegistry>("inference-" + std::to_string(replica)));
-      links_.push_back(std::make_unique<CoordinatorLink>(
-          coordinator_->address(), "inference-" + std::to_string(replica), replicas_.back().get()));
+      cluster_.Link(replicas_.back().get(), "inference-" + std::to_string(replica));
     }
-    for (auto& link : links_) link->Start();
     for (const v1::RankLayout& r : sources_.ranks()) {
       ASSERT_TRUE(trainer_.Register(testing::RegistrationOf(v1::ROLE_SOURCE, r, sources_)).ok());
       transport::testing::FillViews(&trainer_.HoldBuffers().mutable_buffers(), v1::ROLE_SOURCE, r);
     }
   }
 
-  void TearDown() override {
-    links_.clear();
-    coordinator_.reset();
-  }
+  void TearDown() override { cluster_.Stop(); }
 
   // Gives destination rank `rank` new, poisoned memory (for its next registration).
   void NewMemory(int64_t rank) {
@@ -111,9 +102,7 @@ class ReplicaMembershipTest : public ::testing::Test {
   }
   // Each replica's reason to be held, as the coordinator's Status says it.
   std::map<int64_t, std::string> HeldReasons() {
-    grpc::ClientContext context;
-    v1::StatusResponse status;
-    EXPECT_TRUE(stub_->Status(&context, v1::StatusRequest(), &status).ok());
+    const v1::StatusResponse status = cluster_.Status();
     std::map<int64_t, std::string> reasons;
     for (const v1::ReplicaStatus& replica : status.replicas()) {
       if (replica.state() == "held") reasons[replica.replica()] = replica.reason();
@@ -127,37 +116,22 @@ class ReplicaMembershipTest : public ::testing::Test {
   }
   // Waits (bounded) until the coordinator knows `destinations` destination ranks and both
   // source ranks.
-  bool GroupSeen(int64_t destinations) {
-    for (int i = 0; i < 250; ++i) {
-      if (coordinator_->cluster().RankCount(v1::ROLE_SOURCE) == 2 &&
-          coordinator_->cluster().RankCount(v1::ROLE_DESTINATION) == destinations) {
-        return true;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return false;
-  }
+  bool GroupSeen(int64_t destinations) { return cluster_.GroupSeen(2, destinations); }
   // Waits (bounded) until the coordinator holds exactly the destination ranks of `replicas`.
   bool ReplicasSeen(const std::set<int64_t>& replicas) {
     std::set<int64_t> expected;
     for (int64_t replica : replicas) expected.insert({2 * replica, 2 * replica + 1});
-    for (int i = 0; i < 250; ++i) {
+    return testing::CoordinatorWithDaemons::Eventually([&]() {
       std::set<int64_t> seen;
-      for (const auto& [rank, holder] : coordinator_->cluster().DestinationRanks()) {
+      for (const auto& [rank, holder] : cluster_.server().cluster().DestinationRanks()) {
         seen.insert(rank);
       }
-      if (seen == expected) return true;
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return false;
+      return seen == expected;
+    });
   }
+
   grpc::Status Refit(int64_t version, v1::RefitReport* report) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    v1::RefitRequest request;
-    request.set_version(version);
-    request.set_deadline_ms(10000);
-    return stub_->Refit(&context, request, report);
+    return cluster_.Refit(version, report);
   }
   // Waits (bounded) until the counter or gauge `metric` holds `value`.
   template <typename Metric>
@@ -167,9 +141,7 @@ class ReplicaMembershipTest : public ::testing::Test {
   }
   // Each replica's state as the coordinator's Status says it ("0 current", "1 absent").
   std::vector<std::string> ReplicaStates() {
-    grpc::ClientContext context;
-    v1::StatusResponse status;
-    EXPECT_TRUE(stub_->Status(&context, v1::StatusRequest(), &status).ok());
+    const v1::StatusResponse status = cluster_.Status();
     std::vector<std::string> states;
     for (const v1::ReplicaStatus& replica : status.replicas()) {
       states.push_back(absl::StrCat(replica.replica(), " ", replica.state()));
@@ -266,25 +238,18 @@ class ReplicaMembershipTest : public ::testing::Test {
   };
 
   // The coordinator goes away and comes back on the same address knowing nothing.
-  void RestartCoordinator() {
-    const std::string address = coordinator_->address();
-    coordinator_.reset();
-    auto server = CoordinatorServer::Start(address, job_, absl::Seconds(30), nullptr);
-    ASSERT_TRUE(server.ok()) << server.status();
-    coordinator_ = std::move(*server);
-  }
+  void RestartCoordinator() { ASSERT_TRUE(cluster_.RestartCoordinator(job_).ok()); }
 
   CoordinatorMetrics metrics_{std::make_shared<prometheus::Registry>()};
   int64_t stall_ms_ = 0;  // the job's dataPlaneStallMs (0: the default), set before Start
   v1::JobSpec job_;
-  std::unique_ptr<CoordinatorServer> coordinator_;
-  std::unique_ptr<v1::Coordinator::Stub> stub_;
   transport::testing::BackedLayouts backed_;
   v1::LayoutSpec sources_, destinations_;
   RankRegistry trainer_{"trainer"};
   v1::LayoutSpec layout_;  // the destinations' layout, before any memory
   std::vector<std::unique_ptr<RankRegistry>> replicas_;  // one node per replica
-  std::vector<std::unique_ptr<CoordinatorLink>> links_;
+  // Declared after the registries: its links go first.
+  testing::CoordinatorWithDaemons cluster_;
 };
 
 TEST_F(ReplicaMembershipTest, AReplicaThatCompletesLaterCatchesUpByItself) {
@@ -396,10 +361,10 @@ TEST_F(ReplicaMembershipTest, AReplicaCompletedAfterTheSourcesMovedOnWaitsForThe
   ASSERT_TRUE(Refit(1, &report).ok());
   Publish(2);  // the trainers' buffers hold version 2 now
   // The coordinator hears of it before replica 1 completes (another stream).
-  for (int i = 0; i < 250 && coordinator_->cluster().PublishedRange().first != 2; ++i) {
+  for (int i = 0; i < 250 && cluster_.server().cluster().PublishedRange().first != 2; ++i) {
     absl::SleepFor(absl::Milliseconds(20));
   }
-  ASSERT_EQ(coordinator_->cluster().PublishedRange(), (std::pair<int64_t, int64_t>{2, 2}));
+  ASSERT_EQ(cluster_.server().cluster().PublishedRange(), (std::pair<int64_t, int64_t>{2, 2}));
   RegisterDestination(2);
   RegisterDestination(3);
   ASSERT_TRUE(GroupSeen(4));
@@ -541,19 +506,18 @@ TEST_F(ReplicaMembershipTest, AReplicaWhoseDaemonReconnectsIsNotDropped) {
   Start(/*min_replicas=*/1);
   for (int64_t rank = 0; rank < 4; ++rank) RegisterDestination(rank);
   ASSERT_TRUE(GroupSeen(4));
-  const std::string before = coordinator_->cluster().IncarnationOf("inference-1");
+  const std::string before = cluster_.server().cluster().IncarnationOf("inference-1");
   v1::RefitReport report;
   grpc::Status committed;
   std::thread refit([&] { committed = Refit(1, &report); });
   // Not a wait for an outcome: time for the refit to take its snapshot and wait.
   absl::SleepFor(absl::Milliseconds(300));
-  links_[2] =
-      std::make_unique<CoordinatorLink>(coordinator_->address(), "inference-1", replicas_[1].get());
-  links_[2]->Start();
-  for (int i = 0; i < 250 && coordinator_->cluster().IncarnationOf("inference-1") == before; ++i) {
+  cluster_.Link(replicas_[1].get(), "inference-1");
+  for (int i = 0; i < 250 && cluster_.server().cluster().IncarnationOf("inference-1") == before;
+       ++i) {
     absl::SleepFor(absl::Milliseconds(20));
   }
-  ASSERT_NE(coordinator_->cluster().IncarnationOf("inference-1"), before);
+  ASSERT_NE(cluster_.server().cluster().IncarnationOf("inference-1"), before);
   ASSERT_TRUE(GroupSeen(4));
   Publish(1);
   refit.join();
@@ -609,7 +573,8 @@ TEST_F(ReplicaMembershipTest, AReplicaWhoseDaemonGoesWhileItsEnginesArePausingIs
   ASSERT_TRUE(GroupSeen(4));
   Publish(1);
   std::thread killer([&] {
-    if (engines[2]->AwaitNotices(1)) links_[2].reset();  // inference-1's control stream ends
+    if (engines[2]->AwaitNotices(1))
+      cluster_.Unlink("inference-1");  // inference-1's control stream ends
   });
   const absl::Time start = absl::Now();
   v1::RefitReport report;
@@ -714,7 +679,7 @@ TEST_F(ReplicaMembershipTest, ChurnOverTwoHundredVersions) {
   // Memory the test itself keeps (a segment per registration, mapped) holds no descriptor;
   // refit's daemons, links and coordinator hold as many as after the first versions.
   EXPECT_LE(open_files(), files_after_warmup + 8);
-  EXPECT_EQ(coordinator_->cluster().RankCount(v1::ROLE_DESTINATION),
+  EXPECT_EQ(cluster_.server().cluster().RankCount(v1::ROLE_DESTINATION),
             2 * static_cast<int64_t>(present.size()));
 }
 
