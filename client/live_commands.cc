@@ -69,11 +69,18 @@ int RequestFailed(const char* command, const absl::Status& status, std::ostream&
   return absl::IsDataLoss(status) ? kExitVerifyFailed : kExitRequestFailed;
 }
 
+// Before the usage: what of the command line could not be parsed (an unknown flag, a flag
+// without its value), if that is what went wrong.
+void SayWhatIsWrong(const char* command, const absl::Status& parsed, std::ostream& err) {
+  if (!parsed.ok()) err << "refitctl " << command << ": " << parsed.message() << "\n";
+}
+
 }  // namespace
 
 int RunStatusCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   absl::StatusOr<CommandLine> line = CommandLine::Parse(args, {"coordinator"}, {"json"});
   if (!line.ok() || !line->Has("coordinator")) {
+    SayWhatIsWrong("status", line.status(), err);
     err << "usage: refitctl status --coordinator HOST:PORT [--json]\n";
     return kExitInvalidInput;
   }
@@ -126,6 +133,7 @@ int RunRefitCommand(const std::vector<std::string>& args, std::ostream& out, std
       !absl::SimpleAtoi(line->Get("version"), &version) ||
       (line->Has("timeout-ms") &&
        (!absl::SimpleAtoi(line->Get("timeout-ms"), &timeout_ms) || timeout_ms <= 0))) {
+    SayWhatIsWrong("refit", line.status(), err);
     err << "usage: refitctl refit --coordinator HOST:PORT --version N [--timeout-ms MS] "
            "[--json]\n";
     return kExitInvalidInput;
@@ -194,6 +202,7 @@ int RunRefitCommand(const std::vector<std::string>& args, std::ostream& out, std
 int RunLayoutsCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   absl::StatusOr<CommandLine> line = CommandLine::Parse(args, {"coordinator"}, {"json", "ranks"});
   if (!line.ok() || !line->Has("coordinator")) {
+    SayWhatIsWrong("layouts", line.status(), err);
     err << "usage: refitctl layouts --coordinator HOST:PORT [--ranks] [--json]\n"
            "  (a line per node; --ranks: a line per rank)\n";
     return kExitInvalidInput;

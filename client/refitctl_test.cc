@@ -292,4 +292,18 @@ TEST(RefitctlTest, BadFlagsExitTwo) {
   EXPECT_EQ(Refitctl("launch").exit_code, 2);
 }
 
+TEST(RefitctlTest, ALiveCommandNamesTheFlagItDoesNotKnow) {
+  for (const char* command : {"status", "refit --version=1", "layouts"}) {
+    SCOPED_TRACE(command);
+    const CommandResult run =
+        Refitctl(std::string(command) + " --coordinator=127.0.0.1:9 --colour");
+    EXPECT_EQ(run.exit_code, 2);
+    EXPECT_TRUE(absl::StrContains(run.err, "unknown flag --colour")) << run.err;
+    EXPECT_TRUE(absl::StrContains(run.err, "usage: refitctl ")) << run.err;
+  }
+  const CommandResult missing = Refitctl("status");
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_TRUE(absl::StartsWith(missing.err, "usage: refitctl status")) << missing.err;
+}
+
 }  // namespace
