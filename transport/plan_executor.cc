@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "transport/gpu/device_copy.h"
 #include "transport/gpu/device_memory.h"
+#include "transport/posted_operations.h"
 #include "transport/straight_write_stops.h"
 
 namespace refit::transport {
@@ -291,313 +292,356 @@ absl::Status PlanExecutor::Reserve(const v1::Plan& plan) {
   return absl::OkStatus();
 }
 
+// What the stages of one batch share (RunBatch).
+struct PlanExecutor::BatchRun {
+  BatchRun(int32_t batch, uint32_t epoch, absl::Time deadline, RunMemory* run_memory,
+           ExecutionStats* stats, BatchRoutes routes, UcxWorker* worker, StagingPool* host_staging,
+           absl::Duration stall_limit)
+      : batch(batch),
+        epoch(epoch),
+        deadline(deadline),
+        run_memory(run_memory),
+        stats(stats),
+        routes(std::move(routes)),
+        host_staging(host_staging),
+        posted(worker, host_staging, batch, deadline, stall_limit) {}
+
+  const int32_t batch;
+  const uint32_t epoch;
+  const absl::Time deadline;
+  RunMemory* const run_memory;
+  ExecutionStats* const stats;
+  const BatchRoutes routes;
+  StagingPool* const host_staging;
+  // One stream of messages per peer and direction, and how many rounds the longest takes.
+  std::vector<Stream> streams;
+  size_t rounds = 0;
+  // Per round parity, the stream of each operation in posted.rounds.
+  std::vector<size_t> stream_of[2];
+  // What same-host peers say they wrote straight into ranks here in this batch.
+  std::shared_ptr<std::map<int32_t, int64_t>> written_counts =
+      std::make_shared<std::map<int32_t, int64_t>>();
+  // Every operation posted and not yet finished; declared last, so it is destroyed first
+  // (cancelling what is left) while everything its operations touch is still here.
+  PostedOperations posted;
+
+  // The tag index of round `r`'s chunk, and of the batch's words of straight writes.
+  int64_t ChunkIndex(size_t r) const {
+    return (int64_t{batch} << kChunkBits) | static_cast<int64_t>(r);
+  }
+  int64_t WrittenIndex() const { return int64_t{batch} << kChunkBits; }
+};
+
+namespace {
+
+// "the 4096 bytes to daemon 1 (part 2 of 3, through shared memory)".
+template <typename Stream, typename Chunk>
+std::string Describe(const Stream& stream, const Chunk& chunk, size_t r) {
+  return absl::StrCat("the ", chunk.bytes, " bytes ", stream.outgoing ? "to" : "from", " daemon ",
+                      stream.peer, " (part ", r + 1, " of ", stream.chunks.size(),
+                      stream.mailbox != nullptr ? ", through shared memory)" : ")");
+}
+
+}  // namespace
+
 absl::Status PlanExecutor::RunBatch(const std::vector<Resolved>& transfers, int32_t batch,
                                     uint32_t epoch, absl::Time deadline, RunMemory* run_memory,
                                     ExecutionStats* stats) {
-  const BatchRoutes routes = RouteBatch(transfers);
-  // Local copies, then pieces written straight into same-host peers' destination ranks.
-  const std::vector<const v1::Transfer*>& local = routes.local;
-  const std::vector<const v1::Transfer*>& nccl = routes.nccl;
-  // The bytes written straight to and from each peer in this batch.
-  const std::map<int32_t, int64_t>& straight_to = routes.straight_to;
-  const std::map<int32_t, int64_t>& straight_from = routes.straight_from;
-  for (const auto& [peer, bytes] : straight_to) {
-    stats->bytes_via_shared_memory += bytes;
-    stats->bytes_sent_to[peer] += bytes;
-  }
-  for (const auto& [peer, bytes] : straight_from) {
-    stats->bytes_via_shared_memory += bytes;
-    stats->bytes_received_from[peer] += bytes;
-  }
-  for (const v1::Transfer* t : routes.written_by_peers) {
-    stats->piece_hashes.written_by_peers.insert(t->sequence());
-  }
-  if ((!routes.incoming.empty() || !routes.outgoing.empty() || !straight_to.empty() ||
-       !straight_from.empty()) &&
+  StagingPool* host_staging = host_staging_ != nullptr ? host_staging_ : &run_memory->host_staging;
+  BatchRun run(batch, epoch, deadline, run_memory, stats, RouteBatch(transfers), worker_,
+               host_staging, stall_limit_);
+  CountStraightWrites(run);
+  const BatchRoutes& routes = run.routes;
+  if ((!routes.incoming.empty() || !routes.outgoing.empty() || !routes.straight_to.empty() ||
+       !routes.straight_from.empty()) &&
       worker_ == nullptr) {
     return absl::FailedPreconditionError(
         absl::StrCat("batch ", batch, " crosses daemons but this one has no UCX worker"));
   }
+  // The stages, in order. Messages go in rounds: round r + 1 is packed and posted while
+  // round r is on the wire, then round r is unpacked. On any error the batch returns, and
+  // `run.posted` cancels what is still posted.
+  if (absl::Status carved = CarveStreams(run); !carved.ok()) return carved;
+  if (absl::Status posted = PostWordsOfPeers(run); !posted.ok()) return posted;
+  if (run.rounds > 0) {
+    if (absl::Status posted = PostRound(run, 0); !posted.ok()) return posted;
+  }
+  if (absl::Status copied = CopyLocally(run); !copied.ok()) return copied;
+  if (absl::Status said = SayWrittenStraight(run); !said.ok()) return said;
+  if (!routes.nccl.empty()) {
+    absl::Status sent =
+        RunNcclStep(routes.nccl, absl::StrCat("batch ", batch), deadline, run_memory, stats);
+    if (!sent.ok()) return sent;
+  }
+  for (size_t r = 0; r < run.rounds; ++r) {
+    if (absl::Status finished = FinishRound(run, r); !finished.ok()) return finished;
+  }
+  return Drain(run);
+}
+
+void PlanExecutor::CountStraightWrites(BatchRun& run) const {
+  for (const auto& [peer, bytes] : run.routes.straight_to) {
+    run.stats->bytes_via_shared_memory += bytes;
+    run.stats->bytes_sent_to[peer] += bytes;
+  }
+  for (const auto& [peer, bytes] : run.routes.straight_from) {
+    run.stats->bytes_via_shared_memory += bytes;
+    run.stats->bytes_received_from[peer] += bytes;
+  }
+  for (const v1::Transfer* t : run.routes.written_by_peers) {
+    run.stats->piece_hashes.written_by_peers.insert(t->sequence());
+  }
+}
+
+absl::Status PlanExecutor::CarveStreams(BatchRun& run) {
   // One stream of messages per peer and direction (receives first), each cut into chunks
-  // of whole pieces, sent in rounds: round r + 1 is packed and posted while round r is on
-  // the wire, then round r is unpacked. Each stream has two staging slots of its largest
-  // chunk, carved from the pool that outlives the batch (and, given one, the epoch), so
-  // staging stays small whatever the batch's size. With a peer on this host (UseSharedMemory)
-  // the slots of an outgoing stream are in the shared-memory outbox and the messages are
-  // notices; an incoming stream needs no slots (it unpacks from the sender's outbox) and
-  // answers each chunk with a receipt, which the sender awaits before it packs into that
-  // slot again.
-  std::vector<Stream> streams = StreamsOf(routes);
-  size_t rounds = 0;
-  for (const Stream& stream : streams) {
-    rounds = std::max(rounds, stream.chunks.size());
+  // of whole pieces. Each stream has two staging slots of its largest chunk, carved from
+  // the pool that outlives the batch (and, given one, the epoch), so staging stays small
+  // whatever the batch's size. With a peer on this host (UseSharedMemory) the slots of an
+  // outgoing stream are in the shared-memory outbox and the messages are notices; an
+  // incoming stream needs no slots (it unpacks from the sender's outbox) and answers each
+  // chunk with a receipt, which the sender awaits before it packs into that slot again.
+  run.streams = StreamsOf(run.routes);
+  for (const Stream& stream : run.streams) {
+    run.rounds = std::max(run.rounds, stream.chunks.size());
     // A receipt goes back on the endpoint to the sender (held to every peer received from).
     if (stream.endpoint == nullptr && (stream.outgoing || stream.mailbox != nullptr)) {
       return absl::FailedPreconditionError(
-          absl::StrCat("batch ", batch, ": no connection to daemon ", stream.peer));
+          absl::StrCat("batch ", run.batch, ": no connection to daemon ", stream.peer));
     }
   }
-  const SlotSizes slot_sizes = SlotSizesOf(streams);
-  const std::vector<int64_t>& sizes = slot_sizes.staging;
-  const std::vector<int64_t>& outbox_sizes = slot_sizes.outbox;
-  StagingPool* host_staging = host_staging_ != nullptr ? host_staging_ : &run_memory->host_staging;
+  const SlotSizes slot_sizes = SlotSizesOf(run.streams);
   std::vector<uint8_t*> carved, outbox_carved;
-  if (!sizes.empty()) {
-    absl::StatusOr<std::vector<uint8_t*>> staging = host_staging->Carve(-1, sizes);
+  if (!slot_sizes.staging.empty()) {
+    absl::StatusOr<std::vector<uint8_t*>> staging = run.host_staging->Carve(-1, slot_sizes.staging);
     if (!staging.ok()) {
       return absl::Status(staging.status().code(),
-                          absl::StrCat("batch ", batch, ": ", staging.status().message()));
+                          absl::StrCat("batch ", run.batch, ": ", staging.status().message()));
     }
     carved = *std::move(staging);
   }
-  if (!outbox_sizes.empty()) {
-    absl::StatusOr<std::vector<uint8_t*>> outbox = outbox_->Carve(outbox_sizes);
+  if (!slot_sizes.outbox.empty()) {
+    absl::StatusOr<std::vector<uint8_t*>> outbox = outbox_->Carve(slot_sizes.outbox);
     if (!outbox.ok()) {
       return absl::Status(outbox.status().code(),
-                          absl::StrCat("batch ", batch, ": ", outbox.status().message()));
+                          absl::StrCat("batch ", run.batch, ": ", outbox.status().message()));
     }
     outbox_carved = *std::move(outbox);
   }
-  {
-    size_t next = 0, next_in_outbox = 0;
-    for (Stream& stream : streams) {
-      if (stream.mailbox != nullptr && !stream.outgoing) continue;
-      std::vector<uint8_t*>& from = stream.mailbox != nullptr ? outbox_carved : carved;
-      size_t& at = stream.mailbox != nullptr ? next_in_outbox : next;
-      stream.slots[0] = stream.slots[1] = from[at++];
-      if (stream.chunks.size() > 1) stream.slots[1] = from[at++];
-    }
+  size_t next = 0, next_in_outbox = 0;
+  for (Stream& stream : run.streams) {
+    if (stream.mailbox != nullptr && !stream.outgoing) continue;
+    std::vector<uint8_t*>& from = stream.mailbox != nullptr ? outbox_carved : carved;
+    size_t& at = stream.mailbox != nullptr ? next_in_outbox : next;
+    stream.slots[0] = stream.slots[1] = from[at++];
+    if (stream.chunks.size() > 1) stream.slots[1] = from[at++];
   }
-  // The operations of the rounds in flight (by round parity), and the stream of each; the
-  // receipts a sender awaits (by round parity) and those it sent.
-  std::vector<PendingOperation> in_flight[2];
-  std::vector<size_t> stream_of[2];
-  std::vector<PendingOperation> receipts_awaited[2];
-  std::vector<PendingOperation> receipts_sent;
-  // What same-host peers say they wrote straight into ranks here in this batch.
-  const int64_t written_index = int64_t{batch} << kChunkBits;
-  auto written_counts = std::make_shared<std::map<int32_t, int64_t>>();
-  std::vector<PendingOperation> written_by_peers;
-  // An operation UCX could neither finish nor cancel keeps the staging block alive (its
-  // memory_owner); the pool then forgets that block, so no later batch reuses it.
-  auto abandon_if_left_running = [&](size_t lingering, int64_t abandoned) {
-    if (worker_->lingering_receives() > lingering || worker_->abandoned_operations() > abandoned) {
-      host_staging->Abandon(-1);
-    }
-  };
-  auto fail = [&](const absl::Status& status) {
-    // Posted operations must not outlive their buffers: cancel them now.
-    std::vector<PendingOperation> posted;
-    for (std::vector<PendingOperation>* list :
-         {&in_flight[0], &in_flight[1], &receipts_awaited[0], &receipts_awaited[1], &receipts_sent,
-          &written_by_peers}) {
-      posted.insert(posted.end(), list->begin(), list->end());
-      list->clear();
-    }
-    if (!posted.empty()) {
-      const size_t lingering = worker_->lingering_receives();
-      const int64_t abandoned = worker_->abandoned_operations();
-      worker_->WaitAll(&posted, absl::Now()).IgnoreError();
-      abandon_if_left_running(lingering, abandoned);
-    }
-    return status;
-  };
-  // Waits for `operations` (emptied either way); errors name the batch.
-  auto wait_for = [&](std::vector<PendingOperation>* operations) -> absl::Status {
-    if (operations->empty()) return absl::OkStatus();
-    const size_t lingering = worker_->lingering_receives();
-    const int64_t abandoned = worker_->abandoned_operations();
-    absl::Status done = worker_->WaitAll(operations, deadline, stall_limit_);
-    if (!done.ok()) {
-      abandon_if_left_running(lingering, abandoned);
-      operations->clear();
-      return absl::Status(done.code(), absl::StrCat("batch ", batch, ": ", done.message()));
-    }
-    return absl::OkStatus();
-  };
-  auto describe = [](const Stream& stream, const Chunk& chunk, size_t r) {
-    return absl::StrCat("the ", chunk.bytes, " bytes ", stream.outgoing ? "to" : "from", " daemon ",
-                        stream.peer, " (part ", r + 1, " of ", stream.chunks.size(),
-                        stream.mailbox != nullptr ? ", through shared memory)" : ")");
-  };
-  // Posts round `r`: a receive per incoming stream, a packed send per outgoing one (and,
-  // through shared memory, the receive of its receipt).
-  auto post_round = [&](size_t r) -> absl::Status {
-    for (size_t s = 0; s < streams.size(); ++s) {
-      Stream& stream = streams[s];
-      if (r >= stream.chunks.size()) continue;
-      const Chunk& chunk = stream.chunks[r];
-      uint8_t* slot = stream.slots[r % 2];
-      const int64_t index = (int64_t{batch} << kChunkBits) | static_cast<int64_t>(r);
-      absl::StatusOr<PendingOperation> posted;
-      if (!stream.outgoing && stream.mailbox != nullptr) {
-        posted = worker_->PostReceive(MessageTag(epoch, MessageKind::kChunk, index, stream.peer),
-                                      stream.mailbox->notices[r % 2].data(), kHandoffNoticeBytes);
-      } else if (!stream.outgoing) {
-        posted = worker_->PostReceive(MessageTag(epoch, MessageKind::kChunk, index, stream.peer),
-                                      slot, chunk.bytes);
-      } else {
-        absl::Status packed = CopyPieces(chunk.pieces, slot, /*staging_device=*/-1,
-                                         /*pack=*/true, run_memory, stats);
-        if (!packed.ok()) return packed;
-        const void* message = slot;
-        int64_t message_bytes = chunk.bytes;
-        if (stream.mailbox != nullptr) {
-          stream.mailbox->notices[r % 2] = EncodeNotice(outbox_->NoticeFor(slot, chunk.bytes));
-          message = stream.mailbox->notices[r % 2].data();
-          message_bytes = kHandoffNoticeBytes;
-          absl::StatusOr<PendingOperation> receipt =
-              worker_->PostReceive(MessageTag(epoch, MessageKind::kReceipt, index, stream.peer),
-                                   &stream.mailbox->receipts[r % 2], sizeof(int64_t));
-          if (!receipt.ok()) return receipt.status();
-          receipt->what = absl::StrCat("the receipt of ", describe(stream, chunk, r));
-          receipt->memory_owner = stream.mailbox;
-          receipts_awaited[r % 2].push_back(*std::move(receipt));
-          stats->bytes_via_shared_memory += chunk.bytes;
-        }
-        posted = stream.endpoint->PostSend(MessageTag(epoch, MessageKind::kChunk, index, self_),
-                                           message, message_bytes);
-        if (posted.ok()) stats->bytes_sent_to[stream.peer] += chunk.bytes;
-      }
-      if (!posted.ok()) return posted.status();
-      posted->what = describe(stream, chunk, r);
-      posted->memory_owner = stream.mailbox != nullptr ? std::shared_ptr<void>(stream.mailbox)
-                                                       : host_staging->BlockOf(-1);
-      in_flight[r % 2].push_back(*std::move(posted));
-      stream_of[r % 2].push_back(s);
-    }
-    return absl::OkStatus();
-  };
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::PostWordsOfPeers(BatchRun& run) {
   // A peer that writes straight into ranks here says when it is done with this batch (the
   // next batch may read what it wrote): its message says how many bytes it wrote.
-  for (const auto& [peer, bytes] : straight_from) {
+  for (const auto& [peer, bytes] : run.routes.straight_from) {
     absl::StatusOr<PendingOperation> posted =
-        worker_->PostReceive(MessageTag(epoch, MessageKind::kWritten, written_index, peer),
-                             &(*written_counts)[peer], sizeof(int64_t));
-    if (!posted.ok()) return fail(posted.status());
+        worker_->PostReceive(MessageTag(run.epoch, MessageKind::kWritten, run.WrittenIndex(), peer),
+                             &(*run.written_counts)[peer], sizeof(int64_t));
+    if (!posted.ok()) return posted.status();
     posted->what = absl::StrCat("daemon ", peer, "'s word that it wrote its ", bytes,
                                 " bytes straight into ranks here");
-    posted->memory_owner = written_counts;
-    written_by_peers.push_back(*std::move(posted));
+    posted->memory_owner = run.written_counts;
+    run.posted.words_received.push_back(*std::move(posted));
   }
-  if (rounds > 0) {
-    if (absl::Status posted = post_round(0); !posted.ok()) return fail(posted);
-  }
-  {
-    // Copies between host memory run on the copy threads; the others (GPU memory, the
-    // sink) are issued back to back and waited for once (the NCCL step below may read what
-    // they wrote). A batch's copies write disjoint bytes.
-    std::vector<HostCopy> host;
-    std::vector<const v1::Transfer*> host_transfers, others;
-    for (const v1::Transfer* t : local) {
-      absl::StatusOr<std::optional<HostCopy>> job =
-          HostCopyOf(*t, std::nullopt, std::nullopt, run_memory);
-      if (!job.ok()) return fail(job.status());
-      if (!job->has_value()) {
-        others.push_back(t);
-        continue;
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::PostRound(BatchRun& run, size_t r) {
+  // A receive per incoming stream, a packed send per outgoing one (and, through shared
+  // memory, the receive of its receipt).
+  for (size_t s = 0; s < run.streams.size(); ++s) {
+    Stream& stream = run.streams[s];
+    if (r >= stream.chunks.size()) continue;
+    const Chunk& chunk = stream.chunks[r];
+    uint8_t* slot = stream.slots[r % 2];
+    const int64_t index = run.ChunkIndex(r);
+    absl::StatusOr<PendingOperation> posted;
+    if (!stream.outgoing && stream.mailbox != nullptr) {
+      posted = worker_->PostReceive(MessageTag(run.epoch, MessageKind::kChunk, index, stream.peer),
+                                    stream.mailbox->notices[r % 2].data(), kHandoffNoticeBytes);
+    } else if (!stream.outgoing) {
+      posted = worker_->PostReceive(MessageTag(run.epoch, MessageKind::kChunk, index, stream.peer),
+                                    slot, chunk.bytes);
+    } else {
+      absl::Status packed = CopyPieces(chunk.pieces, slot, /*staging_device=*/-1,
+                                       /*pack=*/true, run.run_memory, run.stats);
+      if (!packed.ok()) return packed;
+      const void* message = slot;
+      int64_t message_bytes = chunk.bytes;
+      if (stream.mailbox != nullptr) {
+        stream.mailbox->notices[r % 2] = EncodeNotice(outbox_->NoticeFor(slot, chunk.bytes));
+        message = stream.mailbox->notices[r % 2].data();
+        message_bytes = kHandoffNoticeBytes;
+        absl::StatusOr<PendingOperation> receipt =
+            worker_->PostReceive(MessageTag(run.epoch, MessageKind::kReceipt, index, stream.peer),
+                                 &stream.mailbox->receipts[r % 2], sizeof(int64_t));
+        if (!receipt.ok()) return receipt.status();
+        receipt->what = absl::StrCat("the receipt of ", Describe(stream, chunk, r));
+        receipt->memory_owner = stream.mailbox;
+        run.posted.receipts_awaited[r % 2].push_back(*std::move(receipt));
+        run.stats->bytes_via_shared_memory += chunk.bytes;
       }
-      host.push_back(**std::move(job));
-      host_transfers.push_back(t);
+      posted = stream.endpoint->PostSend(MessageTag(run.epoch, MessageKind::kChunk, index, self_),
+                                         message, message_bytes);
+      if (posted.ok()) run.stats->bytes_sent_to[stream.peer] += chunk.bytes;
     }
-    if (absl::Status copied = RunHostCopiesOf(&host, host_transfers, stats); !copied.ok()) {
-      return fail(copied);
-    }
-    gpu::DeviceCopyChain copies;
-    for (const v1::Transfer* t : others) {
-      absl::Status copied = CopyLocal(*t, run_memory, stats, &copies);
-      if (!copied.ok()) return fail(copied);
-    }
-    if (absl::Status waited = copies.Wait(); !waited.ok()) {
-      return fail(absl::Status(
-          waited.code(), absl::StrCat("batch ", batch, "'s local copies: ", waited.message())));
-    }
+    if (!posted.ok()) return posted.status();
+    posted->what = Describe(stream, chunk, r);
+    posted->memory_owner = stream.mailbox != nullptr ? std::shared_ptr<void>(stream.mailbox)
+                                                     : run.host_staging->BlockOf(-1);
+    run.posted.rounds[r % 2].push_back(*std::move(posted));
+    run.stream_of[r % 2].push_back(s);
   }
-  for (const auto& [peer, bytes] : straight_to) {
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::CopyLocally(BatchRun& run) {
+  // Copies between host memory run on the copy threads; the others (GPU memory, the sink)
+  // are issued back to back and waited for once (the NCCL step may read what they wrote).
+  // A batch's copies write disjoint bytes.
+  std::vector<HostCopy> host;
+  std::vector<const v1::Transfer*> host_transfers, others;
+  for (const v1::Transfer* t : run.routes.local) {
+    absl::StatusOr<std::optional<HostCopy>> job =
+        HostCopyOf(*t, std::nullopt, std::nullopt, run.run_memory);
+    if (!job.ok()) return job.status();
+    if (!job->has_value()) {
+      others.push_back(t);
+      continue;
+    }
+    host.push_back(**std::move(job));
+    host_transfers.push_back(t);
+  }
+  if (absl::Status copied = RunHostCopiesOf(&host, host_transfers, run.stats); !copied.ok()) {
+    return copied;
+  }
+  gpu::DeviceCopyChain copies;
+  for (const v1::Transfer* t : others) {
+    absl::Status copied = CopyLocal(*t, run.run_memory, run.stats, &copies);
+    if (!copied.ok()) return copied;
+  }
+  if (absl::Status waited = copies.Wait(); !waited.ok()) {
+    return absl::Status(waited.code(),
+                        absl::StrCat("batch ", run.batch, "'s local copies: ", waited.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::SayWrittenStraight(BatchRun& run) {
+  // The local copies wrote straight into same-host peers' ranks: each peer hears how many
+  // bytes, and reads them once its word arrives.
+  for (const auto& [peer, bytes] : run.routes.straight_to) {
     UcxEndpoint* endpoint = PeerOf(peer);
     if (endpoint == nullptr) {
-      return fail(absl::FailedPreconditionError(
-          absl::StrCat("batch ", batch, ": no connection to daemon ", peer)));
+      return absl::FailedPreconditionError(
+          absl::StrCat("batch ", run.batch, ": no connection to daemon ", peer));
     }
     auto count = std::make_shared<int64_t>(bytes);
     absl::StatusOr<PendingOperation> sent =
-        endpoint->PostSend(MessageTag(epoch, MessageKind::kWritten, written_index, self_),
+        endpoint->PostSend(MessageTag(run.epoch, MessageKind::kWritten, run.WrittenIndex(), self_),
                            count.get(), sizeof(*count));
-    if (!sent.ok()) return fail(sent.status());
+    if (!sent.ok()) return sent.status();
     sent->what = absl::StrCat("the word to daemon ", peer, " that ", bytes,
                               " bytes were written straight into its ranks");
     sent->memory_owner = count;
-    receipts_sent.push_back(*std::move(sent));
+    run.posted.words_sent.push_back(*std::move(sent));
   }
-  if (!nccl.empty()) {
-    absl::Status sent =
-        RunNcclStep(nccl, absl::StrCat("batch ", batch), deadline, run_memory, stats);
-    if (!sent.ok()) return fail(sent);
-  }
-  for (size_t r = 0; r < rounds; ++r) {
-    // The other slots held round r - 1, which is done (and, through shared memory, its
-    // receipts are in): round r + 1 goes there.
-    if (r + 1 < rounds) {
-      if (absl::Status received = wait_for(&receipts_awaited[(r + 1) % 2]); !received.ok()) {
-        return fail(received);
-      }
-      if (absl::Status posted = post_round(r + 1); !posted.ok()) return fail(posted);
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::FinishRound(BatchRun& run, size_t r) {
+  // The other slots held round r - 1, which is done (and, through shared memory, its
+  // receipts are in): round r + 1 goes there.
+  if (r + 1 < run.rounds) {
+    if (absl::Status received = run.posted.Wait(&run.posted.receipts_awaited[(r + 1) % 2]);
+        !received.ok()) {
+      return received;
     }
-    std::vector<PendingOperation>& round = in_flight[r % 2];
-    if (absl::Status done = wait_for(&round); !done.ok()) return fail(done);
-    for (size_t i = 0; i < round.size(); ++i) {
-      const Stream& stream = streams[stream_of[r % 2][i]];
-      if (stream.outgoing) continue;
-      const Chunk& chunk = stream.chunks[r];
-      uint8_t* message = stream.slots[r % 2];
-      int64_t message_bytes = static_cast<int64_t>(round[i].length);
-      if (stream.mailbox != nullptr) {
-        absl::StatusOr<HandoffNotice> notice =
-            DecodeNotice(stream.mailbox->notices[r % 2].data(), message_bytes);
-        absl::StatusOr<const uint8_t*> located =
-            notice.ok() ? inboxes_->Locate(stream.peer, *notice) : notice.status();
-        if (!located.ok()) {
-          return fail(absl::DataLossError(absl::StrCat(
-              "batch ", batch, ": from daemon ", stream.peer, ": ", located.status().message())));
-        }
-        // The sender's outbox, mapped writable (the receipt says when it may reuse it).
-        message = const_cast<uint8_t*>(*located);
-        message_bytes = notice->bytes;
-        stats->bytes_via_shared_memory += chunk.bytes;
-      }
-      if (message_bytes != chunk.bytes) {
-        return fail(
-            absl::DataLossError(absl::StrCat("batch ", batch, ": daemon ", stream.peer, " sent ",
-                                             message_bytes, " bytes, expected ", chunk.bytes)));
-      }
-      stats->bytes_received_from[stream.peer] += chunk.bytes;
-      if (on_message_received_) on_message_received_(message, chunk.bytes);
-      absl::Status unpacked = CopyPieces(chunk.pieces, message, /*staging_device=*/-1,
-                                         /*pack=*/false, run_memory, stats);
-      if (!unpacked.ok()) return fail(unpacked);
-      if (stream.mailbox != nullptr) {
-        const int64_t index = (int64_t{batch} << kChunkBits) | static_cast<int64_t>(r);
-        stream.mailbox->receipts[r % 2] = index;
-        absl::StatusOr<PendingOperation> receipt =
-            stream.endpoint->PostSend(MessageTag(epoch, MessageKind::kReceipt, index, self_),
-                                      &stream.mailbox->receipts[r % 2], sizeof(int64_t));
-        if (!receipt.ok()) return fail(receipt.status());
-        receipt->what = absl::StrCat("the receipt of ", describe(stream, chunk, r));
-        receipt->memory_owner = stream.mailbox;
-        receipts_sent.push_back(*std::move(receipt));
-      }
+    if (absl::Status posted = PostRound(run, r + 1); !posted.ok()) return posted;
+  }
+  std::vector<PendingOperation>& round = run.posted.rounds[r % 2];
+  // Read after the wait: the wait empties the list when it fails.
+  const std::vector<size_t> stream_of = std::move(run.stream_of[r % 2]);
+  run.stream_of[r % 2].clear();
+  std::vector<size_t> lengths;
+  if (absl::Status done = WaitKeepingLengths(run, &round, &lengths); !done.ok()) return done;
+  for (size_t i = 0; i < stream_of.size(); ++i) {
+    const Stream& stream = run.streams[stream_of[i]];
+    if (stream.outgoing) continue;
+    if (absl::Status unpacked = Unpack(run, stream, r, static_cast<int64_t>(lengths[i]));
+        !unpacked.ok()) {
+      return unpacked;
     }
-    round.clear();
-    stream_of[r % 2].clear();
   }
-  for (std::vector<PendingOperation>* left :
-       {&receipts_awaited[0], &receipts_awaited[1], &receipts_sent, &written_by_peers}) {
-    if (absl::Status done = wait_for(left); !done.ok()) return fail(done);
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::WaitKeepingLengths(BatchRun& run, std::vector<PendingOperation>* round,
+                                              std::vector<size_t>* lengths) {
+  if (absl::Status done = run.posted.Wait(round); !done.ok()) return done;
+  lengths->clear();
+  for (const PendingOperation& operation : *round) lengths->push_back(operation.length);
+  round->clear();
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::Unpack(BatchRun& run, const Stream& stream, size_t r,
+                                  int64_t received_bytes) {
+  const Chunk& chunk = stream.chunks[r];
+  uint8_t* message = stream.slots[r % 2];
+  int64_t message_bytes = received_bytes;
+  if (stream.mailbox != nullptr) {
+    absl::StatusOr<HandoffNotice> notice =
+        DecodeNotice(stream.mailbox->notices[r % 2].data(), message_bytes);
+    absl::StatusOr<const uint8_t*> located =
+        notice.ok() ? inboxes_->Locate(stream.peer, *notice) : notice.status();
+    if (!located.ok()) {
+      return absl::DataLossError(absl::StrCat("batch ", run.batch, ": from daemon ", stream.peer,
+                                              ": ", located.status().message()));
+    }
+    // The sender's outbox, mapped writable (the receipt says when it may reuse it).
+    message = const_cast<uint8_t*>(*located);
+    message_bytes = notice->bytes;
+    run.stats->bytes_via_shared_memory += chunk.bytes;
   }
-  for (const auto& [peer, bytes] : straight_from) {
-    if ((*written_counts)[peer] != bytes) {
-      return absl::DataLossError(absl::StrCat("batch ", batch, ": daemon ", peer, " wrote ",
-                                              (*written_counts)[peer],
+  if (message_bytes != chunk.bytes) {
+    return absl::DataLossError(absl::StrCat("batch ", run.batch, ": daemon ", stream.peer, " sent ",
+                                            message_bytes, " bytes, expected ", chunk.bytes));
+  }
+  run.stats->bytes_received_from[stream.peer] += chunk.bytes;
+  if (on_message_received_) on_message_received_(message, chunk.bytes);
+  absl::Status unpacked = CopyPieces(chunk.pieces, message, /*staging_device=*/-1,
+                                     /*pack=*/false, run.run_memory, run.stats);
+  if (!unpacked.ok()) return unpacked;
+  if (stream.mailbox != nullptr) {
+    const int64_t index = run.ChunkIndex(r);
+    stream.mailbox->receipts[r % 2] = index;
+    absl::StatusOr<PendingOperation> receipt =
+        stream.endpoint->PostSend(MessageTag(run.epoch, MessageKind::kReceipt, index, self_),
+                                  &stream.mailbox->receipts[r % 2], sizeof(int64_t));
+    if (!receipt.ok()) return receipt.status();
+    receipt->what = absl::StrCat("the receipt of ", Describe(stream, chunk, r));
+    receipt->memory_owner = stream.mailbox;
+    run.posted.receipts_sent.push_back(*std::move(receipt));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PlanExecutor::Drain(BatchRun& run) {
+  if (absl::Status done = run.posted.WaitForAll(); !done.ok()) return done;
+  for (const auto& [peer, bytes] : run.routes.straight_from) {
+    if ((*run.written_counts)[peer] != bytes) {
+      return absl::DataLossError(absl::StrCat("batch ", run.batch, ": daemon ", peer, " wrote ",
+                                              (*run.written_counts)[peer],
                                               " bytes straight into ranks here, expected ", bytes));
     }
   }

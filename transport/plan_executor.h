@@ -229,8 +229,33 @@ class PlanExecutor {
   absl::StatusOr<ExecutionStats> RunResolved(
       const v1::Plan& plan, const std::vector<std::vector<Resolved>>& batches, uint32_t epoch,
       absl::Time deadline, const std::function<absl::Status(int batch)>& after_batch);
+  // One batch of an unordered plan, as named stages over what they share (BatchRun, whose
+  // PostedOperations own every operation posted: the only place that gives up on them).
   absl::Status RunBatch(const std::vector<Resolved>& transfers, int32_t batch, uint32_t epoch,
                         absl::Time deadline, RunMemory* run_memory, ExecutionStats* stats);
+  struct BatchRun;
+  // The bytes written straight to and from same-host peers, counted in the stats.
+  void CountStraightWrites(BatchRun& run) const;
+  // The batch's message streams and their staging slots (host staging, or the outbox).
+  absl::Status CarveStreams(BatchRun& run);
+  // Receives of the words of same-host peers that write straight into ranks here.
+  absl::Status PostWordsOfPeers(BatchRun& run);
+  // Round `r`: a receive per incoming stream, a packed send per outgoing one.
+  absl::Status PostRound(BatchRun& run, size_t r);
+  // The batch's local copies (and its pieces written straight into same-host peers' ranks).
+  absl::Status CopyLocally(BatchRun& run);
+  // Tells each same-host peer how many bytes were written straight into its ranks.
+  absl::Status SayWrittenStraight(BatchRun& run);
+  // Posts round r + 1 into the slots round r - 1 freed, waits for round `r` and unpacks it.
+  absl::Status FinishRound(BatchRun& run, size_t r);
+  // Waits for `round` and gives the bytes each of its operations received.
+  absl::Status WaitKeepingLengths(BatchRun& run, std::vector<PendingOperation>* round,
+                                  std::vector<size_t>* lengths);
+  // Unpacks round `r`'s chunk of incoming `stream` (`received_bytes` on the wire) and,
+  // through shared memory, answers it with a receipt.
+  absl::Status Unpack(BatchRun& run, const Stream& stream, size_t r, int64_t received_bytes);
+  // Waits for everything still posted and checks the peers' words of straight writes.
+  absl::Status Drain(BatchRun& run);
   // `list` (one peer's pieces in plan order) cut into chunks of whole pieces: at most
   // message_chunk_bytes_ each unless one piece is larger, and at most kMaxChunks of them
   // (the limit grows when it would take more).
