@@ -705,18 +705,14 @@ void EpochRunner::AwaitWoundDown(const ClusterSnapshot& snapshot, Deadline deadl
                                  const Cancelled& cancelled) {
   absl::MutexLock lock(&mu_);
   auto wound_down = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (const auto& [daemon, session] : winding_down_) {
-      auto channel = snapshot.channels.find(daemon);
-      if (channel != snapshot.channels.end() && channel->second == session.lock()) return false;
-    }
-    return true;
+    return winding_down_.Over(snapshot.channels);
   };
   if (wound_down()) {
-    winding_down_.clear();
+    winding_down_.Clear();
     return;
   }
   spdlog::info("waiting for {} daemons to wind down epoch {} before the next one",
-               winding_down_.size(), winding_down_epoch_);
+               winding_down_.size(), winding_down_.epoch_id());
   // A daemon's wind-down ends within its stall limit (its data plane gives up on a dead
   // peer then); past that and a lease, the next epoch goes ahead regardless.
   const absl::Duration stall =
@@ -724,7 +720,7 @@ void EpochRunner::AwaitWoundDown(const ClusterSnapshot& snapshot, Deadline deadl
   const absl::Duration lease = Lease();
   AwaitCancellable(mu_, absl::Condition(&wound_down), deadline.Within(stall + lease).ToTime(),
                    cancelled);
-  winding_down_.clear();  // the next epoch goes ahead: none after it waits for this one
+  winding_down_.Clear();  // the next epoch goes ahead: none after it waits for this one
 }
 
 std::vector<int64_t> EpochRunner::LostReplicas(const ClusterSnapshot& snapshot,
@@ -1087,13 +1083,7 @@ absl::Status EpochRunner::Decide(absl::Status launched, Deadline deadline,
   if (outcome.ok()) outcome = epoch_->Commit();
   if (!outcome.ok() && epoch_->running()) epoch_->Abort().IgnoreError();  // running: accepted
   if (!outcome.ok() && launched_ok) {  // only daemons told to run it wind it down
-    winding_down_epoch_ = epoch_->id();
-    winding_down_.clear();
-    for (int32_t daemon : epoch_->awaiting()) {
-      if (auto channel = snapshot.channels.find(daemon); channel != snapshot.channels.end()) {
-        winding_down_[daemon] = channel->second;
-      }
-    }
+    winding_down_.Start(epoch_->id(), epoch_->awaiting(), snapshot.channels);
   }
   // Decided here, atomically with the epoch no longer running: a daemon in doubt about it
   // from now on hears this outcome, and a watcher of it hears how it ended.
@@ -1195,7 +1185,7 @@ v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const Members& 
 void EpochRunner::OnDone(int32_t daemon, const v1::EpochDone& done) {
   const std::string node = cluster_->NodeOf(daemon);
   absl::MutexLock lock(&mu_);
-  if (done.epoch_id() == winding_down_epoch_) winding_down_.erase(daemon);
+  winding_down_.OnDone(daemon, done.epoch_id());
   if (!epoch_ || done.epoch_id() != epoch_->id()) return;  // a stale report
   epoch_->OnDone(daemon, node, done);
 }
@@ -1254,7 +1244,7 @@ void EpochRunner::OnDaemonLost(int32_t daemon, const std::string& how) {
   absl::MutexLock lock(&mu_);
   // A pause round stops waiting for it: its engines cannot answer now; nor does a retry.
   if (pause_.has_value()) pause_->OnDaemonLost(daemon);
-  winding_down_.erase(daemon);
+  winding_down_.OnDaemonLost(daemon);
   prepared_.erase(daemon);  // a new session prepares anew
   if (epoch_)
     epoch_->OnDaemonLost(daemon,

@@ -41,6 +41,7 @@
 #include "coordinator/pause_round.h"
 #include "coordinator/plan_slices.h"
 #include "coordinator/replica_vetting.h"
+#include "coordinator/winding_down.h"
 #include "daemon/deadline.h"
 #include "daemon/metrics.h"
 #include "planner/planner.h"
@@ -267,7 +268,8 @@ class EpochRunner {
   CoordinatorMetrics* metrics_;
   const std::optional<DestinationReplicas> replicas_;  // with job_.destination_replicas
   planner::PlanCache plans_;
-  absl::Mutex run_mu_;  // taken only by the holder of the group (group_busy_)
+  // Taken only by the holder of the group (group_busy_).
+  absl::Mutex run_mu_ ABSL_ACQUIRED_BEFORE(settle_mu_, mu_);
   // The NCCL members last set up and their unique id.
   std::string nccl_members_ ABSL_GUARDED_BY(run_mu_);
   std::string nccl_unique_id_ ABSL_GUARDED_BY(run_mu_);
@@ -287,7 +289,7 @@ class EpochRunner {
   // Changes each time a watcher may see something new (epoch_ started, progressed, ended).
   int64_t progress_events_ ABSL_GUARDED_BY(mu_) = 0;
   CommittedVersions committed_ ABSL_GUARDED_BY(mu_);
-  absl::Mutex settle_mu_;  // one SettleDaemonsInDoubt at a time
+  absl::Mutex settle_mu_ ABSL_ACQUIRED_BEFORE(mu_);  // one SettleDaemonsInDoubt at a time
   absl::Mutex prepare_mu_;
   bool prepare_wanted_ ABSL_GUARDED_BY(prepare_mu_) = false;
   bool preparer_exit_ ABSL_GUARDED_BY(prepare_mu_) = false;
@@ -298,13 +300,8 @@ class EpochRunner {
   std::set<int64_t> replicas_exported_ ABSL_GUARDED_BY(mu_);  // in the per-replica gauge
   // The pause round under way (PauseEngines).
   std::optional<PauseRound> pause_ ABSL_GUARDED_BY(mu_);
-  // The last aborted epoch and its daemons still winding their part down (they have not
-  // reported on it, and are connected): an epoch run again at once waits for them, or
-  // their peers would count the wind-down against the data plane's stall limit.
-  // By daemon index, the control session it ran the epoch in: a daemon that came back in a
-  // new session (a restarted refitd) has nothing to wind down.
-  std::string winding_down_epoch_ ABSL_GUARDED_BY(mu_);
-  std::map<int32_t, std::weak_ptr<DaemonChannel>> winding_down_ ABSL_GUARDED_BY(mu_);
+  // The daemons still winding down the last aborted epoch (AwaitWoundDown waits for them).
+  WindingDown winding_down_ ABSL_GUARDED_BY(mu_);
   int64_t pause_rounds_ ABSL_GUARDED_BY(mu_) = 0;
   // Replicas an epoch skipped or dropped: they catch up once the group is free.
   bool catch_up_wanted_ ABSL_GUARDED_BY(mu_) = false;
