@@ -20,7 +20,9 @@
 #include "planner/testing/layout_builder.h"
 #include "refitd/coordinator_link.h"
 #include "refitd/testing/epoch_faults.h"
+#include "refitd/testing/registration.h"
 #include "spdlog/spdlog.h"
+#include "tests/in_process/testing/coordinator_with_daemons.h"
 #include "transport/testing/backed_layouts.h"
 
 namespace refit::daemon {
@@ -65,42 +67,27 @@ TEST(SoakTest, AThousandEpochsWithFaultsLeakNothing) {
   job.set_source_ranks(2);
   job.set_destination_ranks(2);
   job.set_staging_budget_bytes(256);
-  auto coordinator = CoordinatorServer::Start("127.0.0.1:0", job, absl::Seconds(30));
-  ASSERT_TRUE(coordinator.ok()) << coordinator.status();
-  const std::string address = (*coordinator)->address();
-  Cluster& cluster = (*coordinator)->cluster();
-
   const refit::testing::LayoutPair pair = refit::testing::RowsToColumnsPair();
   transport::testing::BackedLayouts backed;
   const v1::LayoutSpec sources = backed.Back(pair.sources, "source");
   const v1::LayoutSpec destinations = backed.Back(pair.destinations, "destination");
   RankRegistry trainer("trainer"), inference("inference");
-  auto trainer_link = std::make_unique<CoordinatorLink>(address, "trainer", &trainer);
-  auto inference_link = std::make_unique<CoordinatorLink>(address, "inference", &inference);
-  trainer_link->Start();
-  inference_link->Start();
+  testing::CoordinatorWithDaemons daemons;  // after the registries: its links go first
+  ASSERT_TRUE(daemons.Start(job).ok());
+  Cluster& cluster = daemons.server().cluster();
+  daemons.Link(&trainer, "trainer");
+  daemons.Link(&inference, "inference");
   auto register_rank = [](RankRegistry* registry, v1::Role role, const v1::LayoutSpec& spec,
                           int rank) {
-    v1::RegisterRankRequest request;
-    request.set_role(role);
-    *request.mutable_layout() = spec.ranks(rank);
-    *request.mutable_tensors() = spec.tensors();
-    return registry->Register(request).ok();
+    return registry->Register(testing::RegistrationOf(role, spec.ranks(rank), spec)).ok();
   };
   for (int r = 0; r < 2; ++r) {
     ASSERT_TRUE(register_rank(&trainer, v1::ROLE_SOURCE, sources, r));
     ASSERT_TRUE(register_rank(&inference, v1::ROLE_DESTINATION, destinations, r));
   }
-  auto group_seen = [&]() {
-    for (int i = 0; i < 500; ++i) {
-      if (cluster.RankCount(v1::ROLE_SOURCE) == 2 && cluster.RankCount(v1::ROLE_DESTINATION) == 2)
-        return true;
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    return false;
-  };
+  auto group_seen = [&]() { return daemons.GroupSeen(2, 2); };
   ASSERT_TRUE(group_seen());
-  client::CoordinatorClient client(address);
+  client::CoordinatorClient client(daemons.address());
   const std::string first_segment = sources.ranks(0).buffers(0).shm_name();  // "/refit-test-T-N"
   const std::string shm_prefix = first_segment.substr(1, first_segment.rfind('-'));
   std::mt19937 rng(2026);
@@ -150,8 +137,7 @@ TEST(SoakTest, AThousandEpochsWithFaultsLeakNothing) {
     if (fault == 4) {  // after a committed epoch, the inference daemon restarts
       ASSERT_TRUE(report.ok()) << report.status();
       ++committed;
-      inference_link = std::make_unique<CoordinatorLink>(address, "inference", &inference);
-      inference_link->Start();
+      const CoordinatorLink* inference_link = daemons.Link(&inference, "inference");
       // The group counts once the new incarnation's session has registered the ranks.
       for (int i = 0;
            i < 500 && cluster.IncarnationOf("inference") != inference_link->incarnation(); ++i) {
@@ -190,8 +176,7 @@ TEST(SoakTest, AThousandEpochsWithFaultsLeakNothing) {
 #if !defined(__SANITIZE_ADDRESS__)
   EXPECT_LT(end.rss_kib - warm.rss_kib, 16 * 1024);
 #endif
-  inference_link.reset();
-  trainer_link.reset();
+  daemons.Stop();
 }
 
 }  // namespace
