@@ -23,6 +23,12 @@ bool WritableStraight(const v1::RankLayout& layout) {
 
 }  // namespace
 
+transport::RankPlacement WhereRanksAre(const ClusterSnapshot& snapshot) {
+  transport::RankPlacement where;
+  for (const v1::RankPlacement& p : snapshot.placement) where.Place(p.role(), p.rank(), p.daemon());
+  return where;
+}
+
 bool SameTensor(const v1::TensorSpec& a, const v1::TensorSpec& b) {
   return a.dtype() == b.dtype() &&
          std::equal(a.shape().begin(), a.shape().end(), b.shape().begin(), b.shape().end()) &&

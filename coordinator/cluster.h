@@ -23,6 +23,7 @@
 #include "coordinator/in_doubt_resolution.h"
 #include "proto/refit.pb.h"
 #include "transport/rank_key.h"
+#include "transport/rank_placement.h"
 
 namespace refit::daemon {
 
@@ -76,6 +77,9 @@ struct ClusterSnapshot {
   // keeps replicas that agree.
   bool destinations_disagree = false;
 };
+
+// Which daemon serves each rank of `snapshot`.
+transport::RankPlacement WhereRanksAre(const ClusterSnapshot& snapshot);
 
 // Whether two declarations of a tensor agree (dtype, shape and quantization).
 bool SameTensor(const v1::TensorSpec& a, const v1::TensorSpec& b);

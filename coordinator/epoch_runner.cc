@@ -644,14 +644,11 @@ void EpochRunner::HoldMisdeclared(int64_t version, const ClusterSnapshot& snapsh
     }
   }
   // Each rank's daemon hears whether it is held (with why) or no longer held.
-  std::map<int64_t, int32_t> daemon_of;
-  for (const v1::RankPlacement& p : snapshot.placement) {
-    if (p.role() == v1::ROLE_DESTINATION) daemon_of[p.rank()] = p.daemon();
-  }
+  const transport::RankPlacement where = WhereRanksAre(snapshot);
   for (v1::RegistrationAnswer& answer : answers) {
-    auto daemon = daemon_of.find(answer.rank());
-    if (daemon == daemon_of.end()) continue;
-    auto channel = snapshot.channels.find(daemon->second);
+    absl::StatusOr<int32_t> daemon = where.DaemonOf(v1::ROLE_DESTINATION, answer.rank());
+    if (!daemon.ok()) continue;
+    auto channel = snapshot.channels.find(*daemon);
     if (channel != snapshot.channels.end() && channel->second != nullptr) {
       v1::CoordinatorMessage message;
       *message.mutable_registration() = std::move(answer);

@@ -8,16 +8,11 @@
 namespace refit::daemon {
 
 std::map<int32_t, std::vector<int64_t>> PauseRound::RanksToAsk(const ClusterSnapshot& snapshot) {
-  std::map<int64_t, int32_t> daemon_of;
-  for (const v1::RankPlacement& p : snapshot.placement) {
-    if (p.role() == v1::ROLE_DESTINATION) daemon_of[p.rank()] = p.daemon();
-  }
+  const transport::RankPlacement where = WhereRanksAre(snapshot);
   std::map<int32_t, std::vector<int64_t>> by_daemon;
   for (const v1::RankLayout& rank : snapshot.destinations.ranks()) {
-    auto daemon = daemon_of.find(rank.rank());
-    if (rank.pauses_for_writes() && daemon != daemon_of.end()) {
-      by_daemon[daemon->second].push_back(rank.rank());
-    }
+    absl::StatusOr<int32_t> daemon = where.DaemonOf(v1::ROLE_DESTINATION, rank.rank());
+    if (rank.pauses_for_writes() && daemon.ok()) by_daemon[*daemon].push_back(rank.rank());
   }
   return by_daemon;
 }

@@ -7,12 +7,6 @@
 
 namespace refit::daemon {
 
-transport::RankPlacement WhereRanksAre(const ClusterSnapshot& snapshot) {
-  transport::RankPlacement where;
-  for (const v1::RankPlacement& p : snapshot.placement) where.Place(p.role(), p.rank(), p.daemon());
-  return where;
-}
-
 std::string SliceKey(const ClusterSnapshot& snapshot, const v1::Plan& plan,
                      const std::optional<v1::NcclSetup>& nccl) {
   std::string key = plan.digest();

@@ -24,9 +24,6 @@
 
 namespace refit::daemon {
 
-// Which daemon serves each rank of `snapshot`.
-transport::RankPlacement WhereRanksAre(const ClusterSnapshot& snapshot);
-
 // What every daemon's slice of `plan` holds besides its own transfers, as one string: two
 // epochs with equal keys send every daemon the same slice. It names the plan, each peer's
 // data-plane address and shared-memory domain, the registrations of the destinations

@@ -569,28 +569,17 @@ absl::Status PlanExecutor::FinishRound(BatchRun& run, size_t r) {
     if (absl::Status posted = PostRound(run, r + 1); !posted.ok()) return posted;
   }
   std::vector<PendingOperation>& round = run.posted.rounds[r % 2];
-  // Read after the wait: the wait empties the list when it fails.
-  const std::vector<size_t> stream_of = std::move(run.stream_of[r % 2]);
-  run.stream_of[r % 2].clear();
-  std::vector<size_t> lengths;
-  if (absl::Status done = WaitKeepingLengths(run, &round, &lengths); !done.ok()) return done;
-  for (size_t i = 0; i < stream_of.size(); ++i) {
-    const Stream& stream = run.streams[stream_of[i]];
+  if (absl::Status done = run.posted.Wait(&round); !done.ok()) return done;
+  for (size_t i = 0; i < round.size(); ++i) {
+    const Stream& stream = run.streams[run.stream_of[r % 2][i]];
     if (stream.outgoing) continue;
-    if (absl::Status unpacked = Unpack(run, stream, r, static_cast<int64_t>(lengths[i]));
+    if (absl::Status unpacked = Unpack(run, stream, r, static_cast<int64_t>(round[i].length));
         !unpacked.ok()) {
       return unpacked;
     }
   }
-  return absl::OkStatus();
-}
-
-absl::Status PlanExecutor::WaitKeepingLengths(BatchRun& run, std::vector<PendingOperation>* round,
-                                              std::vector<size_t>* lengths) {
-  if (absl::Status done = run.posted.Wait(round); !done.ok()) return done;
-  lengths->clear();
-  for (const PendingOperation& operation : *round) lengths->push_back(operation.length);
-  round->clear();
+  round.clear();
+  run.stream_of[r % 2].clear();
   return absl::OkStatus();
 }
 

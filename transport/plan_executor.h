@@ -248,9 +248,6 @@ class PlanExecutor {
   absl::Status SayWrittenStraight(BatchRun& run);
   // Posts round r + 1 into the slots round r - 1 freed, waits for round `r` and unpacks it.
   absl::Status FinishRound(BatchRun& run, size_t r);
-  // Waits for `round` and gives the bytes each of its operations received.
-  absl::Status WaitKeepingLengths(BatchRun& run, std::vector<PendingOperation>* round,
-                                  std::vector<size_t>* lengths);
   // Unpacks round `r`'s chunk of incoming `stream` (`received_bytes` on the wire) and,
   // through shared memory, answers it with a receipt.
   absl::Status Unpack(BatchRun& run, const Stream& stream, size_t r, int64_t received_bytes);

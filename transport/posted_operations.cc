@@ -4,11 +4,14 @@
 
 namespace refit::transport {
 
+std::vector<std::vector<PendingOperation>*> PostedOperations::Lists() {
+  return {&rounds[0],     &rounds[1],  &receipts_awaited[0], &receipts_awaited[1],
+          &receipts_sent, &words_sent, &words_received};
+}
+
 PostedOperations::~PostedOperations() {
   std::vector<PendingOperation> posted;
-  for (std::vector<PendingOperation>* list :
-       {&rounds[0], &rounds[1], &receipts_awaited[0], &receipts_awaited[1], &receipts_sent,
-        &words_received, &words_sent}) {
+  for (std::vector<PendingOperation>* list : Lists()) {
     posted.insert(posted.end(), list->begin(), list->end());
     list->clear();
   }
@@ -34,9 +37,7 @@ absl::Status PostedOperations::Wait(std::vector<PendingOperation>* list) {
 }
 
 absl::Status PostedOperations::WaitForAll() {
-  for (std::vector<PendingOperation>* list :
-       {&rounds[0], &rounds[1], &receipts_awaited[0], &receipts_awaited[1], &receipts_sent,
-        &words_sent, &words_received}) {
+  for (std::vector<PendingOperation>* list : Lists()) {
     if (absl::Status done = Wait(list); !done.ok()) return done;
   }
   return absl::OkStatus();

@@ -53,6 +53,8 @@ class PostedOperations {
   absl::Status WaitForAll();
 
  private:
+  // Every list, in the order a batch that went well drains them.
+  std::vector<std::vector<PendingOperation>*> Lists();
   // Forgets the staging block when the last wait left an operation running.
   void AbandonIfLeftRunning(size_t lingering, int64_t abandoned);
 

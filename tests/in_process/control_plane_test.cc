@@ -455,11 +455,8 @@ TEST_F(ControlPlaneTest, ADaemonThatReconnectsWhileARefitWaitsIsPlannedAgain) {
   // Not a wait for an outcome: time for the refit to take its snapshot and wait.
   absl::SleepFor(absl::Milliseconds(300));
   cluster_.Link(&inference_, "inference", &inference_metrics_);
-  for (int i = 0; i < 250 && cluster_.server().cluster().IncarnationOf("inference") == before;
-       ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_NE(cluster_.server().cluster().IncarnationOf("inference"), before);
+  ASSERT_TRUE(testing::CoordinatorWithDaemons::Eventually(
+      [&]() { return cluster_.server().cluster().IncarnationOf("inference") != before; }));
   ASSERT_TRUE(GroupSeen(2, 2));
   PublishAll(&trainer_, sources_, 1);
   refit.join();

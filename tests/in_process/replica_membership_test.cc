@@ -136,8 +136,7 @@ class ReplicaMembershipTest : public ::testing::Test {
   // Waits (bounded) until the counter or gauge `metric` holds `value`.
   template <typename Metric>
   static bool Reaches(Metric& metric, double value) {
-    for (int i = 0; i < 250 && metric.Value() != value; ++i) absl::SleepFor(absl::Milliseconds(20));
-    return metric.Value() == value;
+    return testing::CoordinatorWithDaemons::Eventually([&]() { return metric.Value() == value; });
   }
   // Each replica's state as the coordinator's Status says it ("0 current", "1 absent").
   std::vector<std::string> ReplicaStates() {
@@ -513,11 +512,8 @@ TEST_F(ReplicaMembershipTest, AReplicaWhoseDaemonReconnectsIsNotDropped) {
   // Not a wait for an outcome: time for the refit to take its snapshot and wait.
   absl::SleepFor(absl::Milliseconds(300));
   cluster_.Link(replicas_[1].get(), "inference-1");
-  for (int i = 0; i < 250 && cluster_.server().cluster().IncarnationOf("inference-1") == before;
-       ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_NE(cluster_.server().cluster().IncarnationOf("inference-1"), before);
+  ASSERT_TRUE(testing::CoordinatorWithDaemons::Eventually(
+      [&]() { return cluster_.server().cluster().IncarnationOf("inference-1") != before; }));
   ASSERT_TRUE(GroupSeen(4));
   Publish(1);
   refit.join();

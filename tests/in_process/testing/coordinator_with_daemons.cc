@@ -21,17 +21,15 @@ absl::Status CoordinatorWithDaemons::Start(const v1::JobSpec& job, CoordinatorMe
 CoordinatorLink* CoordinatorWithDaemons::Link(RankRegistry* registry, const std::string& node,
                                               DaemonMetrics* metrics) {
   Unlink(node);
-  Daemon& daemon = daemons_[node];
-  daemon.registry = registry;
-  daemon.metrics = metrics;
-  daemon.link = std::make_unique<CoordinatorLink>(address_, node, registry, metrics);
-  daemon.link->Start();
-  return daemon.link.get();
+  std::unique_ptr<CoordinatorLink>& link = links_[node];
+  link = std::make_unique<CoordinatorLink>(address_, node, registry, metrics);
+  link->Start();
+  return link.get();
 }
 
 void CoordinatorWithDaemons::Unlink(const std::string& node) {
-  auto it = daemons_.find(node);
-  if (it != daemons_.end()) it->second.link.reset();
+  auto it = links_.find(node);
+  if (it != links_.end()) it->second.reset();
 }
 
 absl::Status CoordinatorWithDaemons::RestartCoordinator(const v1::JobSpec& job) {
@@ -44,7 +42,7 @@ absl::Status CoordinatorWithDaemons::RestartCoordinator(const v1::JobSpec& job) 
 }
 
 void CoordinatorWithDaemons::Stop() {
-  daemons_.clear();
+  links_.clear();
   server_.reset();
 }
 

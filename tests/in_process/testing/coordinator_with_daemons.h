@@ -61,15 +61,10 @@ class CoordinatorWithDaemons {
   static bool Eventually(const std::function<bool()>& done);
 
  private:
-  struct Daemon {
-    RankRegistry* registry = nullptr;
-    DaemonMetrics* metrics = nullptr;
-    std::unique_ptr<CoordinatorLink> link;
-  };
   std::unique_ptr<CoordinatorServer> server_;
   std::string address_;
   std::unique_ptr<v1::Coordinator::Stub> stub_;
-  std::map<std::string, Daemon> daemons_;
+  std::map<std::string, std::unique_ptr<CoordinatorLink>> links_;  // by node
 };
 
 }  // namespace refit::daemon::testing
