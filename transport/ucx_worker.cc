@@ -39,6 +39,20 @@ absl::StatusOr<std::unique_ptr<UcxWorker>> UcxWorker::Create(const std::string& 
   ucp_config_t* config = nullptr;
   absl::Status status = UcxStatus(ucp_config_read(nullptr, nullptr, &config), "ucp_config_read");
   if (!status.ok()) return status;
+  // Non-blocking TCP connects, always (over UCX_TCP_CONN_NB too). With blocking ones, UCX
+  // 1.13 aborts the process when a peer's worker goes away while we connect to it: the
+  // connect is accepted, the connection request meets a reset, the retry is refused,
+  // and the endpoint is marked failed before ucp_ep_create gives it its send side; the
+  // next progress then trips `tcp_ep.c:478 Assertion !(ep->flags & ..._TX)`. Connected
+  // in the background, the same failure reaches the endpoint's error handler instead.
+  // ucx_worker_test's ConnectingToAPeerThatGoesAwayMeanwhile... reproduces it. The key is
+  // the transport's own ("CONN_NB"): UCP hands unknown keys to every transport's config,
+  // and "TCP_CONN_NB" would match none.
+  status = UcxStatus(ucp_config_modify(config, "CONN_NB", "y"), "ucp_config_modify");
+  if (!status.ok()) {
+    ucp_config_release(config);
+    return status;
+  }
   ucp_params_t params = {};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_NAME;
   // Wakeup: a worker with nothing to do sleeps on its event descriptor (WaitAll).
