@@ -45,15 +45,9 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(
 }
 
 void CoordinatorServer::EnforceLeases() {
-  // Sleeps are relative (monotonic), not waits until a wall-clock time: a clock stepped
+  // Sleeps are on the monotonic clock, not waits until a wall-clock time: a clock stepped
   // back must not stall the lease checks.
-  auto stopping = [this]() {
-    absl::MutexLock lock(&lease_mu_);
-    return stopping_;
-  };
-  while (!stopping()) {
-    const absl::Duration next = MonotonicNow() + lease_ / 4;
-    while (MonotonicNow() < next && !stopping()) absl::SleepFor(absl::Milliseconds(10));
+  while (!stopping_.SleepFor(lease_ / 4)) {
     for (const std::string& cut : cluster_.CutExpired(MonotonicNow(), lease_)) {
       spdlog::warn("{}", cut);
     }
@@ -70,10 +64,7 @@ void CoordinatorServer::EnforceLeases() {
 
 CoordinatorServer::~CoordinatorServer() {
   if (lease_thread_.joinable()) {
-    {
-      absl::MutexLock lock(&lease_mu_);
-      stopping_ = true;
-    }
+    stopping_.Raise("the coordinator is stopping");
     lease_thread_.join();
   }
   listener_.reset();  // no connection is handed to a server shutting down

@@ -21,6 +21,7 @@
 #include "daemon/connection_listener.h"
 #include "daemon/metrics.h"
 #include "security/grpc_security.h"
+#include "transport/interrupt.h"
 
 namespace refit::daemon {
 
@@ -64,8 +65,8 @@ class CoordinatorServer {
   std::unique_ptr<ConnectionListener> listener_;
   std::unique_ptr<grpc::Server> server_;
   std::string address_;
-  absl::Mutex lease_mu_;
-  bool stopping_ ABSL_GUARDED_BY(lease_mu_) = false;
+  // Raised by the destructor: ends the lease thread's sleep at once.
+  transport::Interrupt stopping_;
   std::thread lease_thread_;
 };
 

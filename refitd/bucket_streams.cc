@@ -183,10 +183,11 @@ absl::Status BucketStreams::AwaitTaken(int64_t rank, int64_t sequence, const Epo
                                              channel.failed, ": ", channel.error));
     }
     if (channel.taken >= sequence) return absl::OkStatus();
-    if (epoch.interrupt != nullptr && epoch.interrupt->load()) {
+    if (epoch.interrupt != nullptr && epoch.interrupt->raised()) {
       channel.outgoing.clear();
-      return absl::CancelledError(absl::StrCat(
-          Who(rank), ": interrupted while its process held bucket ", channel.taken + 1));
+      return absl::CancelledError(
+          absl::StrCat(Who(rank), ": interrupted (", epoch.interrupt->reason(),
+                       ") while its process held bucket ", channel.taken + 1));
     }
     if (absl::Now() >= epoch.deadline) {
       channel.outgoing.clear();

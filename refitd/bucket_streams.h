@@ -8,7 +8,6 @@
 #ifndef REFIT_REFITD_BUCKET_STREAMS_H_
 #define REFIT_REFITD_BUCKET_STREAMS_H_
 
-#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -25,6 +24,7 @@
 #include "transport/bucket_filler.h"
 #include "transport/buffer_map.h"
 #include "transport/destination_sink.h"
+#include "transport/interrupt.h"
 
 namespace refit::daemon {
 
@@ -35,7 +35,7 @@ class BucketStreams {
     std::string epoch_id;
     int64_t version = -1;
     absl::Time deadline = absl::InfiniteFuture();
-    const std::atomic<bool>* interrupt = nullptr;
+    const transport::Interrupt* interrupt = nullptr;
     // A process that takes no bucket for this long stopped draining: its rank's wait ends
     // (DEADLINE_EXCEEDED naming it) and the rank counts as stalled (StalledIn).
     absl::Duration stall = absl::InfiniteDuration();

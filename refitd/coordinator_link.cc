@@ -112,38 +112,27 @@ void CoordinatorLink::Start() {
       },
       [this](const EpochQueue::Job& job) { RunEpoch(job.execute, job.slice); });
   thread_ = std::thread([this]() { Run(); });
-  {
-    absl::MutexLock lock(&heartbeat_mu_);
-    heartbeat_stopped_ = false;
-  }
   heartbeat_thread_ = std::thread([this]() { Heartbeat(); });
 }
 
 void CoordinatorLink::Heartbeat() {
   v1::DaemonMessage beat;
   beat.mutable_heartbeat();
-  while (!stopping_) {
-    // The lease comes with each session's Welcome.
+  while (!stopping_.raised()) {
+    // The lease comes with each session's Welcome. Asleep until the beat is due or Stop
+    // says so (not polling: a host of many daemons would wake for nothing a hundred times
+    // a second each).
     const absl::Duration interval = absl::Milliseconds(std::max<int64_t>(lease_ms_ / 4, 10));
-    {
-      // Asleep until the beat is due or Stop says so (not polling: a host of many
-      // daemons would wake for nothing a hundred times a second each).
-      absl::MutexLock lock(&heartbeat_mu_);
-      heartbeat_mu_.AwaitWithTimeout(absl::Condition(&heartbeat_stopped_), interval);
-    }
-    if (connected_ && !stopping_) Write(beat);
+    if (stopping_.SleepFor(interval)) break;
+    if (connected_) Write(beat);
   }
 }
 
 void CoordinatorLink::Stop() {
   if (!thread_.joinable()) return;
-  stopping_ = true;
-  {
-    absl::MutexLock lock(&heartbeat_mu_);
-    heartbeat_stopped_ = true;
-  }
+  stopping_.Raise("refitd is stopping");
   // A running epoch stops at once and reports its interruption while the stream is up.
-  interrupt_ = true;
+  interrupt_.Raise("refitd is stopping");
   epochs_->AwaitIdle(absl::Seconds(5));
   {
     absl::MutexLock lock(&mu_);
@@ -168,13 +157,12 @@ void CoordinatorLink::Run() {
   // Reconnects with exponential backoff (0.1 s doubling to 5 s), from the start again
   // after a session that was welcomed.
   absl::Duration backoff = absl::Milliseconds(100);
-  while (!stopping_) {
+  while (!stopping_.raised()) {
     welcomed_ = false;
     Session();
     connected_ = false;
     if (welcomed_) backoff = absl::Milliseconds(100);
-    const absl::Time retry = absl::Now() + backoff;
-    while (!stopping_ && absl::Now() < retry) absl::SleepFor(absl::Milliseconds(20));
+    if (stopping_.SleepFor(backoff)) break;
     backoff = std::min(backoff * 2, absl::Seconds(5));
   }
 }
@@ -206,7 +194,7 @@ void CoordinatorLink::Session() {
     absl::MutexLock lock(&mu_);
     context_ = &context;
   }
-  if (stopping_) context.TryCancel();
+  if (stopping_.raised()) context.TryCancel();
   bool ok = SayHello(stream.get());
   connected_ = ok;
   v1::CoordinatorMessage message;
@@ -262,7 +250,7 @@ void CoordinatorLink::Session() {
   EndSession();
   stream->WritesDone();
   const grpc::Status finished = stream->Finish();
-  if (finished.ok() || stopping_) {
+  if (finished.ok() || stopping_.raised()) {
     last_stream_error_.clear();
   } else {
     WarnOnce(
@@ -313,8 +301,9 @@ bool CoordinatorLink::SayHello(Stream* stream) {
 void CoordinatorLink::OnExecute(const v1::ExecuteEpoch& execute) {
   // The coordinator runs one epoch at a time; one still running here was aborted
   // there, so it is interrupted (if the abort has not done so already).
-  epochs_->Finish();
-  interrupt_ = stopping_.load();
+  epochs_->Finish(absl::StrCat("the coordinator began epoch ", execute.epoch_id()));
+  interrupt_.Clear();
+  if (stopping_.raised()) interrupt_.Raise("refitd is stopping");
   {
     std::string superseded;
     int64_t superseded_version = -1;
@@ -338,7 +327,8 @@ void CoordinatorLink::OnExecute(const v1::ExecuteEpoch& execute) {
     }
   }
   epochs_->Submit({execute, slice_});
-  if (stopping_) interrupt_ = true;  // Stop may have raced with the reset above
+  // Stop may have raced with the clear above.
+  if (stopping_.raised()) interrupt_.Raise("refitd is stopping");
 }
 
 void CoordinatorLink::OnAbort(const v1::AbortEpoch& abort) {
@@ -348,14 +338,16 @@ void CoordinatorLink::OnAbort(const v1::AbortEpoch& abort) {
     if (abort.epoch_id() == running_epoch_) {
       spdlog::warn("refitd {}: coordinator aborted epoch {}: {}", node_, running_epoch_,
                    abort.reason());
-      interrupt_ = true;
+      interrupt_.Raise(
+          absl::StrCat("the coordinator aborted epoch ", running_epoch_, ": ", abort.reason()));
     }
     executed = abort.epoch_id() == executed_epoch_;
     if (executed) executed_epoch_.clear();  // settled
     if (executed) executed_reported_ = false;
   }
   if (executed) {
-    epochs_->Finish();  // no write into the buffers after they are marked
+    // No write into the buffers after they are marked.
+    epochs_->Finish(absl::StrCat("the coordinator aborted epoch ", abort.epoch_id()));
     registry_->Abort(abort.version(), abort.epoch_id(), abort.reason(), abort.retried());
   }
   // The engines resume, unless the version is moved again at once (they stay paused).
@@ -399,8 +391,8 @@ void CoordinatorLink::OnPause(const v1::PauseRanks& pause) {
 }
 
 void CoordinatorLink::EndSession() {
-  registry_->ExpectAnswers(false);  // a registration waiting for its answer goes on
-  epochs_->Finish();                // the coordinator is gone: so is its epoch
+  registry_->ExpectAnswers(false);               // a registration waiting for its answer goes on
+  epochs_->Finish("the control session ended");  // the coordinator is gone: so is its epoch
   std::string unsettled;
   int64_t unsettled_version = -1;
   {

@@ -25,6 +25,7 @@
 #include "refitd/epoch_queue.h"
 #include "refitd/rank_registry.h"
 #include "security/grpc_security.h"
+#include "transport/interrupt.h"
 
 namespace refit::daemon {
 
@@ -101,14 +102,14 @@ class CoordinatorLink {
   std::thread thread_;
   std::thread heartbeat_thread_;
   std::thread pauser_;  // the last OnPause's wait (run by the stream's reader thread only)
-  absl::Mutex heartbeat_mu_;
-  bool heartbeat_stopped_ ABSL_GUARDED_BY(heartbeat_mu_) = false;  // Stop wakes the heartbeat
-  std::atomic<bool> stopping_{false};
+  // Raised once by Stop: ends the reconnect backoff and the heartbeat's sleep at once.
+  transport::Interrupt stopping_;
   std::atomic<int64_t> lease_ms_{5000};  // from the coordinator's Welcome
   std::atomic<bool> connected_{false};
   std::atomic<bool> welcomed_{false};
-  // Set to stop the running epoch; the UCX worker and the executor both watch it.
-  std::atomic<bool> interrupt_{false};
+  // Raised to stop the running epoch (with why); the UCX worker and the executor both
+  // watch it. Cleared as the next epoch is submitted.
+  transport::Interrupt interrupt_;
   // Made by Start, gone after Stop. The executor is used by the epoch thread only (and by
   // Start for the first UCX worker).
   std::unique_ptr<EpochExecutor> executor_;

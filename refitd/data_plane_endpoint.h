@@ -5,7 +5,6 @@
 #ifndef REFIT_REFITD_DATA_PLANE_ENDPOINT_H_
 #define REFIT_REFITD_DATA_PLANE_ENDPOINT_H_
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -17,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/refit.pb.h"
+#include "transport/interrupt.h"
 #include "transport/ucx_worker.h"
 
 namespace refit::daemon {
@@ -26,7 +26,7 @@ class DataPlaneEndpoint {
   // `node` names the worker in logs; `interrupt` ends its waits (the running epoch's
   // abort). `on_new_address` runs with the address of every worker made (the control
   // session must say it in its hello).
-  DataPlaneEndpoint(std::string node, const std::atomic<bool>* interrupt,
+  DataPlaneEndpoint(std::string node, const transport::Interrupt* interrupt,
                     std::function<void(const std::string& address)> on_new_address)
       : node_(std::move(node)), interrupt_(interrupt), on_new_address_(std::move(on_new_address)) {}
   ~DataPlaneEndpoint() { Drop(); }
@@ -55,7 +55,7 @@ class DataPlaneEndpoint {
 
  private:
   const std::string node_;
-  const std::atomic<bool>* interrupt_;
+  const transport::Interrupt* interrupt_;
   std::function<void(const std::string& address)> on_new_address_;
   std::unique_ptr<transport::UcxWorker> worker_;
   std::string address_;

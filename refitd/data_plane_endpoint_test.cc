@@ -25,7 +25,7 @@ v1::PlanSlice SliceFor(int32_t self, const std::vector<std::string>& addresses) 
 struct Endpoint {
   explicit Endpoint(const std::string& node)
       : endpoint(node, &interrupt, [this](const std::string& a) { said.push_back(a); }) {}
-  std::atomic<bool> interrupt{false};
+  transport::Interrupt interrupt;
   std::vector<std::string> said;  // the addresses reported, in order
   DataPlaneEndpoint endpoint;
 };

@@ -71,7 +71,8 @@ std::set<int32_t> ExchangedWith(const v1::PlanSlice& slice,
 }  // namespace
 
 EpochExecutor::EpochExecutor(std::string node, RankRegistry* registry, DaemonMetrics* metrics,
-                             const std::atomic<bool>* interrupt, const std::atomic<bool>* stopping,
+                             const transport::Interrupt* interrupt,
+                             const transport::Interrupt* stopping,
                              std::function<void(const std::string& address)> on_new_address)
     : node_(std::move(node)),
       registry_(registry),
@@ -261,9 +262,9 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const Slic
     for (int64_t rank : registry_->bucket_streams().StalledIn(execute.epoch_id())) {
       done.add_stalled_destination_ranks(rank);
     }
-    done.set_error(
-        absl::StrCat(*stopping_ ? "refitd is shutting down; the epoch was interrupted: " : "",
-                     status.message()));
+    done.set_error(absl::StrCat(
+        stopping_->raised() ? "refitd is shutting down; the epoch was interrupted: " : "",
+        status.message()));
     spdlog::warn("refitd {}: epoch {} failed after {:.3f} s: {}", node_, execute.epoch_id(),
                  absl::ToDoubleSeconds(absl::Now() - start), std::string(status.message()));
     return done;
@@ -348,7 +349,7 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const Slic
   // (JobSpec.source_replica_check_epochs). Ordered plans compare every view every epoch.
   std::optional<transport::ViewKeySet> source_share;
   // An epoch that fails stops the hashing (the future's destructor waits for it).
-  std::atomic<bool> stop_hashing{false};
+  transport::Interrupt stop_hashing;
   std::future<absl::StatusOr<std::vector<v1::ViewChecksum>>> source_view_checksums;
   if (execute.checksums()) {
     std::vector<v1::RankRegistration> sources = RegistrationsOf(v1::ROLE_SOURCE);
@@ -369,7 +370,7 @@ v1::EpochDone EpochExecutor::Execute(const v1::ExecuteEpoch& execute, const Slic
           return transport::ChecksumViews(sources, *buffers, hashed, &stop_hashing);
         });
   }
-  absl::Cleanup stop_on_return = [&stop_hashing] { stop_hashing = true; };
+  absl::Cleanup stop_on_return = [&stop_hashing] { stop_hashing.Raise("the epoch ended"); };
   const absl::Time data_plane_start = absl::Now();
   absl::StatusOr<transport::ExecutionStats> stats =
       executor.Run(slice.plan(), execute.epoch_number(), deadline);

@@ -8,7 +8,6 @@
 #ifndef REFIT_REFITD_EPOCH_EXECUTOR_H_
 #define REFIT_REFITD_EPOCH_EXECUTOR_H_
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <set>
@@ -20,6 +19,7 @@
 #include "refitd/nccl_membership.h"
 #include "refitd/rank_registry.h"
 #include "transport/buffer_map.h"
+#include "transport/interrupt.h"
 #include "transport/peer_destinations.h"
 #include "transport/shared_memory_handoff.h"
 #include "transport/staging_pool.h"
@@ -32,7 +32,7 @@ class EpochExecutor {
   // `stopping` says it was refitd stopping, for the report. `on_new_address` runs with the
   // address of every UCX worker made. `metrics` may be null.
   EpochExecutor(std::string node, RankRegistry* registry, DaemonMetrics* metrics,
-                const std::atomic<bool>* interrupt, const std::atomic<bool>* stopping,
+                const transport::Interrupt* interrupt, const transport::Interrupt* stopping,
                 std::function<void(const std::string& address)> on_new_address);
   ~EpochExecutor();
 
@@ -105,8 +105,8 @@ class EpochExecutor {
   const std::string node_;
   RankRegistry* registry_;
   DaemonMetrics* metrics_;
-  const std::atomic<bool>* interrupt_;
-  const std::atomic<bool>* stopping_;
+  const transport::Interrupt* interrupt_;
+  const transport::Interrupt* stopping_;
   DataPlaneEndpoint data_plane_;
   NcclMembership nccl_;
   // Host staging of messages to and from other daemons, kept across epochs (the largest

@@ -4,7 +4,7 @@
 
 namespace refit::daemon {
 
-EpochQueue::EpochQueue(std::atomic<bool>* interrupt, Prepare prepare, Run run)
+EpochQueue::EpochQueue(transport::Interrupt* interrupt, Prepare prepare, Run run)
     : interrupt_(interrupt),
       prepare_(std::move(prepare)),
       run_(std::move(run)),
@@ -23,10 +23,10 @@ void EpochQueue::Submit(Job job) {
   queued_ = std::move(job);
 }
 
-void EpochQueue::Finish() {
+void EpochQueue::Finish(std::string_view reason) {
   absl::MutexLock lock(&mu_);
   if (IdleLocked()) return;
-  *interrupt_ = true;
+  interrupt_->Raise(reason);
   auto idle = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return IdleLocked(); };
   mu_.Await(absl::Condition(&idle));
 }

@@ -10,15 +10,16 @@
 #ifndef REFIT_REFITD_EPOCH_QUEUE_H_
 #define REFIT_REFITD_EPOCH_QUEUE_H_
 
-#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "proto/refit.pb.h"
+#include "transport/interrupt.h"
 
 namespace refit::daemon {
 
@@ -31,8 +32,8 @@ class EpochQueue {
   using Prepare = std::function<bool()>;
   using Run = std::function<void(const Job& job)>;
 
-  // Starts the thread. `interrupt` is what Finish sets to stop a running epoch.
-  EpochQueue(std::atomic<bool>* interrupt, Prepare prepare, Run run);
+  // Starts the thread. `interrupt` is what Finish raises to stop a running epoch.
+  EpochQueue(transport::Interrupt* interrupt, Prepare prepare, Run run);
   // Runs what is queued, then joins the thread.
   ~EpochQueue();
   EpochQueue(const EpochQueue&) = delete;
@@ -40,8 +41,9 @@ class EpochQueue {
 
   // Queues `job` (the coordinator runs one epoch at a time: call Finish first).
   void Submit(Job job) ABSL_LOCKS_EXCLUDED(mu_);
-  // Interrupts the running or queued epoch, if any, and waits until it has run.
-  void Finish() ABSL_LOCKS_EXCLUDED(mu_);
+  // Interrupts the running or queued epoch, if any (saying `reason`), and waits until it
+  // has run.
+  void Finish(std::string_view reason) ABSL_LOCKS_EXCLUDED(mu_);
   // Has the thread call `prepare` again soon (after the running epoch, if any): there is
   // something new to prepare.
   void Nudge() ABSL_LOCKS_EXCLUDED(mu_);
@@ -52,7 +54,7 @@ class EpochQueue {
   void Loop() ABSL_LOCKS_EXCLUDED(mu_);
   bool IdleLocked() const ABSL_SHARED_LOCKS_REQUIRED(mu_) { return !busy_ && !queued_; }
 
-  std::atomic<bool>* interrupt_;
+  transport::Interrupt* interrupt_;
   const Prepare prepare_;
   const Run run_;
   absl::Mutex mu_;

@@ -40,7 +40,7 @@ struct Ran {
 };
 
 TEST(EpochQueueTest, EpochsRunOneAtATimeInOrderOnTheQueuesThread) {
-  std::atomic<bool> interrupt{false};
+  transport::Interrupt interrupt;
   Ran ran;
   std::atomic<int> running{0};
   std::atomic<bool> overlapped{false};
@@ -49,16 +49,16 @@ TEST(EpochQueueTest, EpochsRunOneAtATimeInOrderOnTheQueuesThread) {
       [&](const EpochQueue::Job& job) {
         if (running.fetch_add(1) != 0) overlapped = true;
         absl::SleepFor(absl::Milliseconds(5));
-        ran.Add(job, interrupt);
+        ran.Add(job, interrupt.raised());
         running.fetch_sub(1);
       });
   // With nothing running, Finish neither waits nor interrupts.
-  queue.Finish();
-  EXPECT_FALSE(interrupt);
+  queue.Finish("nothing to finish");
+  EXPECT_FALSE(interrupt.raised());
   for (int i = 0; i < 5; ++i) {
     queue.Submit(JobFor("epoch-" + std::to_string(i)));
-    queue.Finish();  // as the control stream does before each new epoch
-    interrupt = false;
+    queue.Finish("the next epoch began");  // as the control stream does before each epoch
+    interrupt.Clear();
   }
   ASSERT_TRUE(ran.AwaitCount(5));
   EXPECT_FALSE(overlapped);
@@ -69,43 +69,40 @@ TEST(EpochQueueTest, EpochsRunOneAtATimeInOrderOnTheQueuesThread) {
 }
 
 TEST(EpochQueueTest, FinishInterruptsTheRunningEpochAndWaitsUntilItReturned) {
-  std::atomic<bool> interrupt{false};
+  transport::Interrupt interrupt;
   std::atomic<bool> started{false};
   std::atomic<bool> returned{false};
   EpochQueue queue(
       &interrupt, [] { return true; },
       [&](const EpochQueue::Job&) {
         started = true;
-        const absl::Time give_up = absl::Now() + absl::Seconds(30);
-        while (!interrupt && absl::Now() < give_up) absl::SleepFor(absl::Milliseconds(1));
+        interrupt.SleepFor(absl::Seconds(30));
         returned = true;
       });
   queue.Submit(JobFor("long"));
   while (!started) absl::SleepFor(absl::Milliseconds(1));
-  queue.Finish();
-  EXPECT_TRUE(interrupt);
+  queue.Finish("the coordinator aborted epoch long");
+  EXPECT_TRUE(interrupt.raised());
+  EXPECT_EQ(interrupt.reason(), "the coordinator aborted epoch long");
   EXPECT_TRUE(returned);  // Finish came back only after the epoch did
   EXPECT_TRUE(queue.AwaitIdle(absl::ZeroDuration()));
 }
 
 TEST(EpochQueueTest, EveryEpochSubmittedRunsEvenOneQueuedWhenStopping) {
-  std::atomic<bool> interrupt{false};
+  transport::Interrupt interrupt;
   Ran ran;
   {
     EpochQueue queue(
         &interrupt, [] { return true; },
         [&](const EpochQueue::Job& job) {
           // "first" runs until interrupted; the one queued at exit returns at once.
-          const absl::Time give_up = absl::Now() + absl::Seconds(30);
-          while (job.execute.epoch_id() == "first" && !interrupt && absl::Now() < give_up) {
-            absl::SleepFor(absl::Milliseconds(1));
-          }
-          ran.Add(job, interrupt);
+          if (job.execute.epoch_id() == "first") interrupt.SleepFor(absl::Seconds(30));
+          ran.Add(job, interrupt.raised());
         });
     queue.Submit(JobFor("first"));
     EXPECT_FALSE(queue.AwaitIdle(absl::Milliseconds(10)));
-    queue.Finish();
-    interrupt = false;
+    queue.Finish("refitd is stopping");
+    interrupt.Clear();
     queue.Submit(JobFor("at-exit"));
   }  // the destructor runs it before joining
   absl::MutexLock lock(&ran.mu);
@@ -114,7 +111,7 @@ TEST(EpochQueueTest, EveryEpochSubmittedRunsEvenOneQueuedWhenStopping) {
 }
 
 TEST(EpochQueueTest, WhilePrepareFailsItIsRetriedAndEpochsStillRun) {
-  std::atomic<bool> interrupt{false};
+  transport::Interrupt interrupt;
   std::atomic<int> prepared{0};
   Ran ran;
   EpochQueue queue(
@@ -123,7 +120,7 @@ TEST(EpochQueueTest, WhilePrepareFailsItIsRetriedAndEpochsStillRun) {
         ++prepared;
         return false;  // no data plane: the epoch runs anyway, and reports that
       },
-      [&](const EpochQueue::Job& job) { ran.Add(job, interrupt); });
+      [&](const EpochQueue::Job& job) { ran.Add(job, interrupt.raised()); });
   queue.Submit(JobFor("without-data-plane"));
   ASSERT_TRUE(ran.AwaitCount(1));
   const absl::Time give_up = absl::Now() + absl::Seconds(20);
@@ -134,7 +131,7 @@ TEST(EpochQueueTest, WhilePrepareFailsItIsRetriedAndEpochsStillRun) {
 // Something new to prepare (same-host peers' ranks to map) has the thread prepare again
 // without an epoch, on the queue's thread.
 TEST(EpochQueueTest, ANudgePreparesAgainBetweenEpochs) {
-  std::atomic<bool> interrupt{false};
+  transport::Interrupt interrupt;
   absl::Mutex mu;
   int prepared = 0;
   EpochQueue queue(

@@ -6,7 +6,6 @@
 #ifndef REFIT_REFITD_NCCL_MEMBERSHIP_H_
 #define REFIT_REFITD_NCCL_MEMBERSHIP_H_
 
-#include <atomic>
 #include <memory>
 #include <string>
 
@@ -14,6 +13,7 @@
 #include "absl/time/time.h"
 #include "proto/refit.pb.h"
 #include "transport/gpu/nccl_group.h"
+#include "transport/interrupt.h"
 #include "transport/plan_executor.h"
 #include "transport/staging_pool.h"
 
@@ -22,7 +22,7 @@ namespace refit::daemon {
 class NcclMembership {
  public:
   // `interrupt` ends a join or a step (the running epoch's abort).
-  NcclMembership(std::string node, const std::atomic<bool>* interrupt)
+  NcclMembership(std::string node, const transport::Interrupt* interrupt)
       : node_(std::move(node)), interrupt_(interrupt) {}
 
   // Fills `route` for `slice`'s NCCL setup: the communicator ranks (as every daemon numbers
@@ -34,7 +34,7 @@ class NcclMembership {
 
  private:
   const std::string node_;
-  const std::atomic<bool>* interrupt_;
+  const transport::Interrupt* interrupt_;
   std::unique_ptr<transport::gpu::NcclGroup> group_;
   std::string unique_id_;  // the group's
   transport::StagingPool device_staging_{transport::DeviceStagingAllocator()};

@@ -41,7 +41,7 @@ v1::PlanSlice SliceOf(int32_t self) {
 }
 
 TEST(NcclMembershipTest, ADaemonWithNoMemberKnowsEveryRankAndJoinsNothing) {
-  std::atomic<bool> interrupt{false};
+  transport::Interrupt interrupt;
   NcclMembership membership("node-0", &interrupt);
   transport::NcclRoute route;
   ASSERT_TRUE(membership.Join(SliceOf(0), absl::Now() + absl::Seconds(5), &route).ok());
@@ -68,7 +68,7 @@ TEST(NcclMembershipTest, AMemberThatCannotJoinFailsTheJoinAndHoldsNoGroup) {
   if (transport::gpu::DetectGpu().available) {
     GTEST_SKIP() << "a GPU is here: joining needs the group's other members";
   }
-  std::atomic<bool> interrupt{false};
+  transport::Interrupt interrupt;
   NcclMembership membership("node-1", &interrupt);
   transport::NcclRoute route;
   const absl::Status joined = membership.Join(SliceOf(1), absl::Now() + absl::Seconds(5), &route);

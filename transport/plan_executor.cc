@@ -802,8 +802,9 @@ absl::Status PlanExecutor::RunOrdered(const std::vector<Resolved>& transfers, ui
       continue;
     }
     if (r.src_daemon != self_ && r.dst_daemon != self_) continue;
-    if (interrupt_ != nullptr && *interrupt_) {
-      return absl::CancelledError(absl::StrCat("interrupted before transfer ", ordinal));
+    if (interrupt_ != nullptr && interrupt_->raised()) {
+      return absl::CancelledError(
+          absl::StrCat("interrupted (", interrupt_->reason(), ") before transfer ", ordinal));
     }
     if (ViaNccl(t)) {  // a step of its own
       absl::Status sent =
@@ -1011,8 +1012,9 @@ absl::StatusOr<ExecutionStats> PlanExecutor::RunResolved(
         stats.bytes_by_route[t.route()] += t.bytes();
       }
     }
-    if (interrupt_ != nullptr && *interrupt_) {
-      return absl::CancelledError(absl::StrCat("epoch ", epoch, ": interrupted before batch ", b));
+    if (interrupt_ != nullptr && interrupt_->raised()) {
+      return absl::CancelledError(absl::StrCat("epoch ", epoch, ": interrupted (",
+                                               interrupt_->reason(), ") before batch ", b));
     }
     absl::Status status = plan.ordered_batches()
                               ? RunOrdered(resolved, epoch, deadline, &run_memory, &stats)

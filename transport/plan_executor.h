@@ -35,6 +35,7 @@
 #include "transport/gpu/nccl_group.h"
 #include "transport/gpu/nccl_schedule.h"
 #include "transport/host_copies.h"
+#include "transport/interrupt.h"
 #include "transport/rank_key.h"
 #include "transport/rank_placement.h"
 #include "transport/relay_buffers.h"
@@ -86,9 +87,9 @@ class PlanExecutor {
     progress_ = std::move(progress);
   }
 
-  // Once `*interrupt` is true the run stops at the next batch or transfer boundary with
+  // Once `interrupt` is raised the run stops at the next batch or transfer boundary with
   // CANCELLED (UCX waits end at once when the worker shares the flag).
-  void SetInterrupt(const std::atomic<bool>* interrupt) { interrupt_ = interrupt; }
+  void SetInterrupt(const Interrupt* interrupt) { interrupt_ = interrupt; }
   // A batch whose messages to and from peers all stand still this long fails (a dead link
   // the control plane does not see). Ordered plans wait piece by piece on peers that may
   // be busy with earlier pieces for a long time, so there only the deadline applies.
@@ -320,7 +321,7 @@ class PlanExecutor {
   std::vector<UcxEndpoint*> peers_;
   std::function<void(int64_t)> progress_;
   std::function<void(uint8_t*, int64_t)> on_message_received_;
-  const std::atomic<bool>* interrupt_ = nullptr;
+  const Interrupt* interrupt_ = nullptr;
   absl::Duration stall_limit_ = absl::InfiniteDuration();
   const NcclRoute* nccl_ = nullptr;
   StagingPool* device_staging_ = nullptr;

@@ -10,6 +10,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "planner/layout.h"
@@ -76,7 +77,7 @@ struct Daemon {
 std::vector<absl::StatusOr<ExecutionStats>> RunOnDaemons(
     const v1::Plan& plan, const v1::LayoutSpec& sources, const v1::LayoutSpec& destinations,
     const RankPlacement& placement, int32_t count, uint32_t epoch, absl::Duration timeout,
-    int32_t missing_daemon = -1, const std::atomic<bool>* interrupt = nullptr, int runs = 1,
+    int32_t missing_daemon = -1, const Interrupt* interrupt = nullptr, int runs = 1,
     std::vector<int64_t>* staging_allocations = nullptr,
     int64_t chunk_bytes = PlanExecutor::kDefaultMessageChunkBytes,
     std::vector<int64_t>* staging_held_bytes = nullptr, Sharing sharing = Sharing::kNone,
@@ -585,7 +586,8 @@ TEST(PlanExecutorTest, AnInterruptedDaemonReturnsOnlyOnceItsSameHostWriterStoppe
   // late and is not. The inference daemon's run must not return while those writes may
   // still come (its ranks are marked partial then, and the next epoch may start): when it
   // returns, every piece is in.
-  std::atomic<bool> aborted{true};
+  Interrupt aborted;
+  aborted.Raise("the coordinator aborted the epoch");
   bool written_when_it_returned = false;
   const absl::Time start = absl::Now();
   absl::Duration returned_after;
@@ -627,7 +629,7 @@ TEST(PlanExecutorTest, AWriterThatFailedBeforeItsRunSaysItWillNotWriteAndIsNotWa
   // says so instead of running, and the coordinator aborts the inference daemon's epoch.
   // The inference daemon returns at once, not after the stall limit (30 s here) that it
   // waits for a writer that said nothing.
-  std::atomic<bool> aborted{false};
+  Interrupt aborted;
   const absl::Time start = absl::Now();
   absl::Status said = absl::UnknownError("not said");
   const auto results = RunOnDaemons(
@@ -641,7 +643,7 @@ TEST(PlanExecutorTest, AWriterThatFailedBeforeItsRunSaysItWillNotWriteAndIsNotWa
           return true;
         }
         said = executor->SayNotWriting(refit.plan, 13);
-        aborted = true;
+        aborted.Raise("the coordinator aborted the epoch: daemon 0 could not run it");
         return false;
       });
   EXPECT_TRUE(said.ok()) << said;
@@ -721,16 +723,18 @@ TEST(PlanExecutorTest, AnInterruptEndsTheEpochAtOnce) {
   const TwoHostRefit refit;
   // The inference daemon waits for a peer that never sends, with a minute to spare; the
   // interrupt (what the coordinator's abort or SIGTERM sets) must end the wait at once.
-  std::atomic<bool> interrupt{false};
+  Interrupt interrupt;
   std::thread aborter([&]() {
     absl::SleepFor(absl::Milliseconds(200));
-    interrupt = true;
+    interrupt.Raise("the coordinator aborted the epoch");
   });
   const absl::Time start = absl::Now();
   const auto results = RunOnDaemons(refit.plan, refit.sources, refit.destinations, refit.placement,
                                     2, 9, absl::Seconds(60), /*missing=*/0, &interrupt);
   aborter.join();
   EXPECT_EQ(results[1].status().code(), absl::StatusCode::kCancelled) << results[1].status();
+  EXPECT_TRUE(absl::StrContains(results[1].status().message(), "the coordinator aborted the epoch"))
+      << results[1].status();
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 

@@ -8,7 +8,9 @@
 // one side's endpoint that was never sent on, after the other side replaced its own,
 // silently drops what comes the other way, or aborts the process in tcp_cm.c. refitd
 // closes such an endpoint only together with its worker (the worker's address changes,
-// so peers connect anew); a sender replaces its own endpoints freely.
+// so peers connect anew); a sender replaces its own endpoints freely. And a blocking TCP
+// connect to a peer whose worker goes away meanwhile aborts the process at the next
+// progress, so every worker connects in the background (UcxWorker::Create).
 #ifndef REFIT_TRANSPORT_UCX_WORKER_H_
 #define REFIT_TRANSPORT_UCX_WORKER_H_
 
@@ -23,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "transport/interrupt.h"
 
 namespace refit::transport {
 
@@ -83,9 +86,10 @@ class UcxWorker {
                        absl::Duration stall_limit = absl::InfiniteDuration(),
                        bool interruptible = true);
 
-  // While `*interrupt` is true, every wait ends at once (CANCELLED). Another thread may set
-  // it to abort an epoch; null: never interrupted. The flag must outlive the worker's use.
-  void SetInterrupt(const std::atomic<bool>* interrupt) { interrupt_ = interrupt; }
+  // While `interrupt` is raised, every interruptible wait ends at once (CANCELLED, with its
+  // reason); a raise wakes a wait asleep on the worker's events. Null: never interrupted.
+  // The interrupt must outlive the worker.
+  void SetInterrupt(const Interrupt* interrupt);
 
   // Operations WaitAll could neither finish nor cancel (a rendezvous whose peer vanished
   // mid-transfer) and that are not lingering receives (sends, receives without a
@@ -113,9 +117,11 @@ class UcxWorker {
   // One pass of progress; frees the lingering receives that ended. Whether UCX did anything.
   bool Progress();
   // With nothing done since `last_activity` for a moment, sleeps until the worker has an
-  // event (or a millisecond passes), so a daemon waiting on its peers leaves the cores to
-  // the copies instead of spinning on one.
-  void SleepIfIdle(std::chrono::steady_clock::time_point last_activity);
+  // event, the interrupt is raised (its listener signals the worker) or `wake_by` comes
+  // (the wait's deadline or stall limit), at most 10 ms (see the .cc), so a daemon waiting
+  // on its peers leaves the cores to the copies instead of spinning on one.
+  void SleepIfIdle(std::chrono::steady_clock::time_point last_activity,
+                   std::chrono::steady_clock::time_point wake_by);
   // Whether no request this worker gave up on is still running (so destroying it is safe).
   bool NothingLeftRunning();
 
@@ -123,7 +129,8 @@ class UcxWorker {
   ucp_worker_h worker_;
   std::string address_;
   int event_fd_ = -1;  // the worker's wakeup descriptor (UCX owns it); -1: none, spin
-  const std::atomic<bool>* interrupt_ = nullptr;
+  const Interrupt* interrupt_ = nullptr;
+  Interrupt::Listening interrupt_listening_;  // signals worker_; released before it goes
   std::atomic<int64_t> abandoned_{0};
   int64_t force_closed_ = 0;
   struct Lingering {

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "transport/data_plane_address.h"
@@ -60,20 +61,21 @@ TEST(UcxWorkerTest, ASendToAPeerThatStoppedAnsweringEndsAtTheInterrupt) {
   ASSERT_TRUE(receiver.ok()) << receiver.status();
   auto sender = UcxWorker::Create("sender");
   ASSERT_TRUE(sender.ok()) << sender.status();
-  std::atomic<bool> interrupt{false};
+  Interrupt interrupt;
   (*sender)->SetInterrupt(&interrupt);
   auto endpoint = (*sender)->Connect((*receiver)->address());
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   std::vector<uint8_t> big(64 << 20, 1);
   std::thread interrupter([&]() {
     absl::SleepFor(absl::Milliseconds(300));
-    interrupt = true;
+    interrupt.Raise("the coordinator aborted the epoch");
   });
   const absl::Time start = absl::Now();
   const absl::Status sent =
       (*endpoint)->Send(/*tag=*/9, big.data(), big.size(), absl::Now() + absl::Seconds(60));
   interrupter.join();
   EXPECT_EQ(sent.code(), absl::StatusCode::kCancelled) << sent;
+  EXPECT_TRUE(absl::StrContains(sent.message(), "the coordinator aborted the epoch")) << sent;
   EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   // The endpoint is not used again: the next epoch connects anew.
   EXPECT_TRUE((*endpoint)->broken());

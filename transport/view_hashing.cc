@@ -24,14 +24,16 @@ absl::StatusOr<ConstStridedRef> LocateView(const v1::RankRegistration& r, int v,
 
 absl::StatusOr<std::vector<v1::ViewChecksum>> ChecksumViews(
     const std::vector<v1::RankRegistration>& registrations, const BufferMap& buffers,
-    const ViewKeySet* only, const std::atomic<bool>* stop) {
+    const ViewKeySet* only, const Interrupt* stop) {
   std::vector<v1::ViewChecksum> out;
   for (const v1::RankRegistration& r : registrations) {
     // A bucketed rank's bytes are gone into its process; its pieces were hashed on the way.
     if (r.layout().bucketed()) continue;
     for (int v = 0; v < r.layout().views_size(); ++v) {
       if (only != nullptr && !only->count({r.role(), r.layout().rank(), v})) continue;
-      if (stop != nullptr && *stop) return absl::CancelledError("view checksums stopped");
+      if (stop != nullptr && stop->raised()) {
+        return absl::CancelledError(absl::StrCat("view checksums stopped: ", stop->reason()));
+      }
       const v1::ShardView& view = r.layout().views(v);
       Dims extent;
       absl::StatusOr<ConstStridedRef> memory = LocateView(r, v, buffers, &extent);

@@ -7,23 +7,23 @@
 #ifndef REFIT_TRANSPORT_VIEW_HASHING_H_
 #define REFIT_TRANSPORT_VIEW_HASHING_H_
 
-#include <atomic>
 #include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/refit.pb.h"
 #include "transport/buffer_map.h"
+#include "transport/interrupt.h"
 #include "transport/rank_key.h"
 
 namespace refit::transport {
 
 // Checksums of every host-memory view of `registrations`, read through `buffers` (views in
 // GPU memory are left out until a device-side hash exists); given `only`, of those in it.
-// CANCELLED once `*stop` is set (checked between views).
+// CANCELLED once `stop` is raised (checked between views).
 absl::StatusOr<std::vector<v1::ViewChecksum>> ChecksumViews(
     const std::vector<v1::RankRegistration>& registrations, const BufferMap& buffers,
-    const ViewKeySet* only = nullptr, const std::atomic<bool>* stop = nullptr);
+    const ViewKeySet* only = nullptr, const Interrupt* stop = nullptr);
 
 // The bytes ChecksumViews would hash at most (views in GPU memory counted too).
 int64_t ViewChecksumBytes(const std::vector<v1::RankRegistration>& registrations,

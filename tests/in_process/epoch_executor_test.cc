@@ -31,8 +31,8 @@ class EpochExecutorTest : public ::testing::Test {
 
   RankRegistry registry_{"node-0"};
   testing::OneDaemonRefit refit_;
-  std::atomic<bool> interrupt_{false};
-  std::atomic<bool> stopping_{false};
+  transport::Interrupt interrupt_;
+  transport::Interrupt stopping_;
   EpochExecutor executor_{"node-0",    &registry_, /*metrics=*/nullptr,
                           &interrupt_, &stopping_, [](const std::string&) {}};
   int64_t delivered_ = 0;
@@ -73,12 +73,14 @@ TEST_F(EpochExecutorTest, AnEpochWithoutItsSliceFailsAsAPreconditionAndWritesNot
 }
 
 TEST_F(EpochExecutorTest, AnInterruptedEpochSaysSoAndWhetherRefitdIsStopping) {
-  interrupt_ = true;
+  interrupt_.Raise("the coordinator aborted epoch test-1");
   v1::EpochDone done = Run(&refit_.slice);
   EXPECT_FALSE(done.ok());
   EXPECT_EQ(done.code(), static_cast<int>(absl::StatusCode::kCancelled)) << done.error();
+  EXPECT_TRUE(absl::StrContains(done.error(), "the coordinator aborted epoch test-1"))
+      << done.error();
   EXPECT_FALSE(absl::StrContains(done.error(), "shutting down")) << done.error();
-  stopping_ = true;
+  stopping_.Raise("refitd is stopping");
   done = Run(&refit_.slice);
   EXPECT_EQ(done.code(), static_cast<int>(absl::StatusCode::kCancelled)) << done.error();
   EXPECT_TRUE(absl::StartsWith(done.error(), "refitd is shutting down")) << done.error();

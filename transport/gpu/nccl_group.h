@@ -9,7 +9,6 @@
 #ifndef REFIT_TRANSPORT_GPU_NCCL_GROUP_H_
 #define REFIT_TRANSPORT_GPU_NCCL_GROUP_H_
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -17,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "transport/interrupt.h"
 
 namespace refit::transport::gpu {
 
@@ -31,10 +31,11 @@ class NcclGroup {
     int device = 0;
   };
   // Joins `members` into the communicator of `size` ranks named by `unique_id`; gives up
-  // at the deadline or once `*interrupt` is set (may be null).
-  static absl::StatusOr<std::unique_ptr<NcclGroup>> Join(
-      const std::string& unique_id, int size, const std::vector<Member>& members,
-      absl::Time deadline, const std::atomic<bool>* interrupt = nullptr);
+  // at the deadline or once `interrupt` is raised (may be null).
+  static absl::StatusOr<std::unique_ptr<NcclGroup>> Join(const std::string& unique_id, int size,
+                                                         const std::vector<Member>& members,
+                                                         absl::Time deadline,
+                                                         const Interrupt* interrupt = nullptr);
   ~NcclGroup();
   NcclGroup(const NcclGroup&) = delete;
   NcclGroup& operator=(const NcclGroup&) = delete;
@@ -52,9 +53,9 @@ class NcclGroup {
   // streams. At the deadline, or on an error, aborts every communicator and says which.
   absl::Status RunStep(const std::vector<Message>& messages, absl::Time deadline);
 
-  // While `*interrupt` is true, RunStep's wait ends at once (CANCELLED) and the group is
-  // aborted: what the coordinator's abort and SIGTERM set. Null: never interrupted.
-  void SetInterrupt(const std::atomic<bool>* interrupt) { interrupt_ = interrupt; }
+  // While `interrupt` is raised, RunStep's wait ends at once (CANCELLED) and the group is
+  // aborted: what the coordinator's abort and SIGTERM raise. Null: never interrupted.
+  void SetInterrupt(const Interrupt* interrupt) { interrupt_ = interrupt; }
 
   bool aborted() const { return aborted_; }
   int size() const { return size_; }
@@ -67,7 +68,7 @@ class NcclGroup {
   std::unique_ptr<Handles> handles_;
   int size_;
   bool aborted_ = false;
-  const std::atomic<bool>* interrupt_ = nullptr;
+  const Interrupt* interrupt_ = nullptr;
 };
 
 }  // namespace refit::transport::gpu

@@ -14,7 +14,7 @@ absl::StatusOr<std::string> NcclGroup::NewUniqueId() { return NoNccl(); }
 
 absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Join(const std::string&, int,
                                                            const std::vector<Member>&, absl::Time,
-                                                           const std::atomic<bool>*) {
+                                                           const Interrupt*) {
   return NoNccl();
 }
 

@@ -28,8 +28,7 @@ struct NcclGroup::Handles {
 
   // Polls the (non-blocking) communicators until their last calls finished, one failed,
   // or the deadline passed.
-  absl::Status AwaitComms(absl::Time deadline, const std::atomic<bool>* interrupt,
-                          const char* what) const {
+  absl::Status AwaitComms(absl::Time deadline, const Interrupt* interrupt, const char* what) const {
     for (const Gpu& gpu : gpus) {
       while (true) {
         ncclResult_t state = ncclSuccess;
@@ -41,9 +40,9 @@ struct NcclGroup::Handles {
               NcclStatus(state, what).code(),
               absl::StrCat("NCCL rank ", gpu.member.rank, ": ", NcclStatus(state, what).message()));
         }
-        if (interrupt != nullptr && *interrupt) {
-          return absl::CancelledError(
-              absl::StrCat("NCCL rank ", gpu.member.rank, ": ", what, " was interrupted"));
+        if (interrupt != nullptr && interrupt->raised()) {
+          return absl::CancelledError(absl::StrCat("NCCL rank ", gpu.member.rank, ": ", what,
+                                                   " was interrupted (", interrupt->reason(), ")"));
         }
         if (absl::Now() > deadline) {
           return absl::DeadlineExceededError(absl::StrCat("NCCL rank ", gpu.member.rank, ": ", what,
@@ -69,7 +68,7 @@ NcclGroup::NcclGroup(std::unique_ptr<Handles> handles, int size)
 absl::StatusOr<std::unique_ptr<NcclGroup>> NcclGroup::Join(const std::string& unique_id, int size,
                                                            const std::vector<Member>& members,
                                                            absl::Time deadline,
-                                                           const std::atomic<bool>* interrupt) {
+                                                           const Interrupt* interrupt) {
   if (unique_id.size() != sizeof(ncclUniqueId)) {
     return absl::InvalidArgumentError(absl::StrCat("an NCCL unique id has ", sizeof(ncclUniqueId),
                                                    " bytes, not ", unique_id.size()));
@@ -175,9 +174,10 @@ absl::Status NcclGroup::RunStep(const std::vector<Message>& messages, absl::Time
       ncclCommGetAsyncError(gpu.comm, &state);
       if (state != ncclSuccess && state != ncclInProgress) {
         status = NcclStatus(state, "NCCL send/receive");
-      } else if (interrupt_ != nullptr && *interrupt_) {
-        status = absl::CancelledError(absl::StrCat(
-            "NCCL rank ", gpu.member.rank, ": interrupted with sends and receives unfinished"));
+      } else if (interrupt_ != nullptr && interrupt_->raised()) {
+        status = absl::CancelledError(absl::StrCat("NCCL rank ", gpu.member.rank, ": interrupted (",
+                                                   interrupt_->reason(),
+                                                   ") with sends and receives unfinished"));
       } else if (absl::Now() > deadline) {
         status = absl::DeadlineExceededError(absl::StrCat(
             "NCCL rank ", gpu.member.rank, ": sends and receives unfinished at the deadline"));
