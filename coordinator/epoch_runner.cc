@@ -354,10 +354,10 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version,
   }
   absl::StatusOr<ClusterSnapshot> snapshot = cluster_->Snapshot(replicas_.has_value());
   if (!snapshot.ok()) return Refused("group_disagrees", snapshot.status());
-  Members members;
+  EpochMembers members;
   if (replicas_.has_value()) {
     std::optional<v1::RefitReport> held;
-    absl::StatusOr<Members> chosen = ChooseReplicas(version, &*snapshot, &held);
+    absl::StatusOr<EpochMembers> chosen = ChooseReplicas(version, &*snapshot, &held);
     if (held.has_value()) return *std::move(held);
     if (!chosen.ok()) return chosen.status();  // counted as refused there
     members = *std::move(chosen);
@@ -367,9 +367,9 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version,
     if (!repeat->ok()) return Refused("stale_version", repeat->status());
     return *std::move(repeat);
   }
-  if (members.catch_up) {
+  if (members.catch_up()) {
     absl::MutexLock lock(&mu_);
-    catching_up_.insert(members.replicas.begin(), members.replicas.end());
+    catching_up_.insert(members.replicas().begin(), members.replicas().end());
   }
   absl::StatusOr<v1::RefitReport> report =
       RunEpochs(version, start, deadline, cancelled, &*snapshot, &members);
@@ -378,7 +378,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RefitHoldingGroup(int64_t version,
     catching_up_.clear();
   }
   UpdateReplicaGauges();
-  if (members.catch_up && metrics_ != nullptr) {
+  if (members.catch_up() && metrics_ != nullptr) {
     metrics_->catch_ups.Add({{"result", report.ok() ? "committed" : "aborted"}}).Increment();
   }
   return report;
@@ -388,15 +388,13 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Du
                                                        Deadline deadline,
                                                        const Cancelled& cancelled,
                                                        ClusterSnapshot* snapshot,
-                                                       Members* members) {
-  std::vector<int64_t>& dropped = members->dropped;  // replicas lost by earlier attempts
+                                                       EpochMembers* members) {
   std::vector<int64_t> paused;  // ranks whose engines wait for this refit's epoch
   // A refit that ends before its epoch lets the engines it paused resume.
   auto end_before_epoch = [&](const char* reason, const absl::Status& status) {
     if (!paused.empty()) ResumeEngines(*snapshot, paused, std::string(status.message()));
     return Refused(reason, status);
   };
-  const size_t needed = members->catch_up || !replicas_.has_value() ? 1 : replicas_->min_replicas();
   while (true) {
     absl::StatusOr<PlannedEpoch> planned = PlanEpoch(version, snapshot);
     if (!planned.ok()) {
@@ -426,9 +424,9 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Du
                                             " was cancelled while waiting for engines to pause")));
     }
     if (!late.ranks.empty()) {
-      const LateEngines left_out =
-          LeaveOutLate(version, late, asked, members->replicas,
-                       replicas_.has_value() ? &*replicas_ : nullptr, needed, PauseDeadline());
+      const LateEngines left_out = LeaveOutLate(version, late, asked, members->replicas(),
+                                                replicas_.has_value() ? &*replicas_ : nullptr,
+                                                members->needed(), PauseDeadline());
       if (!left_out.refusal.ok()) return end_before_epoch("engines_not_paused", left_out.refusal);
       const std::vector<int64_t>& lost = left_out.dropped;
       const std::vector<int64_t>& skipped = left_out.skipped;
@@ -437,12 +435,11 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Du
                    !lost.empty() && !skipped.empty() ? ", " : "",
                    skipped.empty() ? "" : absl::StrCat("skipping ", DescribeReplicas(skipped)));
       if (metrics_ != nullptr && !lost.empty()) metrics_->replicas_dropped.Increment(lost.size());
-      dropped.insert(dropped.end(), lost.begin(), lost.end());
       ResumeEngines(*snapshot, left_out.resumed,
                     absl::StrCat(left_out.what, ": skipped for this epoch"));
-      members->skipped.insert(members->skipped.end(), skipped.begin(), skipped.end());
-      members->replicas = left_out.left;
-      NarrowDestinations(replicas_->RanksOf(left_out.left), snapshot);
+      members->Drop(lost);
+      members->Skip(skipped);
+      NarrowDestinations(replicas_->RanksOf(members->replicas()), snapshot);
       continue;  // planned again for the others, whose engines stay paused
     }
     // The epoch writes the buffers of daemons still in doubt about an older one: that one
@@ -452,7 +449,7 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Du
     // Planned from a snapshot a reconnection made stale (a daemon that replaced its UCX
     // worker has a new address): taken and planned again.
     bool refreshed = false;
-    if (absl::Status fresh = RefreshIfStale(snapshot, members, needed, &refreshed); !fresh.ok()) {
+    if (absl::Status fresh = RefreshIfStale(snapshot, members, &refreshed); !fresh.ok()) {
       return end_before_epoch("incomplete_group", fresh);
     }
     if (refreshed && deadline.Passed()) {
@@ -473,13 +470,9 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Du
     // epoch of their own, if enough of them are left and time is.
     std::vector<int64_t> lost;
     if (!outcome.ok() && replicas_.has_value() && !(cancelled && cancelled())) {
-      lost = LostReplicas(*snapshot, members->replicas, deadline);
+      lost = LostReplicas(*snapshot, members->replicas(), deadline);
     }
-    std::vector<int64_t> left;
-    for (int64_t replica : members->replicas) {
-      if (std::find(lost.begin(), lost.end(), replica) == lost.end()) left.push_back(replica);
-    }
-    const bool retried = !lost.empty() && left.size() >= needed && !deadline.Passed();
+    const bool retried = !lost.empty() && members->EnoughWithout(lost) && !deadline.Passed();
     const absl::Duration end = MonotonicNow();
     const double seconds = absl::ToDoubleSeconds(end - start);
     // A commit is recorded (the version, who holds it) before any daemon hears of it, so
@@ -502,20 +495,19 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Du
       if (metrics_ != nullptr) metrics_->EpochAborted(seconds);
       if (!retried) {
         if (lost.empty()) return outcome;
-        return absl::Status(
-            outcome.code(),
-            absl::StrCat(outcome.message(), "; lost ", DescribeReplicas(lost), ", and ",
-                         left.size(), " left of the ", needed, " needed"));
+        return absl::Status(outcome.code(),
+                            absl::StrCat(outcome.message(), "; lost ", DescribeReplicas(lost),
+                                         ", and ", members->Without(lost).size(), " left of the ",
+                                         members->needed(), " needed"));
       }
+      members->Drop(lost);
       spdlog::warn("epoch {} version {}: lost {}; moving the version again to {}", epoch_id,
-                   version, DescribeReplicas(lost), DescribeReplicas(left));
+                   version, DescribeReplicas(lost), DescribeReplicas(members->replicas()));
       if (metrics_ != nullptr) metrics_->replicas_dropped.Increment(lost.size());
-      dropped.insert(dropped.end(), lost.begin(), lost.end());
-      members->replicas = left;
       absl::StatusOr<ClusterSnapshot> now = cluster_->Snapshot(/*destination_replicas=*/true);
       if (!now.ok()) return now.status();
       *snapshot = *std::move(now);
-      NarrowDestinations(replicas_->RanksOf(left), snapshot);
+      NarrowDestinations(replicas_->RanksOf(members->replicas()), snapshot);
       continue;
     }
     const planner::PlanStats& stats = planned->plan->stats;
@@ -523,22 +515,12 @@ absl::StatusOr<v1::RefitReport> EpochRunner::RunEpochs(int64_t version, absl::Du
         "epoch {} version {} committed{}: {} bytes in {:.3f} s ({:.2f} GB/s; {:.3f} s after the "
         "last publish), {} daemons, slowest {} ({:.3f} s), {} views and {} pieces checksummed, "
         "plan {}",
-        epoch_id, version,
-        replicas_.has_value()
-            ? absl::StrCat(
-                  members->catch_up ? " (a catch-up)" : "", " to ",
-                  DescribeReplicas(members->replicas),
-                  dropped.empty() ? "" : absl::StrCat(", dropped ", DescribeReplicas(dropped)),
-                  members->skipped.empty()
-                      ? ""
-                      : absl::StrCat(", skipped ", DescribeReplicas(members->skipped)))
-            : "",
-        stats.total_bytes, seconds, stats.total_bytes / std::max(seconds, 1e-9) / 1e9,
-        report->epoch_seconds(), snapshot->channels.size(),
-        report->slowest_node().empty() ? "-" : report->slowest_node(),
+        epoch_id, version, replicas_.has_value() ? members->Describe() : "", stats.total_bytes,
+        seconds, stats.total_bytes / std::max(seconds, 1e-9) / 1e9, report->epoch_seconds(),
+        snapshot->channels.size(), report->slowest_node().empty() ? "-" : report->slowest_node(),
         report->slowest_node_seconds(), checksummed.first, checksummed.second,
         planned->wire.digest());
-    if (!members->dropped.empty() || !members->skipped.empty()) {
+    if (members->LeftSomeBehind()) {
       absl::MutexLock lock(&mu_);
       catch_up_wanted_ = true;  // once the group is free (Refit)
     }
@@ -555,56 +537,42 @@ EpochRunner::EpochRunner(Cluster* cluster, v1::JobSpec job, CoordinatorMetrics* 
                                                          job_.destination_ranks())
                     : std::nullopt) {}
 
-absl::StatusOr<EpochRunner::Members> EpochRunner::ChooseReplicas(
-    int64_t version, ClusterSnapshot* snapshot, std::optional<v1::RefitReport>* held) {
+absl::StatusOr<EpochMembers> EpochRunner::ChooseReplicas(int64_t version, ClusterSnapshot* snapshot,
+                                                         std::optional<v1::RefitReport>* held) {
   ReplicaCensus census = replicas_->Census(RanksIn(snapshot->destination_registrations));
   HoldMisdeclared(version, *snapshot, &census);
   const std::map<int64_t, Cluster::DestinationRank> ranks = cluster_->DestinationRanks();
   const int64_t recovered = cluster_->CommittedVersion();
-  Members members;
-  bool repeat = false;
+  MemberFacts facts;
+  facts.version = version;
+  facts.complete = census.complete;
+  facts.enough = replicas_->CheckEnough(census);
+  facts.min_replicas = replicas_->min_replicas();
+  facts.published_oldest = snapshot->published_oldest;
+  facts.published_newest = snapshot->published_newest;
+  std::optional<v1::RefitReport> report;  // of the committed version, to answer with
   {
     absl::MutexLock lock(&mu_);
-    repeat = version == committed_.current();
-    if (repeat) {
-      if (absl::Status same =
-              committed_.CheckSourcesUnchanged(version, snapshot->source_registrations);
-          !same.ok()) {
-        return Refused("stale_version", same);
+    facts.repeat = version == committed_.current();
+    if (facts.repeat) {
+      facts.sources_unchanged =
+          committed_.CheckSourcesUnchanged(version, snapshot->source_registrations);
+      facts.lacking = replicas_->Lacking(census.complete, committed_.Holders(ranks, recovered),
+                                         snapshot->destination_registrations);
+      if (const CommittedVersions::Committed* done = committed_.Find(version)) {
+        report = done->report;
       }
-      // A repeat of the committed version moves it to the complete replicas lacking it.
-      members.replicas = replicas_->Lacking(census.complete, committed_.Holders(ranks, recovered),
-                                            snapshot->destination_registrations);
-      const CommittedVersions::Committed* done = committed_.Find(version);
-      if (members.replicas.empty() && done != nullptr) {
-        *held = done->report;
-        return members;
-      }
-      // Every replica holds it, but a restarted coordinator has no report to answer with:
-      // the version moves again.
-      if (members.replicas.empty()) members.replicas = census.complete;
-      members.catch_up = members.replicas.size() < census.complete.size();
+      facts.report_kept = report.has_value();
     }
   }
-  if (!members.catch_up) {
-    if (absl::Status enough = replicas_->CheckEnough(census); !enough.ok()) {
-      return Refused("incomplete_group", enough);
-    }
+  MemberChoice choice = ChooseMembers(facts);
+  if (choice.answer_with_report) {
+    *held = std::move(report);
+    return EpochMembers();
   }
-  if (!repeat) members.replicas = census.complete;
-  if (repeat && (snapshot->published_oldest != version || snapshot->published_newest != version)) {
-    return Refused(
-        "stale_version",
-        absl::FailedPreconditionError(absl::StrCat(
-            "version ", version, " is committed, but ", DescribeReplicas(members.replicas),
-            members.replicas.size() == 1 ? " lacks" : " lack",
-            " it, and the source ranks no longer all hold it (they published "
-            "versions ",
-            snapshot->published_oldest, " to ", snapshot->published_newest,
-            "): refit a newer version")));
-  }
-  NarrowDestinations(replicas_->RanksOf(members.replicas), snapshot);
-  return members;
+  if (!choice.refusal.ok()) return Refused(choice.refusal_reason, choice.refusal);
+  NarrowDestinations(replicas_->RanksOf(choice.members.replicas()), snapshot);
+  return std::move(choice.members);
 }
 
 void EpochRunner::HoldMisdeclared(int64_t version, const ClusterSnapshot& snapshot,
@@ -657,7 +625,7 @@ void EpochRunner::HoldMisdeclared(int64_t version, const ClusterSnapshot& snapsh
   }
 }
 
-absl::Status EpochRunner::RefreshIfStale(ClusterSnapshot* snapshot, Members* members, size_t needed,
+absl::Status EpochRunner::RefreshIfStale(ClusterSnapshot* snapshot, EpochMembers* members,
                                          bool* refreshed) {
   *refreshed = false;
   const std::map<int32_t, std::shared_ptr<DaemonChannel>> now = cluster_->Channels();
@@ -673,25 +641,20 @@ absl::Status EpochRunner::RefreshIfStale(ClusterSnapshot* snapshot, Members* mem
   if (!fresh.ok()) return fresh.status();
   if (replicas_.has_value()) {
     const std::vector<int64_t> lost = replicas_->Lacking(
-        members->replicas, snapshot->destination_registrations, fresh->destination_registrations);
-    std::vector<int64_t> left;
-    for (int64_t replica : members->replicas) {
-      if (std::find(lost.begin(), lost.end(), replica) == lost.end()) left.push_back(replica);
-    }
-    if (left.size() < needed) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("before the epoch began, ", DescribeReplicas(lost), " lost ranks (",
-                       absl::StrJoin(changed, ", "), " reconnected or left); ", left.size(),
-                       " left of the ", needed, " needed"));
+        members->replicas(), snapshot->destination_registrations, fresh->destination_registrations);
+    if (!members->EnoughWithout(lost)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "before the epoch began, ", DescribeReplicas(lost), " lost ranks (",
+          absl::StrJoin(changed, ", "), " reconnected or left); ", members->Without(lost).size(),
+          " left of the ", members->needed(), " needed"));
     }
     if (!lost.empty()) {
       spdlog::warn("dropping {}: ranks gone or registered anew before the epoch began",
                    DescribeReplicas(lost));
       if (metrics_ != nullptr) metrics_->replicas_dropped.Increment(lost.size());
-      members->dropped.insert(members->dropped.end(), lost.begin(), lost.end());
+      members->Drop(lost);
     }
-    members->replicas = left;
-    NarrowDestinations(replicas_->RanksOf(left), &*fresh);
+    NarrowDestinations(replicas_->RanksOf(members->replicas()), &*fresh);
   }
   *snapshot = *std::move(fresh);
   *refreshed = true;
@@ -1129,7 +1092,7 @@ void EpochRunner::TellDaemons(const std::string& epoch_id, int64_t version,
   SettleDaemonsInDoubt();
 }
 
-v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const Members& members,
+v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const EpochMembers& members,
                                     const ClusterSnapshot& snapshot,
                                     std::pair<int64_t, int64_t> checksummed, double seconds,
                                     double epoch_seconds) {
@@ -1138,7 +1101,7 @@ v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const Members& 
   // held it already keep holding it (their daemons said so).
   std::map<int64_t, Cluster::DestinationRank> ranks;
   int64_t recovered = -1;
-  if (members.catch_up) {
+  if (members.catch_up()) {
     ranks = cluster_->DestinationRanks();
     recovered = cluster_->CommittedVersion();
   }
@@ -1152,10 +1115,10 @@ v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const Members& 
   report.set_views_checksummed(checksummed.first);
   report.set_pieces_checksummed(checksummed.second);
   for (int64_t r : planned.planned_around) report.add_missing_source_ranks(r);
-  for (int64_t replica : members.replicas) report.add_replicas(replica);
-  for (int64_t replica : members.dropped) report.add_dropped_replicas(replica);
-  for (int64_t replica : members.skipped) report.add_skipped_replicas(replica);
-  report.set_catch_up(members.catch_up);
+  for (int64_t replica : members.replicas()) report.add_replicas(replica);
+  for (int64_t replica : members.dropped()) report.add_dropped_replicas(replica);
+  for (int64_t replica : members.skipped()) report.add_skipped_replicas(replica);
+  report.set_catch_up(members.catch_up());
   const auto [slowest_rank, slowest_rank_seconds] = epoch_->SlowestRank();
   report.set_slowest_rank(slowest_rank);
   report.set_slowest_rank_seconds(slowest_rank_seconds);
@@ -1169,7 +1132,7 @@ v1::RefitReport EpochRunner::Report(const PlannedEpoch& planned, const Members& 
     entry->set_route(route);
     entry->set_bytes(bytes);
   }
-  if (members.catch_up) {
+  if (members.catch_up()) {
     committed_.CaughtUp(report, ranks, recovered, snapshot.destination_registrations,
                         snapshot.source_registrations);
   } else {

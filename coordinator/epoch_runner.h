@@ -36,6 +36,7 @@
 #include "coordinator/cluster.h"
 #include "coordinator/committed_versions.h"
 #include "coordinator/destination_replicas.h"
+#include "coordinator/epoch_members.h"
 #include "coordinator/epoch_record.h"
 #include "coordinator/held_replicas.h"
 #include "coordinator/pause_round.h"
@@ -155,10 +156,9 @@ class EpochRunner {
   // Plans, launches and decides the epoch of `members` (snapshot: narrowed to them); with
   // destination replicas, again without those lost by a failed attempt while enough are
   // left (members shrinks).
-  struct Members;
   absl::StatusOr<v1::RefitReport> RunEpochs(int64_t version, absl::Duration start,
                                             Deadline deadline, const Cancelled& cancelled,
-                                            ClusterSnapshot* snapshot, Members* members)
+                                            ClusterSnapshot* snapshot, EpochMembers* members)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_);
 
   // A plan for the group as registered now.
@@ -167,19 +167,11 @@ class EpochRunner {
     v1::Plan wire;
     std::vector<int64_t> planned_around;  // missing source ranks whose data others hold
   };
-  // With destination replicas: those an epoch writes, and whether it is a catch-up (only
-  // replicas lacking the committed version).
-  struct Members {
-    std::vector<int64_t> replicas;
-    bool catch_up = false;
-    std::vector<int64_t> dropped;  // lost during an attempt of this refit
-    std::vector<int64_t> skipped;  // their engines did not pause in time
-  };
   // The replicas an epoch moving `version` writes: every complete one, or for a repeat of
   // the committed version those lacking it (the sources must still hold it); `snapshot`
   // narrowed to them. `*held`: the committed report, when every complete replica holds it.
-  absl::StatusOr<Members> ChooseReplicas(int64_t version, ClusterSnapshot* snapshot,
-                                         std::optional<v1::RefitReport>* held)
+  absl::StatusOr<EpochMembers> ChooseReplicas(int64_t version, ClusterSnapshot* snapshot,
+                                              std::optional<v1::RefitReport>* held)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(run_mu_) ABSL_LOCKS_EXCLUDED(mu_);
   // Vets the complete replicas of `census` (coordinator/replica_vetting.h, each kind planned
   // alone for `version` when they differ), moving those held out into census->held;
@@ -190,9 +182,8 @@ class EpochRunner {
   // When a daemon of `snapshot` reconnected (a new session, perhaps a new data-plane
   // address) or left since it was taken, takes it again (`*refreshed`), narrowed to the
   // members; with replicas, those with a rank gone or registered anew since are dropped
-  // (FAILED_PRECONDITION when fewer than `needed` are left).
-  absl::Status RefreshIfStale(ClusterSnapshot* snapshot, Members* members, size_t needed,
-                              bool* refreshed);
+  // (FAILED_PRECONDITION when fewer than the members need are left).
+  absl::Status RefreshIfStale(ClusterSnapshot* snapshot, EpochMembers* members, bool* refreshed);
   // Waits (within `deadline`) until no daemon of `snapshot` is still winding down the last
   // aborted epoch.
   void AwaitWoundDown(const ClusterSnapshot& snapshot, Deadline deadline,
@@ -259,7 +250,7 @@ class EpochRunner {
                    const ClusterSnapshot& snapshot, bool retried = false) ABSL_LOCKS_EXCLUDED(mu_);
   // The report of a committed epoch, remembered for repeats and Status (a catch-up adds
   // its replicas to the report of the version it caught up to).
-  v1::RefitReport Report(const PlannedEpoch& planned, const Members& members,
+  v1::RefitReport Report(const PlannedEpoch& planned, const EpochMembers& members,
                          const ClusterSnapshot& snapshot, std::pair<int64_t, int64_t> checksummed,
                          double seconds, double epoch_seconds) ABSL_LOCKS_EXCLUDED(mu_);
 
