@@ -839,15 +839,14 @@ TEST(ControlPlaneReplicasTest, ALostSourceIsPlannedAroundWhenAReplicaHoldsItsDat
                                   v1::ROLE_SOURCE, r);
     ASSERT_TRUE(registries[r.host()]->Publish(r.rank(), 1).ok());
   }
-  for (int i = 0; i < 250 && cluster.RankCount(v1::ROLE_DESTINATION) < 2; ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  // Every rank is seen before one goes: a source rank never seen would not be "lost".
+  ASSERT_TRUE(testing::CoordinatorWithDaemons::Eventually([&] {
+    return cluster.RankCount(v1::ROLE_SOURCE) == 2 && cluster.RankCount(v1::ROLE_DESTINATION) == 2;
+  }));
   // trainer-b's daemon goes away with source rank 1.
   links["trainer-b"].reset();
-  for (int i = 0; i < 250 && cluster.RankCount(v1::ROLE_SOURCE) != 1; ++i) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  ASSERT_EQ(cluster.RankCount(v1::ROLE_SOURCE), 1);
+  ASSERT_TRUE(testing::CoordinatorWithDaemons::Eventually(
+      [&] { return cluster.RankCount(v1::ROLE_SOURCE) == 1; }));
   absl::StatusOr<v1::RefitReport> report =
       client::CoordinatorClient(address).Refit(1, absl::Seconds(20));
   ASSERT_TRUE(report.ok()) << report.status();
@@ -893,9 +892,13 @@ TEST(ControlPlaneReplicasTest, DivergentTrainerReplicasAreCaughtWithinTheirCheck
     ASSERT_NO_FATAL_FAILURE(RegisterAll(sources, destinations, [&](const v1::RankLayout& r) {
       return registries[r.host()].get();
     }));
-    for (int i = 0; i < 250 && (*coordinator)->cluster().RankCount(v1::ROLE_DESTINATION) < 2; ++i) {
-      absl::SleepFor(absl::Milliseconds(20));
-    }
+    // Both roles seen before the first refit (registrations reach the coordinator on
+    // their daemons' streams, not with the registering call).
+    const Cluster& cluster = (*coordinator)->cluster();
+    ASSERT_TRUE(testing::CoordinatorWithDaemons::Eventually([&] {
+      return cluster.RankCount(v1::ROLE_SOURCE) == 2 &&
+             cluster.RankCount(v1::ROLE_DESTINATION) == 2;
+    }));
     int failed = 0, committed = 0;
     for (int64_t version = 1; version <= 4; ++version) {
       for (const v1::RankLayout& r : sources.ranks()) {
@@ -966,12 +969,10 @@ TEST(ControlPlaneFourDaemonsTest, RandomLayoutsOverSeveralEpochs) {
       ASSERT_NO_FATAL_FAILURE(RegisterAll(sources, destinations, [&](const v1::RankLayout& r) {
         return registries[node_of(r.host())].get();
       }));
-      for (int i = 0;
-           i < 250 && (cluster.RankCount(v1::ROLE_SOURCE) < sources.ranks_size() ||
-                       cluster.RankCount(v1::ROLE_DESTINATION) < destinations.ranks_size());
-           ++i) {
-        absl::SleepFor(absl::Milliseconds(20));
-      }
+      ASSERT_TRUE(testing::CoordinatorWithDaemons::Eventually([&] {
+        return cluster.RankCount(v1::ROLE_SOURCE) == sources.ranks_size() &&
+               cluster.RankCount(v1::ROLE_DESTINATION) == destinations.ranks_size();
+      }));
       client::CoordinatorClient coordinator_client(address);
       for (int64_t version = 1; version <= 2; ++version) {
         for (const v1::RankLayout& r : sources.ranks()) {
