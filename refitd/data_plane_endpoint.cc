@@ -31,6 +31,9 @@ absl::StatusOr<std::vector<transport::UcxEndpoint*>> DataPlaneEndpoint::PeersFor
   if (worker_ == nullptr) {
     return absl::UnavailableError(absl::StrCat("refitd on ", node_, " has no data-plane worker"));
   }
+  // Connections that broke while the worker sat idle between epochs say so now, and are
+  // replaced below rather than failing the epoch at its first send.
+  worker_->ProgressPending();
   std::vector<transport::UcxEndpoint*> peers;
   for (const v1::DaemonPeer& peer : slice.daemons()) {
     if (peer.index() < 0 || peer.index() > 1 << 20) {

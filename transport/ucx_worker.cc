@@ -154,6 +154,15 @@ void UcxWorker::SleepIfIdle(std::chrono::steady_clock::time_point last_activity,
   poll(&event, 1, static_cast<int>(std::min<int64_t>(left, 10)));
 }
 
+void UcxWorker::ProgressPending() {
+  // UCX reports an endpoint's failure through a callback it queues for a later pass, so
+  // keep going while passes do something, and one more after.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(5);
+  while (Progress() && std::chrono::steady_clock::now() < give_up) {
+  }
+  Progress();
+}
+
 bool UcxWorker::NothingLeftRunning() {
   if (!lingering_.empty()) return false;
   for (void* request : abandoned_requests_) {

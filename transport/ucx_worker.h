@@ -86,6 +86,13 @@ class UcxWorker {
                        absl::Duration stall_limit = absl::InfiniteDuration(),
                        bool interruptible = true);
 
+  // Runs what UCX has pending (at most a few milliseconds' worth) without waiting for
+  // anything: a connection that broke while the worker was idle (a peer that restarted or
+  // went away between epochs) is found and its endpoint marked broken(), so the owner
+  // replaces it before an epoch sends on it, instead of that epoch failing at its first
+  // send ("ucp_tag_send_nbx: Endpoint timeout").
+  void ProgressPending();
+
   // While `interrupt` is raised, every interruptible wait ends at once (CANCELLED, with its
   // reason); a raise wakes a wait asleep on the worker's events. Null: never interrupted.
   // The interrupt must outlive the worker.

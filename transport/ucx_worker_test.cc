@@ -424,6 +424,29 @@ TEST(UcxWorkerTest, ConnectingToAPeerThatGoesAwayMeanwhileFailsThatEndpointOnly)
   EXPECT_EQ(std::string(received.begin(), received.end()), "alive");
 }
 
+// A peer that goes away while this worker sits idle (between epochs): its endpoint does not
+// know until the worker progresses; ProgressPending finds out, so the owner replaces the
+// endpoint before an epoch sends on it.
+TEST(UcxWorkerTest, AConnectionThatBrokeWhileIdleIsFoundBeforeTheNextSend) {
+  auto worker = UcxWorker::Create("idle");
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto peer = UcxWorker::Create("goes-away");
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  auto endpoint = (*worker)->Connect((*peer)->address());
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  std::thread sender([&]() {
+    EXPECT_TRUE((*endpoint)->Send(5, "epoch", 5, absl::Now() + absl::Seconds(20)).ok());
+  });
+  std::vector<uint8_t> received(5);
+  ASSERT_TRUE((*peer)->Receive(5, &received, absl::Now() + absl::Seconds(20)).ok());
+  sender.join();
+  peer->reset();
+  absl::SleepFor(absl::Milliseconds(200));  // the peer's sockets are closed by now
+  EXPECT_FALSE((*endpoint)->broken());      // nothing progressed the worker since
+  (*worker)->ProgressPending();
+  EXPECT_TRUE((*endpoint)->broken());
+}
+
 TEST(UcxWorkerTest, ReceiveWithoutSenderEndsAtTheDeadline) {
   auto worker = UcxWorker::Create("lonely");
   ASSERT_TRUE(worker.ok()) << worker.status();
