@@ -17,7 +17,7 @@ void Interrupt::Raise(std::string_view reason) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!raised_.load(std::memory_order_relaxed)) reason_ = std::string(reason);
   raised_.store(true, std::memory_order_release);
-  raised_or_cleared_.notify_all();
+  raise_signal_.notify_all();
   std::lock_guard<std::mutex> listening(listeners_->mu);
   for (auto& [id, wake] : listeners_->wakes) wake();
 }
@@ -42,7 +42,7 @@ bool Interrupt::SleepFor(absl::Duration duration) const {
                           ? std::chrono::hours(24 * 365)
                           : std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                 absl::ToChronoNanoseconds(duration)));
-  raised_or_cleared_.wait_until(lock, until, [this]() { return raised(); });
+  raise_signal_.wait_until(lock, until, [this]() { return raised(); });
   return raised();
 }
 

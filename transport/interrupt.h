@@ -66,8 +66,8 @@ class Interrupt {
  private:
   std::atomic<bool> raised_{false};
   mutable std::mutex mu_;
-  mutable std::condition_variable raised_or_cleared_;
-  std::string reason_;  // guarded by mu_
+  mutable std::condition_variable raise_signal_;  // notified at every Raise
+  std::string reason_;                            // guarded by mu_
   // Shared with the Listening handles, so one that outlives the interrupt is harmless.
   const std::shared_ptr<Listening::Listeners> listeners_;
 };

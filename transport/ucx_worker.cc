@@ -135,11 +135,17 @@ bool UcxWorker::Progress() {
 }
 
 void UcxWorker::SleepIfIdle(std::chrono::steady_clock::time_point last_activity,
-                            std::chrono::steady_clock::time_point wake_by) {
+                            absl::Time deadline, std::chrono::steady_clock::time_point stall_end) {
   // A short spin first: a message in flight usually completes within it.
   constexpr auto kSpin = std::chrono::microseconds(100);
   const auto now = std::chrono::steady_clock::now();
-  if (event_fd_ < 0 || now - last_activity < kSpin || now >= wake_by) return;
+  if (event_fd_ < 0 || now - last_activity < kSpin) return;
+  // Only past the spin: the wall clock is read on the way to sleep, not on every pass.
+  const auto wake_by = std::min(
+      stall_end,
+      now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                absl::ToChronoNanoseconds(std::min(deadline - absl::Now(), absl::Hours(24)))));
+  if (now >= wake_by) return;
   // UCS_ERR_BUSY: events came meanwhile (an interrupt's signal among them), progress them
   // first. A signal after the arm wakes the poll.
   if (ucp_worker_arm(worker_) != UCS_OK) return;
@@ -202,14 +208,10 @@ absl::Status UcxWorker::WaitAll(std::vector<PendingOperation>* operations, absl:
       if (result.ok()) result = UcxStatus(status, op.what.c_str());
     }
     if (pending > 0 && result.ok()) {
-      const auto steady_deadline =
-          std::chrono::steady_clock::now() +
-          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-              absl::ToChronoNanoseconds(std::min(deadline - absl::Now(), absl::Hours(24))));
-      const auto stall_end = stall == std::chrono::steady_clock::duration::max()
-                                 ? steady_deadline
-                                 : last_finished + stall;
-      SleepIfIdle(last_activity, std::min(steady_deadline, stall_end));
+      SleepIfIdle(last_activity, deadline,
+                  stall == std::chrono::steady_clock::duration::max()
+                      ? std::chrono::steady_clock::time_point::max()
+                      : last_finished + stall);
     }
     if (pending > 0 && result.ok() && interruptible && interrupt_ != nullptr &&
         interrupt_->raised()) {

@@ -124,11 +124,11 @@ class UcxWorker {
   // One pass of progress; frees the lingering receives that ended. Whether UCX did anything.
   bool Progress();
   // With nothing done since `last_activity` for a moment, sleeps until the worker has an
-  // event, the interrupt is raised (its listener signals the worker) or `wake_by` comes
-  // (the wait's deadline or stall limit), at most 10 ms (see the .cc), so a daemon waiting
-  // on its peers leaves the cores to the copies instead of spinning on one.
-  void SleepIfIdle(std::chrono::steady_clock::time_point last_activity,
-                   std::chrono::steady_clock::time_point wake_by);
+  // event, the interrupt is raised (its listener signals the worker), `deadline` or
+  // `stall_end` comes, at most 10 ms (see the .cc), so a daemon waiting on its peers leaves
+  // the cores to the copies instead of spinning on one.
+  void SleepIfIdle(std::chrono::steady_clock::time_point last_activity, absl::Time deadline,
+                   std::chrono::steady_clock::time_point stall_end);
   // Whether no request this worker gave up on is still running (so destroying it is safe).
   bool NothingLeftRunning();
 
